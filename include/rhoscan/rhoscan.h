@@ -1,0 +1,163 @@
+// rhoscan: the rho-attention operator (decayed, normalised linear attention) of BDH.
+//
+// The contract is SPEC.md; this header is its C++ form. Every entry point validates all of its
+// inputs before it writes anything and throws rhoscan::Error with a message that names the
+// argument and the shapes it saw.
+//
+// Shapes (logical; any strides, in elements, so [B,T,H,L] storage is a permuted view):
+//   q        [B, H, T, L]     v        [B, Hv, T, E]  (Hv = 1 or H)
+//   decay    [H, L] or [1, H, L]
+//   rho      [B, H, L, E]     rho_norm [B, H, L]      context [B, H, T, E]
+// q, v, context and their gradients share one dtype (float64, float32, bfloat16, float16).
+// decay and its gradient share one dtype, float32 or float64. Every state tensor (initial,
+// final, and their gradients) shares one dtype, float32 or float64.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace rhoscan {
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+enum class ErrorKind : int {
+  invalid_argument,     // a shape, dtype, stride, value or device that the contract rejects
+  unsupported,          // valid input that the chosen backend cannot run (dtype, size)
+  backend_unavailable,  // backend not compiled in, no device, no driver
+  out_of_memory,        // workspace could not be allocated
+  io,                   // file reading / writing (the CLI and safetensors reader)
+  internal,             // a failed kernel launch or a bug: please report
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  ErrorKind kind() const noexcept { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Tensor views (non-owning)
+
+enum class DType : int { float64 = 0, float32 = 1, bfloat16 = 2, float16 = 3 };
+// Where a tensor's memory lives. The Vulkan backend reads and writes host (cpu) tensors and
+// moves them to its device itself.
+enum class Device : int { cpu = 0, cuda = 1 };
+
+const char* dtype_name(DType dtype) noexcept;    // "float64", "float32", "bfloat16", "float16"
+std::size_t dtype_size(DType dtype) noexcept;    // bytes per element
+const char* device_name(Device device) noexcept; // "cpu", "cuda"
+
+inline constexpr int kMaxRank = 5;
+
+struct TensorView {
+  void* data = nullptr;  // may be null only when numel() == 0
+  DType dtype = DType::float32;
+  Device device = Device::cpu;
+  int device_index = 0;  // CUDA ordinal; ignored on the CPU
+  int rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};  // in elements, may be any non-negative values
+
+  // A row-major (C-contiguous) view.
+  static TensorView contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                               Device device = Device::cpu, int device_index = 0);
+  static TensorView contiguous(void* data, DType dtype, const std::vector<int64_t>& shape,
+                               Device device = Device::cpu, int device_index = 0);
+  // A view with explicit strides (in elements).
+  static TensorView strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                            std::initializer_list<int64_t> strides, Device device = Device::cpu,
+                            int device_index = 0);
+  // The same memory with dimensions reordered: result.shape[i] = shape[order[i]].
+  // Example: a contiguous [B,T,H,L] buffer viewed as [B,H,T,L] is .permuted({0, 2, 1, 3}).
+  TensorView permuted(std::initializer_list<int> order) const;
+
+  int64_t numel() const noexcept;
+  std::string shape_string() const;  // "[2, 4, 16, 64]"
+};
+
+// ---------------------------------------------------------------------------------------------
+// Options
+
+enum class Backend : int {
+  automatic = 0,  // the fastest compiled-in backend for the tensors' device
+  reference = 1,  // CPU, float64 arithmetic, evaluates SPEC.md step by step (the oracle)
+  cpu = 2,        // CPU, chunked, multi-threaded
+  cuda = 3,       // NVIDIA GPUs
+  vulkan = 4,     // any Vulkan 1.2 GPU (and Mesa's lavapipe); takes host tensors
+};
+
+const char* backend_name(Backend backend) noexcept;  // "auto", "reference", "cpu", "cuda", "vulkan"
+// Parses the names above ("fast" is accepted for "cpu"); throws Error(invalid_argument).
+Backend parse_backend(const std::string& name);
+// The backends compiled into this build whose runtime requirements (device, driver) are met.
+std::vector<Backend> available_backends();
+// Why a backend is not available ("" when it is).
+std::string backend_unavailable_reason(Backend backend);
+
+struct Options {
+  Backend backend = Backend::automatic;
+  int64_t chunk_size = 0;        // 0: the backend's default; otherwise >= 1
+  bool check_finite = false;     // reject NaN / Inf in q, v, states, upstream gradients (a pass)
+  bool deterministic = true;     // bitwise-reproducible gradients (no order-varying atomics)
+  bool allow_tf32 = false;       // CUDA float32 inputs: TF32 tensor cores instead of exact math
+  int num_threads = 0;           // CPU backends: 0 = all hardware threads
+  int64_t max_workspace_bytes = 0;  // device workspace cap; 0 = backend default
+  void* stream = nullptr;        // CUDA: a cudaStream_t to run on (null: the default stream)
+};
+
+inline constexpr double kEps = 1e-6;
+
+// ---------------------------------------------------------------------------------------------
+// Operations. Outputs are written, never allocated; every output must be on the inputs' device.
+// A final-state output may be the same view as the matching initial state (in-place update);
+// any other overlap between an output and another tensor is an error.
+
+struct ForwardArgs {
+  TensorView q, v, decay;
+  std::optional<TensorView> rho, rho_norm;  // initial state; zeros when absent
+  TensorView context;                       // out [B, H, T, E]
+  TensorView rho_out, rho_norm_out;         // out: final state [B,H,L,E], [B,H,L]
+};
+
+struct BackwardArgs {
+  // The forward's inputs (the backward recomputes what it needs from them).
+  TensorView q, v, decay;
+  std::optional<TensorView> rho, rho_norm;
+  // Upstream gradients: dLoss/dcontext and, optionally, dLoss/d(final rho), dLoss/d(final rho_norm).
+  TensorView grad_context;
+  std::optional<TensorView> grad_rho_out, grad_rho_norm_out;
+  // Outputs: gradients of q [B,H,T,L], v [B,Hv,T,E] (summed over heads when Hv = 1), decay
+  // (shape of decay), and, when given, of the initial states (defined even if no initial state
+  // was passed: the gradient with respect to a zero initial state).
+  TensorView grad_q, grad_v, grad_decay;
+  std::optional<TensorView> grad_rho, grad_rho_norm;
+};
+
+struct StepArgs {
+  TensorView q;         // [B, H, L]
+  TensorView v;         // [B, Hv, E]
+  TensorView decay;     // [H, L] or [1, H, L]
+  TensorView rho;       // [B, H, L, E] state, updated in place
+  TensorView rho_norm;  // [B, H, L]   state, updated in place
+  TensorView context;   // out [B, H, E]: the read of the state before this token
+};
+
+void forward(const ForwardArgs& args, const Options& options = {});
+void backward(const BackwardArgs& args, const Options& options = {});
+void step(const StepArgs& args, const Options& options = {});
+
+// The backend `automatic` resolves to for tensors on `device`.
+Backend resolve_backend(Backend requested, Device device);
+
+const char* version() noexcept;
+
+}  // namespace rhoscan

@@ -1,0 +1,50 @@
+// The interface every backend implements, and the registry the dispatcher reads.
+#pragma once
+
+#include <string>
+
+#include "core/params.h"
+#include "rhoscan/rhoscan.h"
+
+namespace rhoscan::detail {
+
+class BackendImpl {
+ public:
+  virtual ~BackendImpl() = default;
+
+  virtual Backend id() const = 0;
+  virtual Device device() const = 0;  // where the tensors it accepts live
+
+  // Runtime availability (driver, device). Returns "" when usable, else the reason.
+  virtual std::string unavailable_reason() const { return ""; }
+
+  // Whether this backend can run a validated problem. Returns "" when it can, else the reason
+  // (dtype or size limits). Checked before anything is written.
+  virtual std::string unsupported_reason(const Problem&) const { return ""; }
+
+  // Value checks that validation needs (decay in [0, 1]; finite-checking). The defaults read
+  // host memory; backends whose tensors live on a device override them.
+  enum class ValueRule { finite, unit_interval };
+  virtual bool values_satisfy(const TensorView& view, ValueRule rule) const;
+
+  virtual void forward(const ForwardParams& params) const = 0;
+  virtual void backward(const BackwardParams& params) const = 0;
+  virtual void step(const StepParams& params) const = 0;
+};
+
+// Each is compiled in only with its option; the dispatcher declares what it links.
+const BackendImpl& reference_backend();
+#ifdef RHOSCAN_HAVE_CPU_FAST
+const BackendImpl& cpu_fast_backend();
+#endif
+#ifdef RHOSCAN_HAVE_CUDA
+const BackendImpl& cuda_backend();
+#endif
+#ifdef RHOSCAN_HAVE_VULKAN
+const BackendImpl& vulkan_backend();
+#endif
+
+// null when the backend is not compiled in.
+const BackendImpl* find_backend(Backend id);
+
+}  // namespace rhoscan::detail

@@ -1,0 +1,67 @@
+// The one description of a validated problem that every backend receives.
+//
+// Validation (validate.cpp) turns the public TensorViews into these structs: every shape has
+// been checked, the decay has been normalised to [H, L], and every stride is in elements and
+// indexed in the fixed logical order written beside it. A backend never re-validates.
+#pragma once
+
+#include <cstdint>
+
+#include "rhoscan/rhoscan.h"
+
+namespace rhoscan::detail {
+
+struct Problem {
+  int64_t B = 0, H = 0, Hv = 0, T = 0, L = 0, E = 0;
+  DType dtype = DType::float32;        // q, v, context and their gradients
+  DType decay_dtype = DType::float32;  // decay and grad_decay: float32 or float64
+  DType state_dtype = DType::float32;  // every state tensor: float32 or float64
+  Device device = Device::cpu;
+  int device_index = 0;
+};
+
+// Strides are in elements. v's head stride is 0 when Hv == 1, so that v(b, h, t, e) is the
+// same expression for both cases; backends that want to exploit Hv == 1 test problem.Hv.
+struct ForwardParams {
+  Problem p;
+  const void* q = nullptr;         int64_t q_stride[4] = {};         // b, h, t, l
+  const void* v = nullptr;         int64_t v_stride[4] = {};         // b, h, t, e
+  const void* decay = nullptr;     int64_t decay_stride[2] = {};     // h, l
+  const void* rho0 = nullptr;      int64_t rho0_stride[4] = {};      // b, h, l, e  (null: zeros)
+  const void* rho_norm0 = nullptr; int64_t rho_norm0_stride[3] = {}; // b, h, l     (null: zeros)
+  void* context = nullptr;         int64_t context_stride[4] = {};   // b, h, t, e
+  void* rho = nullptr;             int64_t rho_stride[4] = {};       // b, h, l, e  (may == rho0)
+  void* rho_norm = nullptr;        int64_t rho_norm_stride[3] = {};  // b, h, l     (may == rho_norm0)
+  Options options;
+};
+
+struct BackwardParams {
+  Problem p;
+  const void* q = nullptr;         int64_t q_stride[4] = {};
+  const void* v = nullptr;         int64_t v_stride[4] = {};
+  const void* decay = nullptr;     int64_t decay_stride[2] = {};
+  const void* rho0 = nullptr;      int64_t rho0_stride[4] = {};
+  const void* rho_norm0 = nullptr; int64_t rho_norm0_stride[3] = {};
+  const void* grad_context = nullptr;  int64_t grad_context_stride[4] = {};   // b, h, t, e
+  const void* grad_rho_out = nullptr;  int64_t grad_rho_out_stride[4] = {};   // null: zeros
+  const void* grad_rho_norm_out = nullptr; int64_t grad_rho_norm_out_stride[3] = {};
+  void* grad_q = nullptr;          int64_t grad_q_stride[4] = {};
+  void* grad_v = nullptr;          int64_t grad_v_stride[4] = {};    // b, hv, t, e (real Hv stride)
+  void* grad_decay = nullptr;      int64_t grad_decay_stride[2] = {};
+  void* grad_rho0 = nullptr;       int64_t grad_rho0_stride[4] = {};       // null: not wanted
+  void* grad_rho_norm0 = nullptr;  int64_t grad_rho_norm0_stride[3] = {};  // null: not wanted
+  Options options;
+};
+
+struct StepParams {
+  Problem p;  // T == 1
+  const void* q = nullptr;     int64_t q_stride[3] = {};        // b, h, l
+  const void* v = nullptr;     int64_t v_stride[3] = {};        // b, h, e (head stride 0 if Hv == 1)
+  const void* decay = nullptr; int64_t decay_stride[2] = {};
+  void* rho = nullptr;         int64_t rho_stride[4] = {};      // in place
+  void* rho_norm = nullptr;    int64_t rho_norm_stride[3] = {}; // in place
+  void* context = nullptr;     int64_t context_stride[3] = {};  // b, h, e
+  Options options;
+};
+
+}  // namespace rhoscan::detail
