@@ -1,6 +1,7 @@
-// The rho-attention operator as the BDH example calls it: either the rhoscan library's op
-// (rhoscan::pt, autograd included) or a per-token pure-libtorch loop written from SPEC.md, kept
-// to check the library against and to run where rhoscan_torch is not built.
+// The rho-attention operator as the BDH example calls it, three ways:
+//   rhoscan: the library's op (rhoscan::pt, with its own backward), when rhoscan_torch is built;
+//   chunked: SPEC.md's chunked form in plain libtorch ops (autograd), the fallback for training;
+//   naive:   SPEC.md's per-token loop in libtorch ops, the plainest statement, for checking.
 #pragma once
 
 #include <string>
@@ -10,12 +11,12 @@
 
 namespace bdh {
 
-enum class AttentionImpl { rhoscan, naive };
+enum class AttentionImpl { rhoscan, chunked, naive };
 
-AttentionImpl parse_attention(const std::string& name);  // "rhoscan" or "naive"
+AttentionImpl parse_attention(const std::string& name);  // "rhoscan", "chunked" or "naive"
 const char* attention_name(AttentionImpl impl);
 bool rhoscan_attention_available();  // built with rhoscan_torch
-AttentionImpl default_attention();   // rhoscan when built with it, naive otherwise
+AttentionImpl default_attention();   // rhoscan when built with it, chunked otherwise
 
 struct RhoState {
   torch::Tensor rho;       // [B, H, L, E]

@@ -20,7 +20,7 @@ namespace {
 
 // Every attention implementation this build has.
 std::vector<AttentionImpl> implementations() {
-  std::vector<AttentionImpl> out{AttentionImpl::naive};
+  std::vector<AttentionImpl> out{AttentionImpl::naive, AttentionImpl::chunked};
   if (rhoscan_attention_available()) out.push_back(AttentionImpl::rhoscan);
   return out;
 }
@@ -57,6 +57,46 @@ TEST(BdhAttention, NaiveMatchesSpecHandExample) {
   EXPECT_LT(max_abs(context - expected), 1e-5) << context;
   EXPECT_LT(max_abs(state.rho.flatten() - torch::tensor({40.0f, 60.0f, 90.0f, 120.0f})), 1e-5);
   EXPECT_LT(max_abs(state.rho_norm.flatten() - torch::tensor({2.0f, 3.0f})), 1e-6);
+}
+
+// The chunked and the library's forms against the per-token loop: T = 37 (two full chunks and a
+// tail), an initial state, gradients of every input including the initial state, and upstream
+// gradients on the final state (what truncated BPTT sends back).
+TEST(BdhAttention, FormsAgreeWithThePerTokenLoop) {
+  torch::manual_seed(3);
+  const int64_t B = 2, T = 37, H = 3, L = 8, E = 5;
+  auto q0 = torch::relu(torch::randn({B, T, H, L}));
+  auto v0 = torch::randn({B, T, 1, E});
+  auto a0 = torch::rand({H, L}) * 0.9 + 0.05;
+  a0.index_put_({0, 0}, 0.0);  // the contract's edge values
+  a0.index_put_({1, 1}, 1.0);
+  auto r0 = torch::rand({B, H, L, E});
+  auto n0 = torch::rand({B, H, L}) + 0.5;
+  auto g_rho = torch::randn({B, H, L, E});
+  auto g_norm = torch::randn({B, H, L});
+  auto run = [&](AttentionImpl impl) {
+    std::vector<torch::Tensor> leaves;
+    for (const auto& t : {q0, v0, a0, r0, n0}) leaves.push_back(t.clone().requires_grad_(true));
+    auto [context, state] = rho_attention(impl, leaves[0], leaves[1], leaves[2],
+                                          RhoState{leaves[3], leaves[4]});
+    auto loss = (context * context).sum() + (state.rho * g_rho).sum() +
+                (state.rho_norm * g_norm).sum();
+    loss.backward();
+    std::vector<torch::Tensor> out{context.detach(), state.rho.detach(), state.rho_norm.detach()};
+    for (auto& leaf : leaves) out.push_back(leaf.grad());
+    return out;
+  };
+  const char* names[] = {"context", "rho", "rho_norm", "dq", "dv", "ddecay", "drho", "drho_norm"};
+  auto expected = run(AttentionImpl::naive);
+  for (auto impl : implementations()) {
+    if (impl == AttentionImpl::naive) continue;
+    auto got = run(impl);
+    for (size_t k = 0; k < got.size(); ++k) {
+      double rel = (got[k] - expected[k]).norm().item<double>() /
+                   (expected[k].norm().item<double>() + 1e-30);
+      EXPECT_LT(rel, 1e-4) << attention_name(impl) << " " << names[k];
+    }
+  }
 }
 
 TEST(BdhModel, StreamedLogitsEqualFullForward) {
