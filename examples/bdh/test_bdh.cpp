@@ -67,14 +67,19 @@ TEST(BdhAttention, FormsAgreeWithThePerTokenLoop) {
   const int64_t B = 2, T = 37, H = 3, L = 8, E = 5;
   auto q0 = torch::relu(torch::randn({B, T, H, L}));
   auto v0 = torch::randn({B, T, 1, E});
-  auto a0 = torch::rand({H, L}) * 0.9 + 0.05;
-  a0.index_put_({0, 0}, 0.0);  // the contract's edge values
-  a0.index_put_({1, 1}, 1.0);
+  // Decays inside (0, 1) with a small one (1e-3, where a^-8 = 1e24 in the chunked form's
+  // factorisation) and the contract's edge values 0 and 1 (the chunked form falls back to the
+  // per-token loop below 1e-4).
+  auto a_inner = torch::rand({H, L}) * 0.9 + 0.05;
+  a_inner.index_put_({0, 0}, 1e-3);
+  a_inner.index_put_({1, 1}, 1.0);
+  auto a_edges = a_inner.clone();
+  a_edges.index_put_({0, 0}, 0.0);
   auto r0 = torch::rand({B, H, L, E});
   auto n0 = torch::rand({B, H, L}) + 0.5;
   auto g_rho = torch::randn({B, H, L, E});
   auto g_norm = torch::randn({B, H, L});
-  auto run = [&](AttentionImpl impl) {
+  auto run = [&](AttentionImpl impl, const torch::Tensor& a0) {
     std::vector<torch::Tensor> leaves;
     for (const auto& t : {q0, v0, a0, r0, n0}) leaves.push_back(t.clone().requires_grad_(true));
     auto [context, state] = rho_attention(impl, leaves[0], leaves[1], leaves[2],
@@ -87,14 +92,17 @@ TEST(BdhAttention, FormsAgreeWithThePerTokenLoop) {
     return out;
   };
   const char* names[] = {"context", "rho", "rho_norm", "dq", "dv", "ddecay", "drho", "drho_norm"};
-  auto expected = run(AttentionImpl::naive);
-  for (auto impl : implementations()) {
-    if (impl == AttentionImpl::naive) continue;
-    auto got = run(impl);
-    for (size_t k = 0; k < got.size(); ++k) {
-      double rel = (got[k] - expected[k]).norm().item<double>() /
-                   (expected[k].norm().item<double>() + 1e-30);
-      EXPECT_LT(rel, 1e-4) << attention_name(impl) << " " << names[k];
+  for (const auto& a0 : {a_inner, a_edges}) {
+    auto expected = run(AttentionImpl::naive, a0);
+    for (auto impl : implementations()) {
+      if (impl == AttentionImpl::naive) continue;
+      auto got = run(impl, a0);
+      for (size_t k = 0; k < got.size(); ++k) {
+        double rel = (got[k] - expected[k]).norm().item<double>() /
+                     (expected[k].norm().item<double>() + 1e-30);
+        EXPECT_LT(rel, 1e-4) << attention_name(impl) << " " << names[k] << " min decay "
+                             << a0.min().item<double>();
+      }
     }
   }
 }
