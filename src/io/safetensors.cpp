@@ -566,6 +566,18 @@ void write_safetensors(const std::string& path, const std::vector<NamedView>& te
     const size_t es = dtype_size(v.dtype);
     const int64_t n = v.numel();
     if (n == 0) continue;
+    bool row_major = true;
+    int64_t expected = 1;  // numel > 0 here, so this product is at most numel
+    for (int d = v.rank - 1; d >= 0; --d) {
+      if (v.shape[d] != 1 && v.strides[d] != expected) row_major = false;
+      expected *= v.shape[d];
+    }
+    if (row_major) {  // one block, no gather
+      out.write(buffer.data(), buffer.size());
+      buffer.clear();
+      out.write(v.data, static_cast<size_t>(sizes[i]));
+      continue;
+    }
     int64_t index[rhoscan::kMaxRank] = {};
     for (int64_t k = 0; k < n; ++k) {
       int64_t element = 0;
