@@ -39,7 +39,7 @@ constexpr size_t kMaxRank = 64;
 std::string printable(const std::string& s) {
   static const char* hex = "0123456789abcdef";
   std::string out;
-  for (size_t i = 0; i < s.size() && i < 80; ++i) {
+  for (size_t i = 0; i < s.size() && i < 256; ++i) {
     auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x20 && c < 0x7f && c != '\\') {
       out += static_cast<char>(c);
@@ -49,7 +49,7 @@ std::string printable(const std::string& s) {
       out += hex[c & 15];
     }
   }
-  if (s.size() > 80) out += "...";
+  if (s.size() > 256) out += "...";
   return out;
 }
 

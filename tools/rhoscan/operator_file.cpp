@@ -77,8 +77,9 @@ Layout parse_layout(const std::string& name) {
   throw Error(ErrorKind::invalid_argument, "layout must be bhtl or bthl, got '" + name + "'");
 }
 
-OperatorInputs load_operator_inputs(const io::SafetensorsFile& file, const std::string& label,
+OperatorInputs load_operator_inputs(const io::SafetensorsFile& file, const std::string& label_raw,
                                     std::optional<Layout> layout) {
+  const std::string label = io::printable(label_raw);  // one-line messages whatever the path
   OperatorInputs in;
   auto meta = file.metadata.find("layout");
   if (meta != file.metadata.end()) {
