@@ -33,6 +33,9 @@ namespace cpu_fast {
 namespace {
 
 constexpr int64_t kDefaultChunk = 64;
+// Each thread keeps its workspace between calls (no page faults per call) unless it grew
+// beyond this; larger ones are returned after each (b,h) item.
+constexpr size_t kKeptWorkspaceBytes = size_t(256) << 20;
 
 int64_t chunk_of(const Options& o) { return o.chunk_size > 0 ? o.chunk_size : kDefaultChunk; }
 
@@ -49,17 +52,25 @@ int64_t forward_e_tiles(int64_t BH, int64_t E) {
 // repeated multiplication in double (never a negative power; a = 0 gives P[0] = 1, P[k>0] = 0).
 template <class T>
 void decay_tables(const void* decay, DType dtype, const int64_t* stride, int64_t h, int64_t L, int64_t C,
-                  T* P, T* Pd, T* a_out) {
+                  T* P, T* Pd, T* a_out, std::vector<double>& scratch) {
+  scratch.resize(2 * L);
+  double* a = scratch.data();
+  double* p = a + L;
   for (int64_t l = 0; l < L; ++l) {
-    const double a = load_as_double(decay, dtype, h * stride[0] + l * stride[1]);
-    a_out[l] = static_cast<T>(a);
-    double p = 1.0;
+    a[l] = load_as_double(decay, dtype, h * stride[0] + l * stride[1]);
+    a_out[l] = static_cast<T>(a[l]);
+    p[l] = 1.0;
     P[l] = 1;
     Pd[l] = 0;
-    for (int64_t k = 1; k <= C; ++k) {
-      Pd[k * L + l] = static_cast<T>(static_cast<double>(k) * p);  // k·a^(k-1)
-      p *= a;
-      P[k * L + l] = static_cast<T>(p);
+  }
+  for (int64_t k = 1; k <= C; ++k) {
+    T* Pk = P + k * L;
+    T* Pdk = Pd + k * L;
+    const double kd = static_cast<double>(k);
+    for (int64_t l = 0; l < L; ++l) {
+      Pdk[l] = static_cast<T>(kd * p[l]);  // k·a^(k-1)
+      p[l] *= a[l];
+      Pk[l] = static_cast<T>(p[l]);
     }
   }
 }
@@ -89,12 +100,101 @@ void normaliser_scan(int64_t n, int64_t L, const T* Q, const T* a, T* N, T* Qp, 
   }
 }
 
+// Intra-chunk scores S[i][j] = sum_l q'_i a^(i-1-j) q_j (j < i). Pairs inside blocks of kBlock
+// tokens are summed directly (kernels.cpp); a block of rows starting at m reads all earlier
+// tokens through one matrix product, with a^(i-1-j) = a^(i-m) · a^(m-1-j), both exponents >= 0.
+constexpr int64_t kBlock = 16;
+
+template <class T>
+void chunk_scores(int64_t n, int64_t L, const T* Qp, const T* Q, const T* P, T* S, T* rows, T* cols) {
+  intra_scores_diagonal(n, L, L, Qp, Q, P, S, kBlock);
+  for (int64_t m = kBlock; m < n; m += kBlock) {
+    const int64_t bn = std::min(kBlock, n - m);
+    for (int64_t i = 0; i < bn; ++i) {
+      const T* x = Qp + (m + i) * L;
+      const T* pk = P + i * L;
+      T* o = rows + i * L;
+      for (int64_t l = 0; l < L; ++l) o[l] = x[l] * pk[l];
+    }
+    for (int64_t j = 0; j < m; ++j) {
+      const T* y = Q + j * L;
+      const T* pk = P + (m - 1 - j) * L;
+      T* o = cols + j * L;
+      for (int64_t l = 0; l < L; ++l) o[l] = y[l] * pk[l];
+    }
+    gemm(false, true, bn, m, L, T(1), rows, L, cols, L, T(0), S + m * n, n);
+  }
+}
+
+// gw's intra-chunk part, out[i] = sum_{j<i} a^(i-1-j) ⊙ q_j · M[i][j], blocked like the scores.
+template <class T>
+void chunk_mix_earlier(int64_t n, int64_t L, const T* Q, const T* M, const T* P, T* out, T* cols, T* part) {
+  mix_earlier(n, L, L, Q, M, P, out, kBlock);
+  for (int64_t m = kBlock; m < n; m += kBlock) {
+    const int64_t bn = std::min(kBlock, n - m);
+    for (int64_t j = 0; j < m; ++j) {
+      const T* y = Q + j * L;
+      const T* pk = P + (m - 1 - j) * L;
+      T* o = cols + j * L;
+      for (int64_t l = 0; l < L; ++l) o[l] = y[l] * pk[l];
+    }
+    gemm(false, false, bn, L, m, T(1), M + m * n, n, cols, L, T(0), part, L);
+    for (int64_t i = 0; i < bn; ++i) {
+      const T* pk = P + i * L;
+      const T* x = part + i * L;
+      T* o = out + (m + i) * L;
+      for (int64_t l = 0; l < L; ++l) o[l] += pk[l] * x[l];
+    }
+  }
+}
+
+// dq's intra-chunk part out[i] = sum_{u>i} a^(u-i-1) ⊙ q'_u · M[u][i], and its decay derivative
+// into da, blocked: for a block [m0, m1) and u >= m1, a^(u-i-1) = a^(u-m1) · a^(m1-1-i), whose
+// derivative is Pd[u-m1]·P[m1-1-i] + P[u-m1]·Pd[m1-1-i].
+template <class T>
+void chunk_mix_later(int64_t n, int64_t L, const T* Qp, const T* Q, const T* M, const T* P, const T* Pd, T* out,
+                     double* da, T* cols2 /* [n × 2L] */, T* part2 /* [kBlock × 2L] */) {
+  mix_later(n, L, L, Qp, Q, M, P, Pd, out, da, kBlock);
+  for (int64_t m0 = 0; m0 + kBlock < n; m0 += kBlock) {
+    const int64_t m1 = m0 + kBlock, later = n - m1;
+    for (int64_t u = 0; u < later; ++u) {
+      const T* x = Qp + (m1 + u) * L;
+      const T* pk = P + u * L;
+      const T* pdk = Pd + u * L;
+      T* o = cols2 + u * 2 * L;
+      for (int64_t l = 0; l < L; ++l) o[l] = x[l] * pk[l], o[L + l] = x[l] * pdk[l];
+    }
+    // part2[i] = sum_{u >= m1} M[u][m0+i] · [q'_u a^(u-m1), q'_u Pd[u-m1]]
+    gemm(true, false, kBlock, 2 * L, later, T(1), M + m1 * n + m0, n, cols2, 2 * L, T(0), part2, 2 * L);
+    for (int64_t i = 0; i < kBlock; ++i) {
+      const int64_t k = m1 - 1 - (m0 + i);
+      const T* pk = P + k * L;
+      const T* pdk = Pd + k * L;
+      const T* y1 = part2 + i * 2 * L;
+      const T* y2 = y1 + L;
+      const T* q = Q + (m0 + i) * L;
+      T* o = out + (m0 + i) * L;
+      for (int64_t l = 0; l < L; ++l) {
+        o[l] += pk[l] * y1[l];
+        da[l] += static_cast<double>(q[l] * (pk[l] * y2[l] + pdk[l] * y1[l]));
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward
 
 template <class T>
 struct ForwardWorkspace {
-  std::vector<T> P, Pd, a, R, N, Q, Qp, Qs, V, Ctx, S, s;
+  std::vector<T> P, Pd, a, R, N, Q, Qp, Qs, V, Ctx, S, s, rows;
+  std::vector<double> scratch;
+  void release() { *this = ForwardWorkspace(); }
+  size_t bytes() const {
+    size_t n = 0;
+    for (auto* v : {&P, &Pd, &a, &R, &N, &Q, &Qp, &Qs, &V, &Ctx, &S, &s, &rows}) n += v->capacity() * sizeof(T);
+    return n;
+  }
   void size(int64_t L, int64_t Et, int64_t C) {
     P.resize((C + 1) * L);
     Pd.resize((C + 1) * L);
@@ -108,6 +208,7 @@ struct ForwardWorkspace {
     Ctx.resize(C * Et);
     S.resize(C * C);
     s.resize(C);
+    rows.resize(kBlock * L);
   }
 };
 
@@ -117,7 +218,7 @@ void forward_item(const ForwardParams& f, int64_t b, int64_t h, int64_t e0, int6
   const Problem& p = f.p;
   const int64_t L = p.L, T_ = p.T, Et = e1 - e0;
   w.size(L, Et, C);
-  decay_tables(f.decay, p.decay_dtype, f.decay_stride, h, L, C, w.P.data(), w.Pd.data(), w.a.data());
+  decay_tables(f.decay, p.decay_dtype, f.decay_stride, h, L, C, w.P.data(), w.Pd.data(), w.a.data(), w.scratch);
   T* R = w.R.data();
   T* N = w.N.data();
   for (int64_t l = 0; l < L; ++l) {
@@ -145,7 +246,7 @@ void forward_item(const ForwardParams& f, int64_t b, int64_t h, int64_t e0, int6
                b * f.v_stride[0] + h * f.v_stride[1] + t * f.v_stride[2] + e0 * f.v_stride[3], f.v_stride[3], Et);
     }
     normaliser_scan(n, L, w.Q.data(), w.a.data(), N, w.Qp.data(), w.s.data(), static_cast<T*>(nullptr));
-    intra_scores(n, L, L, w.Qp.data(), w.Q.data(), P, w.S.data());
+    chunk_scores(n, L, w.Qp.data(), w.Q.data(), P, w.S.data(), w.rows.data(), w.Qs.data());
     // readout of the chunk-start state: (q'_i ⊙ a^i) · R_c, then the intra-chunk part S · V
     for (int64_t i = 0; i < n; ++i) {
       const T* qp = w.Qp.data() + i * L;
@@ -192,13 +293,14 @@ void forward_all(const ForwardParams& f) {
   const int64_t tiles = forward_e_tiles(BH, p.E);
   const int64_t tile = (p.E + tiles - 1) / tiles;
   const int threads = resolve_threads(f.options.num_threads);
-  std::vector<ForwardWorkspace<T>> ws(static_cast<size_t>(std::max(1, threads)));
   BlasSingleThreaded blas;
-  parallel_for(BH * tiles, threads, [&](int64_t item, int worker) {
+  parallel_for(BH * tiles, threads, [&](int64_t item, int) {
     const int64_t bh = item / tiles, k = item % tiles;
     const int64_t e0 = k * tile, e1 = std::min(p.E, e0 + tile);
     if (e0 >= e1) return;
-    forward_item<T>(f, bh / p.H, bh % p.H, e0, e1, C, ws[worker]);
+    thread_local ForwardWorkspace<T> w;
+    forward_item<T>(f, bh / p.H, bh % p.H, e0, e1, C, w);
+    if (w.bytes() > kKeptWorkspaceBytes) w.release();
   });
 }
 
@@ -207,7 +309,15 @@ void forward_all(const ForwardParams& f) {
 
 template <class T>
 struct BackwardWorkspace {
-  std::vector<T> P, Pd, a, RZ, N, Bv, Nst, gwst, sst, Q, Qp, Qs, V, G, P23, P1, M, S, dq, dv;
+  std::vector<T> P, Pd, a, RZ, N, Bv, Nst, gwst, sst, Q, Qp, Qs, V, G, P23, P1, M, S, dq, dv, rows, rows2;
+  std::vector<double> scratch;
+  void release() { *this = BackwardWorkspace(); }
+  size_t bytes() const {
+    size_t n = 0;
+    for (auto* v : {&P, &Pd, &a, &RZ, &N, &Bv, &Nst, &gwst, &sst, &Q, &Qp, &Qs, &V, &G, &P23, &P1, &M, &S, &dq, &dv, &rows, &rows2})
+      n += v->capacity() * sizeof(T);
+    return n;
+  }
   void size(int64_t T_, int64_t L, int64_t E, int64_t C) {
     P.resize((C + 1) * L);
     Pd.resize((C + 1) * L);
@@ -229,6 +339,8 @@ struct BackwardWorkspace {
     S.resize(C * C);
     dq.resize(C * L);
     dv.resize(C * E);
+    rows.resize(kBlock * L);
+    rows2.resize(kBlock * 2 * L);
   }
 };
 
@@ -238,7 +350,7 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
   const Problem& p = g.p;
   const int64_t L = p.L, E = p.E, T_ = p.T;
   w.size(T_, L, E, C);
-  decay_tables(g.decay, p.decay_dtype, g.decay_stride, h, L, C, w.P.data(), w.Pd.data(), w.a.data());
+  decay_tables(g.decay, p.decay_dtype, g.decay_stride, h, L, C, w.P.data(), w.Pd.data(), w.a.data(), w.scratch);
   const T* P = w.P.data();
   const T* Pd = w.Pd.data();
   const T* a = w.a.data();
@@ -283,7 +395,7 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
     // P23[i] = [R_c G_i ; Z_c G_i]  (R and Z are one [2L × E] buffer)
     gemm(false, true, n, 2 * L, E, T(1), w.G.data(), E, w.RZ.data(), E, T(0), w.P23.data(), 2 * L);
     T* gw = w.gwst.data() + t0 * L;
-    mix_earlier(n, L, L, w.Q.data(), w.M.data(), P, gw);
+    chunk_mix_earlier(n, L, w.Q.data(), w.M.data(), P, gw, w.Qs.data(), w.P1.data());
     for (int64_t i = 0; i < n; ++i) {
       const T* rg = w.P23.data() + i * 2 * L;
       const T* zg = rg + L;
@@ -354,11 +466,11 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
       T* qp = w.Qp.data() + i * L;
       for (int64_t l = 0; l < L; ++l) qp[l] = q[l] * inv_s / (nt[l] + static_cast<T>(kEps));
     }
-    intra_scores(n, L, L, w.Qp.data(), w.Q.data(), P, w.S.data());
+    chunk_scores(n, L, w.Qp.data(), w.Q.data(), P, w.S.data(), w.rows.data(), w.Qs.data());
     // P1[i] = A_end v_i
     gemm(false, true, n, L, E, T(1), w.V.data(), E, A, E, T(0), w.P1.data(), L);
     // dq intra part, and sum_{j<u} (u-j-1)·a^(u-j-2) q'_u q_j M[u][j] into da
-    mix_later(n, L, L, w.Qp.data(), w.Q.data(), w.M.data(), P, Pd, w.dq.data(), da);
+    chunk_mix_later(n, L, w.Qp.data(), w.Q.data(), w.M.data(), P, Pd, w.dq.data(), da, w.P23.data(), w.rows2.data());
     for (int64_t i = n - 1; i >= 0; --i) {
       const T* q = w.Q.data() + i * L;
       const T* qp = w.Qp.data() + i * L;
@@ -430,17 +542,17 @@ void backward_all(const BackwardParams& g) {
   const int64_t C = chunk_of(g.options);
   const int64_t BH = p.B * p.H;
   const int threads = resolve_threads(g.options.num_threads);
-  std::vector<BackwardWorkspace<T>> ws(static_cast<size_t>(std::max(1, threads)));
   // Cross-item sums happen after the parallel part, in a fixed order: dv over heads (Hv = 1),
   // da over the batch.
   std::vector<double> da_part(static_cast<size_t>(BH * p.L));
   std::vector<T> dv_part(p.Hv == 1 && p.H > 1 ? static_cast<size_t>(BH * p.T * p.E) : 0);
   BlasSingleThreaded blas;
-  parallel_for(BH, threads, [&](int64_t bh, int worker) {
+  parallel_for(BH, threads, [&](int64_t bh, int) {
     T* dv_out = dv_part.empty() ? nullptr : dv_part.data() + bh * p.T * p.E;
-    backward_item<T>(g, bh / p.H, bh % p.H, C, ws[worker], dv_out, da_part.data() + bh * p.L);
+    thread_local BackwardWorkspace<T> w;
+    backward_item<T>(g, bh / p.H, bh % p.H, C, w, dv_out, da_part.data() + bh * p.L);
+    if (w.bytes() > kKeptWorkspaceBytes) w.release();
   });
-  ws.clear();
   if (!dv_part.empty()) {
     std::vector<T> row(static_cast<size_t>(p.E));
     for (int64_t b = 0; b < p.B; ++b)

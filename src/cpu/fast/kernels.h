@@ -16,16 +16,27 @@ namespace rhoscan::detail::cpu_fast {
 void intra_scores(int64_t n, int64_t L, int64_t ld, const float* X, const float* Y, const float* P, float* S);
 void intra_scores(int64_t n, int64_t L, int64_t ld, const double* X, const double* Y, const double* P, double* S);
 
+// The same, only for pairs inside diagonal blocks of `block` tokens (i/block == j/block); the
+// other entries of S are set to 0 (the caller fills them with matrix products).
+void intra_scores_diagonal(int64_t n, int64_t L, int64_t ld, const float* X, const float* Y, const float* P,
+                           float* S, int64_t block);
+void intra_scores_diagonal(int64_t n, int64_t L, int64_t ld, const double* X, const double* Y,
+                           const double* P, double* S, int64_t block);
+
 // Forward-in-time mixing:  out[i][l] = sum_{j<i} P[i-1-j][l] · Y[j][l] · M[i][j]   (M is [n × n]).
-void mix_earlier(int64_t n, int64_t L, int64_t ld, const float* Y, const float* M, const float* P, float* out);
-void mix_earlier(int64_t n, int64_t L, int64_t ld, const double* Y, const double* M, const double* P, double* out);
+// Only pairs inside diagonal blocks of `block` tokens are summed (block >= n: all pairs).
+void mix_earlier(int64_t n, int64_t L, int64_t ld, const float* Y, const float* M, const float* P, float* out,
+                 int64_t block);
+void mix_earlier(int64_t n, int64_t L, int64_t ld, const double* Y, const double* M, const double* P,
+                 double* out, int64_t block);
 
 // Backward-in-time mixing and its decay derivative, for the backward pass:
 //   out[i][l] = sum_{u>i} P [u-i-1][l] · X[u][l] · M[u][i]
 //   dacc[l]  += sum_i Y[i][l] · sum_{u>i} Pd[u-i-1][l] · X[u][l] · M[u][i]
+// Only pairs inside diagonal blocks of `block` tokens are summed (block >= n: all pairs).
 void mix_later(int64_t n, int64_t L, int64_t ld, const float* X, const float* Y, const float* M,
-               const float* P, const float* Pd, float* out, double* dacc);
+               const float* P, const float* Pd, float* out, double* dacc, int64_t block);
 void mix_later(int64_t n, int64_t L, int64_t ld, const double* X, const double* Y, const double* M,
-               const double* P, const double* Pd, double* out, double* dacc);
+               const double* P, const double* Pd, double* out, double* dacc, int64_t block);
 
 }  // namespace rhoscan::detail::cpu_fast
