@@ -182,17 +182,20 @@ void chunk_mix_later(int64_t n, int64_t L, const T* Qp, const T* Q, const T* M, 
   }
 }
 
+// Rows of an L × width state tile of about 256 KiB (it stays in L2 between the products).
+inline int64_t state_tile_rows(int64_t width) { return std::max<int64_t>(32, (int64_t(64) << 10) / std::max<int64_t>(1, width)); }
+
 // ---------------------------------------------------------------------------------------------
 // Forward
 
 template <class T>
 struct ForwardWorkspace {
-  std::vector<T> P, Pd, a, R, N, Q, Qp, Qs, V, Ctx, S, s, rows;
+  std::vector<T> P, Pd, a, R, N, Q, Qp, Qs, Qu, V, Ctx, S, s, rows;
   std::vector<double> scratch;
   void release() { *this = ForwardWorkspace(); }
   size_t bytes() const {
     size_t n = 0;
-    for (auto* v : {&P, &Pd, &a, &R, &N, &Q, &Qp, &Qs, &V, &Ctx, &S, &s, &rows}) n += v->capacity() * sizeof(T);
+    for (auto* v : {&P, &Pd, &a, &R, &N, &Q, &Qp, &Qs, &Qu, &V, &Ctx, &S, &s, &rows}) n += v->capacity() * sizeof(T);
     return n;
   }
   void size(int64_t L, int64_t Et, int64_t C) {
@@ -204,6 +207,7 @@ struct ForwardWorkspace {
     Q.resize(C * L);
     Qp.resize(C * L);
     Qs.resize(C * L);
+    Qu.resize(C * L);
     V.resize(C * Et);
     Ctx.resize(C * Et);
     S.resize(C * C);
@@ -247,34 +251,37 @@ void forward_item(const ForwardParams& f, int64_t b, int64_t h, int64_t e0, int6
     }
     normaliser_scan(n, L, w.Q.data(), w.a.data(), N, w.Qp.data(), w.s.data(), static_cast<T*>(nullptr));
     chunk_scores(n, L, w.Qp.data(), w.Q.data(), P, w.S.data(), w.rows.data(), w.Qs.data());
-    // readout of the chunk-start state: (q'_i ⊙ a^i) · R_c, then the intra-chunk part S · V
+    // (q'_i ⊙ a^i) for the readout of the chunk-start state, (q_j ⊙ a^(n-1-j)) for the update
     for (int64_t i = 0; i < n; ++i) {
       const T* qp = w.Qp.data() + i * L;
+      const T* q = w.Q.data() + i * L;
       const T* pi = P + i * L;
+      const T* pj = P + (n - 1 - i) * L;
       T* qs = w.Qs.data() + i * L;
-      for (int64_t l = 0; l < L; ++l) qs[l] = qp[l] * pi[l];
+      T* qu = w.Qu.data() + i * L;
+      for (int64_t l = 0; l < L; ++l) qs[l] = qp[l] * pi[l], qu[l] = q[l] * pj[l];
     }
-    gemm(false, false, n, Et, L, T(1), w.Qs.data(), L, R, Et, T(0), w.Ctx.data(), Et);
-    gemm(false, false, n, Et, n, T(1), w.S.data(), n, w.V.data(), Et, T(1), w.Ctx.data(), Et);
+    // context = S · V + (q'_i ⊙ a^i) · R_c;  R = a^n ⊙ R + sum_j (q_j ⊙ a^(n-1-j)) ⊗ v_j.
+    // Latent tiles of the state are read, scaled and updated while they sit in L2.
+    gemm(false, false, n, Et, n, T(1), w.S.data(), n, w.V.data(), Et, T(0), w.Ctx.data(), Et);
+    const T* pn = P + n * L;
+    const int64_t lt = state_tile_rows(Et);
+    for (int64_t l0 = 0; l0 < L; l0 += lt) {
+      const int64_t rows = std::min(lt, L - l0);
+      T* Rt = R + l0 * Et;
+      gemm(false, false, n, Et, rows, T(1), w.Qs.data() + l0, L, Rt, Et, T(1), w.Ctx.data(), Et);
+      for (int64_t l = 0; l < rows; ++l) {
+        T* r = Rt + l * Et;
+        const T an = pn[l0 + l];
+        for (int64_t e = 0; e < Et; ++e) r[e] *= an;
+      }
+      gemm(true, false, rows, Et, n, T(1), w.Qu.data() + l0, L, w.V.data(), Et, T(1), Rt, Et);
+    }
     for (int64_t i = 0; i < n; ++i)
       store_row(w.Ctx.data() + i * Et, f.context, p.dtype,
                 b * f.context_stride[0] + h * f.context_stride[1] + (t0 + i) * f.context_stride[2] +
                     e0 * f.context_stride[3],
                 f.context_stride[3], Et);
-    // state update: R = a^n ⊙ R + sum_j (q_j ⊙ a^(n-1-j)) ⊗ v_j
-    const T* pn = P + n * L;
-    for (int64_t l = 0; l < L; ++l) {
-      T* r = R + l * Et;
-      const T an = pn[l];
-      for (int64_t e = 0; e < Et; ++e) r[e] *= an;
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      const T* q = w.Q.data() + j * L;
-      const T* pj = P + (n - 1 - j) * L;
-      T* qs = w.Qs.data() + j * L;
-      for (int64_t l = 0; l < L; ++l) qs[l] = q[l] * pj[l];
-    }
-    gemm(true, false, L, Et, n, T(1), w.Qs.data(), L, w.V.data(), Et, T(1), R, Et);
   }
   for (int64_t l = 0; l < L; ++l)
     store_row(R + l * Et, f.rho, p.state_dtype,
