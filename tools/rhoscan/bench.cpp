@@ -161,7 +161,9 @@ struct NaiveHead {
 };
 
 // One token: context from the state before the update, then the update (SPEC.md, Forward).
-void naive_token(NaiveHead& h, const float* q, const float* v, float* c) {
+// Written once and compiled twice (below): at the project's default flags (the baseline ISA,
+// what a straightforward loop gets) and cloned for AVX-512 / AVX2 like the backend's kernels.
+__attribute__((always_inline)) inline void naive_token(NaiveHead& h, const float* q, const float* v, float* c) {
   const int64_t L = h.L, E = h.E;
   float s = 1e-6f;
   for (int64_t l = 0; l < L; ++l) s += q[l];
@@ -177,8 +179,8 @@ void naive_token(NaiveHead& h, const float* q, const float* v, float* c) {
 
 // SPEC.md's Backward, token by token in reverse, with R_t recomputed from checkpoints every
 // ceil(sqrt(T)) tokens (the float64 reference's scheme, in float32).
-void naive_backward(NaiveHead& h, int64_t T, const float* Q, const float* V, const float* G, float* dq,
-                    float* dv, float* da) {
+__attribute__((always_inline)) inline void naive_backward(NaiveHead& h, int64_t T, const float* Q, const float* V,
+                                                          const float* G, float* dq, float* dv, float* da) {
   const int64_t L = h.L, E = h.E;
   const int64_t S = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(double(T)))));
   std::fill(h.R.begin(), h.R.end(), 0.0f);
@@ -234,6 +236,27 @@ void naive_backward(NaiveHead& h, int64_t T, const float* Q, const float* V, con
         h.Bn[l] = -h.w[l] * h.gw[l] * inv + h.a[l] * h.Bn[l];
       }
     }
+  }
+}
+
+// The whole per-token run of one head (forward, then backward when asked), in two builds.
+void naive_head(NaiveHead& h, int64_t T, const float* Q, const float* V, const float* G, bool backward_too) {
+  std::vector<float> ctx(T * h.E);
+  for (int64_t t = 0; t < T; ++t) naive_token(h, Q + t * h.L, V + t * h.E, &ctx[t * h.E]);
+  if (backward_too) {
+    std::vector<float> dq(T * h.L), dv(T * h.E), da(h.L);
+    naive_backward(h, T, Q, V, G, dq.data(), dv.data(), da.data());
+  }
+}
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void naive_head_simd(NaiveHead& h, int64_t T, const float* Q, const float* V, const float* G, bool backward_too) {
+  std::vector<float> ctx(T * h.E);
+  for (int64_t t = 0; t < T; ++t) naive_token(h, Q + t * h.L, V + t * h.E, &ctx[t * h.E]);
+  if (backward_too) {
+    std::vector<float> dq(T * h.L), dv(T * h.E), da(h.L);
+    naive_backward(h, T, Q, V, G, dq.data(), dv.data(), da.data());
   }
 }
 
@@ -299,9 +322,24 @@ class CpuDevice final : public BenchDevice {
     const double scale = case_flops(c, d) / gemm_flops;
     return {g.wall_ms * scale, g.cpu_ms * scale, text};
   }
-  Limit naive_loop(const BenchCase& c, Direction d, const BenchSettings&) override {
-    if (d == Direction::step) return {};
-    const int64_t Tn = std::min<int64_t>(c.T, 64);
+  void naive_loop(const BenchCase& c, Direction d, const BenchSettings&, Limit& plain, Limit& simd) override {
+    plain = simd = {};
+    if (d == Direction::step) return;
+    plain = naive_run(c, d, false);
+    simd = naive_run(c, d, true);
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "float32 per-token loop, %lld of %lld tokens timed and scaled, %d threads; default flags "
+                  "%.1f ms (CPU %.1f ms), AVX2/AVX-512 clones %.1f ms (CPU %.1f ms)",
+                  static_cast<long long>(std::min<int64_t>(c.T, kNaiveTokens)), static_cast<long long>(c.T), threads_,
+                  plain.time_ms, plain.cpu_ms, simd.time_ms, simd.cpu_ms);
+    plain.description = simd.description = text;
+  }
+
+ private:
+  static constexpr int64_t kNaiveTokens = 64;
+  Limit naive_run(const BenchCase& c, Direction d, bool simd) {
+    const int64_t Tn = std::min<int64_t>(c.T, kNaiveTokens);
     const int64_t L = c.L, E = c.E, heads = c.B * c.H;
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> u(0, 1);
@@ -311,32 +349,23 @@ class CpuDevice final : public BenchDevice {
     for (float& x : V) x = nrm(rng);
     for (float& x : G) x = nrm(rng);
     for (float& x : a) x = 0.9f + 0.1f * u(rng);
+    const bool backward_too = d == Direction::forward_backward;
     auto t0 = Clock::now();
     const double c0 = process_cpu_ms();
     std::vector<std::thread> pool;
     for (int w = 0; w < threads_; ++w)
       pool.emplace_back([&, w] {
         for (int64_t hd = w; hd < heads; hd += threads_) {
-          NaiveHead h{L, E, a, std::vector<float>(L * E), std::vector<float>(L), {}, {}, {}, {}, {}};
-          std::vector<float> ctx(Tn * E);
-          for (int64_t t = 0; t < Tn; ++t) naive_token(h, &Q[t * L], &V[t * E], &ctx[t * E]);
-          if (d == Direction::forward_backward) {
-            h.A.resize(L * E), h.Bn.resize(L), h.w.resize(L), h.gw.resize(L);
-            std::vector<float> dq(Tn * L), dv(Tn * E), da(L);
-            naive_backward(h, Tn, Q.data(), V.data(), G.data(), dq.data(), dv.data(), da.data());
-          }
+          NaiveHead h{L, E, a, std::vector<float>(L * E), std::vector<float>(L), std::vector<float>(L * E),
+                      std::vector<float>(L), std::vector<float>(L), std::vector<float>(L), {}};
+          if (simd) naive_head_simd(h, Tn, Q.data(), V.data(), G.data(), backward_too);
+          else naive_head(h, Tn, Q.data(), V.data(), G.data(), backward_too);
         }
       });
     for (auto& t : pool) t.join();
     const double scale = static_cast<double>(c.T) / static_cast<double>(Tn);
-    const double ms = ms_since(t0) * scale, cpu = (process_cpu_ms() - c0) * scale;
-    char text[160];
-    std::snprintf(text, sizeof text, "float32 per-token loop, %lld of %lld tokens timed and scaled, %d threads",
-                  static_cast<long long>(Tn), static_cast<long long>(c.T), threads_);
-    return {ms, cpu, text};
+    return {ms_since(t0) * scale, (process_cpu_ms() - c0) * scale, ""};
   }
-
- private:
   int threads_;
   int64_t baseline_kib_ = -1;
 };
@@ -441,8 +470,9 @@ int64_t parse_int(const std::string& flag, const std::string& s, int64_t min) {
 struct Result {
   double median_ms = 0, gflops = 0, limit_fraction = 0, naive_ms = 0;
   double median_cpu_ms = -1, limit_fraction_cpu = -1;  // in process CPU time (CPU device)
+  std::string all_times;  // every repetition's wall ms, for judging the spread on a busy machine
   int64_t peak_bytes = 0, tensor_bytes = 0;
-  Limit limit, naive;
+  Limit limit, naive, naive_simd;
 };
 
 Result run_case(BenchDevice& dev, const BenchCase& c, Direction d, DType dtype, const BenchSettings& s,
@@ -519,6 +549,11 @@ Result run_case(BenchDevice& dev, const BenchCase& c, Direction d, DType dtype, 
   res.tensor_bytes = tensor_bytes;
   res.peak_bytes = workspace < 0 ? -1 : tensor_bytes + workspace;
   res.median_ms = median(times);
+  for (double t : times) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s%.1f", res.all_times.empty() ? "" : " ", t);
+    res.all_times += buf;
+  }
   res.gflops = case_flops(c, d) / (res.median_ms * 1e6);
   res.limit = dev.limit(c, d, dtype);
   res.limit_fraction = res.limit.time_ms > 0 ? res.limit.time_ms / res.median_ms : 0;
@@ -527,7 +562,7 @@ Result run_case(BenchDevice& dev, const BenchCase& c, Direction d, DType dtype, 
     if (res.limit.cpu_ms > 0) res.limit_fraction_cpu = res.limit.cpu_ms / res.median_cpu_ms;
   }
   if (with_naive) {
-    res.naive = dev.naive_loop(c, d, s);
+    dev.naive_loop(c, d, s, res.naive, res.naive_simd);
     res.naive_ms = res.naive.time_ms;
   }
   return res;
@@ -626,11 +661,15 @@ int bench_main(const std::vector<std::string>& args) {
       Result r = run_case(*dev, c, d, dt, s, with_naive && d != Direction::step);
       const double speedup = r.naive_ms > 0 ? r.naive_ms / r.median_ms : 0;
       const double speedup_cpu = r.naive.cpu_ms > 0 && r.median_cpu_ms > 0 ? r.naive.cpu_ms / r.median_cpu_ms : -1;
+      const double speedup_simd = r.naive_simd.time_ms > 0 ? r.naive_simd.time_ms / r.median_ms : 0;
+      const double speedup_simd_cpu =
+          r.naive_simd.cpu_ms > 0 && r.median_cpu_ms > 0 ? r.naive_simd.cpu_ms / r.median_cpu_ms : -1;
       std::printf("%-16s %-17s %-8s %10.2f %9.1f %10.3f %10.3f %9.1fx\n", c.name, direction_name(d), dtype_name(dt),
                   r.median_ms, r.gflops, r.limit_fraction, r.limit_fraction_cpu, speedup);
       std::printf("    limit: %s\n", r.limit.description.c_str());
       if (r.naive_ms > 0)
-        std::printf("    naive: %.1f ms (%s); in CPU time %.1fx\n", r.naive_ms, r.naive.description.c_str(), speedup_cpu);
+        std::printf("    naive: %s\n    speed-up: %.1fx (CPU time %.1fx); over the vectorised loop %.1fx (CPU time %.1fx)\n",
+                    r.naive.description.c_str(), speedup, speedup_cpu, speedup_simd, speedup_simd_cpu);
       std::printf("    peak memory: %.1f MiB (tensors %.1f MiB)\n", r.peak_bytes / 1048576.0, r.tensor_bytes / 1048576.0);
       std::fflush(stdout);
       if (json) {
@@ -640,7 +679,9 @@ int bench_main(const std::vector<std::string>& args) {
                      "\"limit_fraction\":%.4f,\"peak_bytes\":%lld,\"commit\":\"%s\",\"backend\":\"%s\","
                      "\"repeats\":%d,\"threads\":%d,\"chunk\":%lld,\"limit\":\"%s\",\"naive_ms\":%.2f,"
                      "\"speedup_vs_naive\":%.2f,\"naive\":\"%s\",\"machine\":\"%s\",\"load_average\":%.2f,"
-                     "\"median_cpu_ms\":%.3f,\"limit_fraction_cpu_time\":%.4f,\"speedup_vs_naive_cpu_time\":%.2f}\n",
+                     "\"median_cpu_ms\":%.3f,\"limit_fraction_cpu_time\":%.4f,\"speedup_vs_naive_cpu_time\":%.2f,"
+                     "\"naive_vectorised_ms\":%.2f,\"speedup_vs_naive_vectorised\":%.2f,"
+                     "\"speedup_vs_naive_vectorised_cpu_time\":%.2f,\"median_wall_ms_all\":\"%s\"}\n",
                      c.name, (long long)c.B, (long long)c.H, (long long)c.Hv, (long long)(d == Direction::step ? 1 : c.T),
                      (long long)c.L, (long long)c.E, dtype_name(dt), device_name(device), direction_name(d), r.median_ms,
                      r.gflops / 1000.0, r.limit_fraction, (long long)r.peak_bytes, json_escape(commit).c_str(),
@@ -648,7 +689,8 @@ int bench_main(const std::vector<std::string>& args) {
                      s.num_threads > 0 ? s.num_threads : hardware_threads(),
                      (long long)s.chunk_size, json_escape(r.limit.description).c_str(), r.naive_ms, speedup,
                      json_escape(r.naive.description).c_str(), json_escape(dev->description()).c_str(), load[0],
-                     r.median_cpu_ms, r.limit_fraction_cpu, speedup_cpu);
+                     r.median_cpu_ms, r.limit_fraction_cpu, speedup_cpu, r.naive_simd.time_ms, speedup_simd,
+                     speedup_simd_cpu, r.all_times.c_str());
         std::fflush(json);
       }
     }

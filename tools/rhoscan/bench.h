@@ -66,9 +66,12 @@ class BenchDevice {
   virtual int64_t peak_bytes() = 0;
   // The limit time for a case (the CPU: its FLOPs at this machine's own sgemm rate).
   virtual Limit limit(const BenchCase& c, Direction d, DType dtype) = 0;
-  // Optional comparison against a straightforward per-token loop (ms for the whole case, and a
-  // note on how it was measured); time_ms <= 0 when the device has none.
-  virtual Limit naive_loop(const BenchCase&, Direction, const BenchSettings&) { return {}; }
+  // Optional comparison against a straightforward per-token loop of the same formulas, built
+  // twice: at the project's default flags (`plain`) and vectorised like the backend's own loops
+  // (`vectorised`). Both ms for the whole case; time_ms stays 0 where the device has none.
+  virtual void naive_loop(const BenchCase&, Direction, const BenchSettings&, Limit& plain, Limit& vectorised) {
+    plain = vectorised = {};
+  }
 };
 
 using BenchDeviceFactory = std::unique_ptr<BenchDevice> (*)(const BenchSettings&);
