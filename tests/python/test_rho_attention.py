@@ -206,7 +206,7 @@ def test_available_backends_lists_the_reference():
     assert "reference" in rhoscan.available_backends()
 
 
-def test_cuda_tensors_use_the_current_stream():
+def test_cuda_results_on_a_side_stream():
     require_device("cuda")
     q, v, decay, rho, rho_norm = make_problem(B=2, H=2, T=64, L=32, E=16, device="cuda", dtype=torch.float32)
     expected = rhoscan.rho_attention(q, v, decay, rho, rho_norm)
