@@ -15,6 +15,7 @@
 // Meta kernels, so their shapes, dtypes and strides agree by construction.
 #include <ATen/ATen.h>
 #include <ATen/DeviceGuard.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -170,6 +171,7 @@ std::optional<TensorView> view_of(const char* op, const char* name, const OptTen
 Options options_for(const Tensor& q, int64_t chunk_size) {
   Options options;
   options.chunk_size = chunk_size;
+  options.num_threads = at::get_num_threads();  // torch.set_num_threads applies to rhoscan too
   if (q.is_cuda()) {
 #ifdef RHOSCAN_TORCH_CUDA
     options.stream = detail::current_cuda_stream(q.get_device());
