@@ -79,3 +79,22 @@ def make_problem(B=2, H=3, Hv=1, T=6, L=5, E=4, seed=0, states=True, decay_shape
 def to_bthl(x):
     """A [B, H, T, X] tensor stored sequence-first: a contiguous [B, T, H, X] tensor."""
     return x.transpose(1, 2).contiguous()
+
+
+# A file whose every test was skipped (PyTorch 2 features on PyTorch 1.13, CUDA without a GPU)
+# exits with $RHOSCAN_SKIP_EXIT_CODE when that is set, so that ctest reports it as skipped
+# (SKIP_RETURN_CODE) instead of passed.
+_outcomes = {"passed": 0, "failed": 0}
+
+
+def pytest_runtest_logreport(report):
+    if report.passed and report.when == "call":
+        _outcomes["passed"] += 1
+    elif report.failed:
+        _outcomes["failed"] += 1
+
+
+def pytest_sessionfinish(session, exitstatus):
+    code = os.environ.get("RHOSCAN_SKIP_EXIT_CODE")
+    if code and exitstatus == 0 and session.testscollected > 0 and not any(_outcomes.values()):
+        session.exitstatus = int(code)
