@@ -58,6 +58,9 @@ echo "== built in $((built - started)) s"
 # ---- train ------------------------------------------------------------------------------------
 train_args=(--out "$out_dir")
 case " $* " in *" --preset "*) ;; *) [ "$gpu" = 1 ] && train_args+=(--preset gpu) ;; esac
+# On the CPU a time limit keeps the whole command within 15 minutes on a slow or busy machine
+# (the run then stops early, evaluated and saved; a later --time-limit on the command line wins).
+[ "$gpu" = 0 ] && train_args+=(--time-limit 540)
 echo "== training (bdh train ${train_args[*]} $*)"
 "$build_dir/examples/bdh" train "${train_args[@]}" "$@"
 trained=$(date +%s)

@@ -28,6 +28,7 @@ const char* kTrainHelp = R"(bdh train: byte-level language modelling on a UTF-8 
   --eval-every N --eval-batches N   validation cadence and size
   --save-every N       checkpoint cadence (and always at the end)
   --resume             continue from DIR/model.safetensors when it exists
+  --time-limit SECONDS stop (evaluate, save) at the step that would end past this much training
   --attention rhoscan|naive   the library's op (default when built) or the per-token loop
   --device auto|cpu|cuda --threads N --seed N --validation-fraction X
   --bench-json FILE    append one JSON line (bench/results schema) with the training speed

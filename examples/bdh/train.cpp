@@ -44,7 +44,8 @@ struct Settings {
   double lr = 0, min_lr = 0, weight_decay = 0, clip = 0, validation_fraction = 0;
 };
 
-// Presets: "cpu" trains to well below the unigram baseline in about ten minutes on 2 cores;
+// Presets: "cpu" trains to well below the unigram baseline in under ten minutes on 2 cores
+// (about 9k tokens/s with the rhoscan op, 2048 tokens a step);
 // "gpu" is BDH-GPU at the operator's headline shape (H=4, L=8192, E=256, T=512).
 Settings read_settings(const Args& args) {
   Settings s;
@@ -53,7 +54,7 @@ Settings read_settings(const Args& args) {
     s.model = Config{/*layers=*/4, /*heads=*/4, /*latent=*/64, /*embd=*/64, /*vocab=*/256};
     s.block = 64;
     s.batch = 32;
-    s.steps = 1500;
+    s.steps = 2000;
     s.lr = 4e-3;
   } else if (s.preset == "gpu") {
     s.model = Config{/*layers=*/6, /*heads=*/4, /*latent=*/8192, /*embd=*/256, /*vocab=*/256};
@@ -256,6 +257,7 @@ int run_train(const Args& args) {
   set_threads(args.integer("threads", 0, 0));
   const std::string bench_json = args.str("bench-json", "");
   const std::string python = args.str("python", "/usr/bin/python3");
+  const double time_limit = args.real("time-limit", 0, 0);
   const double peak_tflops =
       args.real("peak-tflops", device.is_cuda() ? 66.9 : 0.234, 1e-9);  // H200 FP32; 2-core sgemm
   args.reject_unknown();
@@ -327,8 +329,18 @@ int run_train(const Args& args) {
   double train_loss_sum = 0, window_seconds = 0, train_seconds = 0;
   int64_t window_steps = 0;
   Evaluation last_eval{};
-  for (int64_t step = start_step + 1; step <= s.steps; ++step) {
+  const auto training_began = Clock::now();
+  int64_t last_step = s.steps;
+  for (int64_t step = start_step + 1; step <= last_step; ++step) {
     auto begin = Clock::now();
+    // A time limit ends the run early, at this step (evaluated and saved like the last one).
+    if (time_limit > 0 && step > start_step + 1 &&
+        std::chrono::duration<double>(begin - training_began).count() +
+                train_seconds / static_cast<double>(step - 1 - start_step) > time_limit) {
+      last_step = step;
+      std::printf("--time-limit %.0f s: stopping at step %lld of %lld\n", time_limit,
+                  (long long)step, (long long)s.steps);
+    }
     const double lr = learning_rate(s, step);
     torch::Tensor loss;
     if (s.tbptt == 0) {
@@ -365,7 +377,7 @@ int run_train(const Args& args) {
     train_seconds += seconds;
     ++window_steps;
 
-    if (step % s.eval_every == 0 || step == s.steps) {
+    if (step % s.eval_every == 0 || step == last_step) {
       last_eval = evaluate(model, impl, corpus.validation, s, device);
       const double train_loss = train_loss_sum / static_cast<double>(window_steps);
       history.push_back({step, train_loss, last_eval.loss});
@@ -383,7 +395,7 @@ int run_train(const Args& args) {
       window_seconds = 0;
       window_steps = 0;
     }
-    if (step % s.save_every == 0 || step == s.steps) save(step);
+    if (step % s.save_every == 0 || step == last_step) save(step);
   }
   if (start_step >= s.steps) {
     std::printf("nothing to train: the checkpoint is at step %lld of %lld\n",
