@@ -20,18 +20,34 @@ prompt=${BDH_PROMPT:-":dragon: n."}
 gpu=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu=1; fi
 
-# ---- packages (only the missing ones) --------------------------------------------------------
-# A PyTorch that Python already has (pip, on GPU machines) replaces Debian's libtorch-dev.
+# ---- packages (only what is missing) ---------------------------------------------------------
+# A tool already on PATH counts (GPU images bring cmake, ninja and a pip PyTorch, and have no
+# package mirror); a PyTorch that python3 already has replaces Debian's libtorch-dev.
+corpus_given=0
+case " $* " in *" --data "*) corpus_given=1 ;; esac
 torch_prefix=""
 if [ -z "${CMAKE_PREFIX_PATH:-}" ] && [ "$gpu" = 1 ] && command -v python3 >/dev/null 2>&1; then
   torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
 fi
-packages=(cmake ninja-build g++ zlib1g-dev python3-matplotlib jargon-text)
-[ -z "$torch_prefix" ] && [ -z "${CMAKE_PREFIX_PATH:-}" ] && packages+=(libtorch-dev)
 missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
+[ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
+plot_python=""
+for candidate in /usr/bin/python3 "$(command -v python3 || true)"; do
+  if [ -n "$candidate" ] && "$candidate" -c 'import matplotlib' >/dev/null 2>&1; then
+    plot_python=$candidate
+    break
+  fi
 done
+[ -z "$plot_python" ] && { missing+=(python3-matplotlib); plot_python=/usr/bin/python3; }
+if [ -z "$torch_prefix" ] && [ -z "${CMAKE_PREFIX_PATH:-}" ] && [ ! -f /usr/lib/x86_64-linux-gnu/cmake/Torch/TorchConfig.cmake ]; then
+  missing+=(libtorch-dev)
+fi
+if [ "$corpus_given" = 0 ] && [ ! -f /usr/share/doc/jargon-text/jargon.txt.gz ]; then
+  missing+=(jargon-text)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
@@ -56,7 +72,7 @@ built=$(date +%s)
 echo "== built in $((built - started)) s"
 
 # ---- train ------------------------------------------------------------------------------------
-train_args=(--out "$out_dir")
+train_args=(--out "$out_dir" --python "$plot_python")
 case " $* " in *" --preset "*) ;; *) [ "$gpu" = 1 ] && train_args+=(--preset gpu) ;; esac
 # On the CPU a time limit keeps the whole command within 15 minutes on a slow or busy machine
 # (the run then stops early, evaluated and saved; a later --time-limit on the command line wins).

@@ -219,6 +219,7 @@ void append_bench_json(const std::string& path, const Settings& s, AttentionImpl
     peak_bytes = std::to_string(static_cast<int64_t>(usage.ru_maxrss) * 1024);
   }
   const char* commit = std::getenv("RHOSCAN_COMMIT");
+  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
   std::ofstream out(path, std::ios::app);
   if (!out) throw std::runtime_error("cannot append to --bench-json '" + path + "'");
   char line[1024];
