@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -137,6 +138,21 @@ Buffer::~Buffer() {
 
 namespace {
 constexpr uint32_t kSetsPerPool = 64;
+constexpr uint32_t kMaxQueries = 256;
+bool profiling() {
+  static const bool on = [] {
+    const char* e = std::getenv("RHOSCAN_VULKAN_PROFILE");
+    return e && *e && std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
+}  // namespace
+
+void Recording::stamp(const char* label) {
+  if (!queries_ || !profiling() || labels_.size() + 2 >= kMaxQueries) return;
+  labels_.push_back(label);
+  ctx_.vk().vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_,
+                                static_cast<uint32_t>(labels_.size()));
 }
 
 Recording::Recording(Context& ctx, bool timed) : ctx_(ctx) {
@@ -152,9 +168,9 @@ Recording::Recording(Context& ctx, bool timed) : ctx_(ctx) {
   if (timed && ctx.timestamps()) {
     VkQueryPoolCreateInfo q{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
     q.queryType = VK_QUERY_TYPE_TIMESTAMP;
-    q.queryCount = 2;
+    q.queryCount = kMaxQueries;
     check(vk.vkCreateQueryPool(ctx.device(), &q, nullptr, &queries_), "vkCreateQueryPool");
-    vk.vkCmdResetQueryPool(cmd_, queries_, 0, 2);
+    vk.vkCmdResetQueryPool(cmd_, queries_, 0, kMaxQueries);
     vk.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries_, 0);
   }
 }
@@ -216,6 +232,7 @@ void Recording::dispatch(const char* shader, const std::vector<const Buffer*>& b
   vk.vkCmdPushConstants(cmd_, ctx_.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(push), push);
   vk.vkCmdDispatch(cmd_, groups_x, groups_y, 1);
   barrier();
+  stamp(shader);
 }
 
 void Recording::dispatch_linear(const char* shader, const std::vector<const Buffer*>& buffers,
@@ -235,11 +252,13 @@ void Recording::copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, 
   VkBufferCopy region{src_offset, dst_offset, bytes};
   ctx_.vk().vkCmdCopyBuffer(cmd_, src.handle(), dst.handle(), 1, &region);
   barrier();
+  stamp("copy");
 }
 
 double Recording::submit_and_wait() {
   const Functions& vk = ctx_.vk();
-  if (queries_) vk.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, 1);
+  const uint32_t last = static_cast<uint32_t>(labels_.size()) + 1;
+  if (queries_) vk.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, last);
   check(vk.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
   VkFenceCreateInfo finfo{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   VkFence fence;
@@ -252,11 +271,15 @@ double Recording::submit_and_wait() {
   vk.vkDestroyFence(ctx_.device(), fence, nullptr);
   check(r, "running the compute work (vkQueueSubmit / vkWaitForFences)");
   if (!queries_) return 0.0;
-  uint64_t stamps[2] = {};
-  check(vk.vkGetQueryPoolResults(ctx_.device(), queries_, 0, 2, sizeof(stamps), stamps, sizeof(uint64_t),
-                                 VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+  std::vector<uint64_t> stamps(last + 1);
+  check(vk.vkGetQueryPoolResults(ctx_.device(), queries_, 0, last + 1, stamps.size() * sizeof(uint64_t), stamps.data(),
+                                 sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
         "vkGetQueryPoolResults");
-  return static_cast<double>(stamps[1] - stamps[0]) * ctx_.properties().limits.timestampPeriod * 1e-6;
+  const double ms_per_tick = ctx_.properties().limits.timestampPeriod * 1e-6;
+  for (size_t i = 0; i < labels_.size(); ++i)  // grouped by label would hide the order; print each
+    std::fprintf(stderr, "[rhoscan vulkan profile] %-18s %9.3f ms\n", labels_[i].c_str(),
+                 static_cast<double>(stamps[i + 1] - stamps[i]) * ms_per_tick);
+  return static_cast<double>(stamps[last] - stamps[0]) * ms_per_tick;
 }
 
 // ---- the context -----------------------------------------------------------------------------

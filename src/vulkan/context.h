@@ -99,7 +99,8 @@ class Recording {
   void copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset,
             uint64_t bytes);
   // Submits, waits for completion, and returns the device time between begin and end in
-  // milliseconds when timed (else 0).
+  // milliseconds when timed (else 0). With RHOSCAN_VULKAN_PROFILE=1 in the environment, a timed
+  // recording also prints each command's device time to stderr.
   double submit_and_wait();
 
  private:
@@ -108,6 +109,8 @@ class Recording {
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   VkQueryPool queries_ = VK_NULL_HANDLE;
   std::vector<VkDescriptorPool> pools_;
+  std::vector<std::string> labels_;  // per-command labels when profiling (one timestamp each)
+  void stamp(const char* label);
   uint32_t sets_in_pool_ = 0;
   bool submitted_ = false;
 };

@@ -257,7 +257,8 @@ void record_forward_state(Recording& rec, const Buffers& b, const Decay& d, cons
   r.mode(0).flags(has_r0 ? 1u : 0u);
   rec.dispatch_linear("state_scan", {b["q"], b["v"], d.P.get(), b["R0"], b["Rc"]}, r.w, g * s.nL() * s.nE());
   Push c(s, g, bh0);
-  rec.dispatch_linear("chunk_pairs", {b["qp"], b["q"], d.P.get(), b["S"]}, c.mode(0).w, g * s.NC);
+  if (s.C > 1)  // with one step per chunk there are no intra-chunk pairs (the readouts skip S)
+    rec.dispatch_linear("chunk_pairs", {b["qp"], b["q"], d.P.get(), b["S"]}, c.mode(0).w, g * s.NC);
 }
 
 // The forward on host tensors seen as [B, H, T, *]; used by forward() and step().
@@ -401,7 +402,7 @@ void VulkanBackend::backward(const BackwardParams& a) const {
     ps.mode(1).flags(GR.data ? 1u : 0u);
     rec.dispatch_linear("state_scan", {b["qp"], b["G"], P, b["GR"], b["Ac"]}, ps.w, g * s.nL() * s.nE());
     Push pg(s, g, bh0);
-    rec.dispatch_linear("chunk_pairs", {b["G"], b["v"], P, b["VG"]}, pg.mode(1).w, g * s.NC);
+    if (s.C > 1) rec.dispatch_linear("chunk_pairs", {b["G"], b["v"], P, b["VG"]}, pg.mode(1).w, g * s.NC);
     Push pr(s, g, bh0);
     rec.dispatch_linear("chunk_readout_l", {b["G"], b["Rc"], b["q"], b["VG"], P, b["GRt"]}, pr.mode(0).w, g * s.NC * s.nL());
     Push pa(s, g, bh0);

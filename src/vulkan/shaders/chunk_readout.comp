@@ -57,7 +57,8 @@ void main() {
     for (uint r = 0; r < 4u; ++r) {
       uint idx = tid + 256u * r;
       uint tt = idx / 16u, k = idx % 16u, j = j0 + k;
-      As[k][tt] = (tt < Cc && j < Cc) ? M[mbase + (dv ? j * pc.C + tt : tt * pc.C + j)] : 0.0;
+      bool causal = dv ? j > tt : j < tt;  // S is zero elsewhere; skipping keeps C = 1 free of it
+      As[k][tt] = (tt < Cc && j < Cc && causal) ? M[mbase + (dv ? j * pc.C + tt : tt * pc.C + j)] : 0.0;
       uint k2 = idx / 64u, ee = idx % 64u, j2 = j0 + k2, e = e0 + ee;
       Bs[k2][ee] = (j2 < Cc && e < pc.E) ? Y[(bh * pc.T + t0 + j2) * pc.E + e] : 0.0;
     }
