@@ -50,7 +50,7 @@ struct Functions {
 void check(VkResult result, const char* what);
 
 // The number of push-constant words every shader declares (shaders/common.glsl).
-inline constexpr int kPushWords = 12;
+inline constexpr int kPushWords = 14;
 // Storage-buffer bindings in every pipeline's layout (unused ones get a dummy buffer).
 inline constexpr int kMaxBindings = 11;
 

@@ -219,7 +219,26 @@ struct Push {
   }
   Push& mode(uint32_t m) { w[8] = m; return *this; }
   Push& flags(uint32_t f) { w[9] = f; return *this; }
+  Push& segment(int64_t begin, int64_t end) {
+    w[12] = static_cast<uint32_t>(begin);
+    w[13] = static_cast<uint32_t>(end);
+    return *this;
+  }
 };
+
+// Steps / chunks one dispatch of a sequential shader walks (see shaders/common.glsl: llvmpipe
+// caps a shader invocation's loops at 65535 iterations in total).
+constexpr int64_t kStepSegment = 16384;
+constexpr int64_t kChunkSegment = 16;
+
+// Dispatches `push` once per segment of [0, n): f(push) records one dispatch.
+template <class F>
+void segments(int64_t n, int64_t per, Push& push, F f) {
+  for (int64_t b = 0; b < n; b += per) {
+    push.segment(b, std::min(n, b + per));
+    f(push);
+  }
+}
 
 uint32_t groups(int64_t n, int64_t per) { return static_cast<uint32_t>((n + per - 1) / per); }
 
@@ -251,11 +270,15 @@ void record_forward_state(Recording& rec, const Buffers& b, const Decay& d, cons
   rec.dispatch_linear("row_reduce", {b["q"], nullptr, b["s"]}, p.mode(0).w, g * s.T);
   Push n(s, g, bh0);
   n.flags((has_n0 ? 1u : 0u) | (keep_nt ? 2u : 0u));
-  rec.dispatch("norm_scan", {b["q"], b["s"], d.a.get(), b["N0"], b["qp"], keep_nt ? b["Nt"] : nullptr, b["Nfinal"]},
-               n.w, groups(s.L, 64), static_cast<uint32_t>(g));
+  segments(s.T, kStepSegment, n, [&](Push& x) {
+    rec.dispatch("norm_scan", {b["q"], b["s"], d.a.get(), b["N0"], b["qp"], keep_nt ? b["Nt"] : nullptr, b["Nfinal"]},
+                 x.w, groups(s.L, 64), static_cast<uint32_t>(g));
+  });
   Push r(s, g, bh0);
   r.mode(0).flags(has_r0 ? 1u : 0u);
-  rec.dispatch_linear("state_scan", {b["q"], b["v"], d.P.get(), b["R0"], b["Rc"]}, r.w, g * s.nL() * s.nE());
+  segments(s.NC, kChunkSegment, r, [&](Push& x) {
+    rec.dispatch_linear("state_scan", {b["q"], b["v"], d.P.get(), b["R0"], b["Rc"]}, x.w, g * s.nL() * s.nE());
+  });
   Push c(s, g, bh0);
   if (s.C > 1)  // with one step per chunk there are no intra-chunk pairs (the readouts skip S)
     rec.dispatch_linear("chunk_pairs", {b["qp"], b["q"], d.P.get(), b["S"]}, c.mode(0).w, g * s.NC);
@@ -400,7 +423,9 @@ void VulkanBackend::backward(const BackwardParams& a) const {
     const Buffer* P = d.P.get();
     Push ps(s, g, bh0);
     ps.mode(1).flags(GR.data ? 1u : 0u);
-    rec.dispatch_linear("state_scan", {b["qp"], b["G"], P, b["GR"], b["Ac"]}, ps.w, g * s.nL() * s.nE());
+    segments(s.NC, kChunkSegment, ps, [&](Push& x) {
+      rec.dispatch_linear("state_scan", {b["qp"], b["G"], P, b["GR"], b["Ac"]}, x.w, g * s.nL() * s.nE());
+    });
     Push pg(s, g, bh0);
     if (s.C > 1) rec.dispatch_linear("chunk_pairs", {b["G"], b["v"], P, b["VG"]}, pg.mode(1).w, g * s.NC);
     Push pr(s, g, bh0);
@@ -411,8 +436,10 @@ void VulkanBackend::backward(const BackwardParams& a) const {
     rec.dispatch_linear("row_reduce", {b["GRt"], b["qp"], b["dot"]}, pd.mode(1).w, g * s.T);
     Push pq(s, g, bh0);
     pq.flags(GN.data ? 1u : 0u);
-    rec.dispatch("dq_scan", {b["qp"], b["GRt"], b["Nt"], b["s"], b["dot"], b["AV"], d.a.get(), b["GN"], b["dq"], b["dN0"], b["da2"]},
-                 pq.w, groups(s.L, 64), static_cast<uint32_t>(g));
+    segments(s.T, kStepSegment, pq, [&](Push& x) {
+      rec.dispatch("dq_scan", {b["qp"], b["GRt"], b["Nt"], b["s"], b["dot"], b["AV"], d.a.get(), b["GN"], b["dq"], b["dN0"], b["da2"]},
+                   x.w, groups(s.L, 64), static_cast<uint32_t>(g));
+    });
     Push pv(s, g, bh0);
     rec.dispatch_linear("chunk_readout", {b["q"], b["Ac"], b["S"], b["G"], P, b["dv"]}, pv.mode(1).w, g * s.NC * s.nE());
     Push pc(s, g, bh0);

@@ -16,6 +16,7 @@ layout(push_constant) uniform Push {
   uint flags; // shader-specific bits (optional inputs)
   uint tiles; // shader-specific: number of tiles along the decomposed dimension
   uint total; // workgroups that do work (the grid may be rounded up)
+  uint seg_begin, seg_end;  // the sequential shaders' range of steps or chunks in this dispatch
 } pc;
 
 const float kEps = 1e-6;
@@ -24,6 +25,10 @@ uint head(uint bh) { return (pc.bh0 + bh) % pc.H; }
 
 // Linear workgroup index: the host spreads large grids over x and y (each at most 65535).
 uint linear_group() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; }
+
+// Why sequential shaders work in segments: Mesa's llvmpipe / lavapipe ends a shader invocation's
+// loops after 65535 iterations in total (its guard against endless loops), so one dispatch walks
+// at most a few thousand steps or chunks and the next continues from the state it stored.
 
 // a^k for head h, latent l, 0 <= k <= C (table built by decay_powers.comp).
 #define POW(P, h, k, l) P[((h) * (pc.C + 1u) + (k)) * pc.L + (l)]

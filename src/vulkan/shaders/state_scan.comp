@@ -7,6 +7,8 @@
 //                         (X = q', Y = dcontext; out[0] = the initial-state gradient)
 // j is the offset inside the chunk and Cc its length; only non-negative powers of a appear.
 // The chunk's contribution is a [64 x Cc] x [Cc x 64] product tiled through shared memory.
+// Chunks [seg_begin, seg_end) of the walk per dispatch; a later segment starts from the state
+// the previous one stored.
 // flags bit 0: an initial state (R_0 or the upstream A_T) is given, else zeros.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -15,7 +17,7 @@ layout(std430, binding = 0) readonly buffer Xb { float X[]; };     // [BH, T, L]
 layout(std430, binding = 1) readonly buffer Yb { float Y[]; };     // [BH, T, E]
 layout(std430, binding = 2) readonly buffer Pb { float P[]; };     // [H, C+1, L]
 layout(std430, binding = 3) readonly buffer Ib { float init[]; };  // [BH, L, E]
-layout(std430, binding = 4) writeonly buffer Ob { float O[]; };    // [BH, NC+1, L, E]
+layout(std430, binding = 4) buffer Ob { float O[]; };    // [BH, NC+1, L, E]
 
 const uint TB = 16u;  // time steps per shared-memory block
 shared float Xs[TB][64];
@@ -34,10 +36,16 @@ void main() {
   for (uint i = 0; i < 4u; ++i)
     for (uint j = 0; j < 4u; ++j) {
       uint l = l0 + ty + 16u * i, e = e0 + tx + 16u * j;
-      st[i][j] = ((pc.flags & 1u) != 0u && l < pc.L && e < pc.E) ? init[(bh * pc.L + l) * pc.E + e] : 0.0;
+      uint from = reverse ? pc.NC - pc.seg_begin : pc.seg_begin;
+      if (l >= pc.L || e >= pc.E)
+        st[i][j] = 0.0;
+      else if (pc.seg_begin > 0u)
+        st[i][j] = O[((bh * (pc.NC + 1u) + from) * pc.L + l) * pc.E + e];
+      else
+        st[i][j] = (pc.flags & 1u) != 0u ? init[(bh * pc.L + l) * pc.E + e] : 0.0;
     }
 
-  for (uint ci = 0; ci < pc.NC; ++ci) {
+  for (uint ci = pc.seg_begin; ci < pc.seg_end; ++ci) {
     uint c = reverse ? pc.NC - 1u - ci : ci;
     uint t0 = c * pc.C, Cc = min(pc.C, pc.T - t0);
     uint slot = reverse ? c + 1u : c;
@@ -76,7 +84,7 @@ void main() {
       barrier();
     }
   }
-  uint last = reverse ? 0u : pc.NC;
+  uint last = reverse ? pc.NC - pc.seg_end : pc.seg_end;
   for (uint i = 0; i < 4u; ++i)
     for (uint j = 0; j < 4u; ++j) {
       uint l = l0 + ty + 16u * i, e = e0 + tx + 16u * j;
