@@ -35,6 +35,7 @@ using detail::StepParams;
 constexpr int64_t kMaxChunk = 64;  // the shaders' tiles hold at most 64 steps of a chunk
 constexpr int64_t kDefaultChunk = 64;
 std::atomic<double> g_last_device_ms{0.0};
+std::atomic<unsigned long long> g_last_device_bytes{0};
 
 // A host tensor seen as [B, H, X, Y] (3-D tensors get X = 1 with a zero stride).
 struct HostView {
@@ -171,20 +172,46 @@ int64_t default_budget(const Context& ctx) {
 class Buffers {
  public:
   Buffers(Context& ctx, const Sizes& z, int64_t g, int64_t staging_floats) {
-    for (auto [name, n] : z.per_row) map_.emplace_back(name, std::make_unique<Buffer>(ctx, g * n * 4, false));
+    for (auto [name, n] : z.per_row) {
+      map_.emplace_back(name, std::make_unique<Buffer>(ctx, g * n * 4, false));
+      bytes_ += map_.back().second->bytes();
+    }
     staging_ = std::make_unique<Buffer>(ctx, staging_floats * 4, true);
+    bytes_ += staging_->bytes();
   }
+  uint64_t bytes() const { return bytes_; }
   const Buffer* operator[](const char* name) const {
     for (auto& [n, b] : map_)
       if (std::strcmp(n, name) == 0) return b.get();
     throw Error(ErrorKind::internal, std::string("rhoscan vulkan: no buffer ") + name);
   }
   Buffer& staging() { return *staging_; }
+  bool fits(const Sizes& z, int64_t g, int64_t staging_floats) const {
+    if (map_.size() != z.per_row.size() || staging_->bytes() < static_cast<uint64_t>(staging_floats) * 4) return false;
+    for (size_t i = 0; i < map_.size(); ++i)
+      if (std::strcmp(map_[i].first, z.per_row[i].first) != 0 ||
+          map_[i].second->bytes() < static_cast<uint64_t>(std::max<int64_t>(g * z.per_row[i].second * 4, 16)))
+        return false;
+    return true;
+  }
 
  private:
   std::vector<std::pair<const char*, std::unique_ptr<Buffer>>> map_;
   std::unique_ptr<Buffer> staging_;
+  uint64_t bytes_ = 0;
 };
+
+// The buffers of the last call, kept for the next one of the same shape: allocating (and, for the
+// staging memory, pinning) gigabytes costs more than a BDH-8k forward. A call of another shape
+// frees them before allocating its own. Guarded by the context's mutex.
+std::unique_ptr<Buffers> g_cached;
+
+Buffers& buffers_for(Context& ctx, const Sizes& z, int64_t g, int64_t staging_floats) {
+  if (g_cached && g_cached->fits(z, g, staging_floats)) return *g_cached;
+  g_cached.reset();
+  g_cached = std::make_unique<Buffers>(ctx, z, g, staging_floats);
+  return *g_cached;
+}
 
 // Staging: a bump allocator over the mapped staging buffer, recording host<->device copies.
 struct Staging {
@@ -300,7 +327,7 @@ void run_forward(const ForwardJob& job, const Shape& s, const Options& opt) {
   const int64_t rows = s.B * s.H;
   const int64_t g_max = plan_group(ctx, s, false, budget);
   const Sizes z = buffer_sizes(s, false);
-  Buffers b(ctx, z, g_max, g_max * z.staging_per_row);
+  Buffers& b = buffers_for(ctx, z, g_max, g_max * z.staging_per_row);
   Decay d = make_decay(ctx, s, job.decay, job.decay_dtype, job.decay_s);
   const int64_t TL = s.T * s.L, TE = s.T * s.E, LE = s.L * s.E;
   double device_ms = 0;
@@ -327,6 +354,7 @@ void run_forward(const ForwardJob& job, const Shape& s, const Options& opt) {
     unpack(n_out, s.H, bh0, g, 1, s.L, job.rho_norm, job.state_dtype, job.rho_norm_s);
   }
   g_last_device_ms = device_ms;
+  g_last_device_bytes = b.bytes() + d.a->bytes() + d.P->bytes();
 }
 
 class VulkanBackend final : public detail::BackendImpl {
@@ -396,7 +424,7 @@ void VulkanBackend::backward(const BackwardParams& a) const {
   const int64_t rows = s.B * s.H;
   const int64_t g_max = plan_group(ctx, s, true, budget);
   const Sizes z = buffer_sizes(s, true);
-  Buffers b(ctx, z, g_max, g_max * z.staging_per_row + s.H * s.L);
+  Buffers& b = buffers_for(ctx, z, g_max, g_max * z.staging_per_row + s.H * s.L);
   Decay d = make_decay(ctx, s, a.decay, p.decay_dtype, a.decay_stride);
   const int64_t TL = s.T * s.L, TE = s.T * s.E, LE = s.L * s.E;
   const HostView q = view4(a.q, p.dtype, a.q_stride), v = view4(a.v, p.dtype, a.v_stride);
@@ -445,8 +473,14 @@ void VulkanBackend::backward(const BackwardParams& a) const {
     Push pc(s, g, bh0);
     rec.dispatch_linear("decay_grad_chunk", {b["q"], b["v"], b["qp"], b["G"], b["Rc"], b["Ac"], d.a.get(), b["part"]}, pc.w,
                         g * s.NC * s.nL() * s.nE());
-    Push pr2(s, g, bh0);
-    rec.dispatch("decay_grad_reduce", {b["part"], b["da2"], &da_group}, pr2.w, groups(s.L, 64), static_cast<uint32_t>(s.H));
+    Push pk(s, g, bh0);
+    segments(s.NC * s.nE(), kStepSegment, pk.mode(0), [&](Push& x) {
+      rec.dispatch("decay_grad_reduce", {b["part"], b["da2"], &da_group}, x.w, groups(s.L, 64), static_cast<uint32_t>(g));
+    });
+    Push ph(s, g, bh0);
+    segments(g, kStepSegment, ph.mode(1), [&](Push& x) {
+      rec.dispatch("decay_grad_reduce", {b["part"], b["da2"], &da_group}, x.w, groups(s.L, 64), static_cast<uint32_t>(s.H));
+    });
 
     float* dq = st.download(*b["dq"], g * TL);
     float* dv = st.download(*b["dv"], g * TE);
@@ -487,11 +521,13 @@ void VulkanBackend::backward(const BackwardParams& a) const {
       detail::store_from_double(a.grad_decay, p.decay_dtype, h * a.grad_decay_stride[0] + l * a.grad_decay_stride[1],
                                 da_acc[h * s.L + l]);
   g_last_device_ms = device_ms;
+  g_last_device_bytes = b.bytes() + d.a->bytes() + d.P->bytes();
 }
 
 }  // namespace
 
 double last_device_ms() { return g_last_device_ms; }
+unsigned long long last_device_bytes() { return g_last_device_bytes; }
 std::string device_description() { return Context::get().device_description(); }
 
 }  // namespace rhoscan::vulkan
