@@ -188,10 +188,11 @@ TEST(VulkanDtypes, SixteenBitInputs) {
   }
 }
 
-// SPEC.md: long sequences with decay exactly 0 and 1 stay finite (and accurate).
+// SPEC.md: long sequences with decay exactly 0 and 1 stay finite (and accurate). Past 65535 steps
+// on purpose: llvmpipe ends a shader's loops there, so the sequential shaders walk in segments.
 TEST(VulkanLong, LongSequenceWithDecayZeroAndOneStaysFinite) {
   if (!vulkan_available()) GTEST_SKIP() << backend_unavailable_reason(Backend::vulkan);
-  ProblemSpec s = f32({.B = 1, .H = 1, .Hv = 1, .T = 65536, .L = 8, .E = 4, .seed = 31});
+  ProblemSpec s = f32({.B = 1, .H = 1, .Hv = 1, .T = 65573, .L = 8, .E = 4, .seed = 31});
   s.decay = DecayKind::with_zeros_and_ones;
   s.zero_q_rows = true;
   check_against_reference(s, Options{}, 1e-5, 1e-4);
