@@ -10,6 +10,7 @@
 //   rhoscan_vulkan_bench [--cases BDH-8k,BDH-base] [--repeats N] [--peak-tflops X] [--commit SHA]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -177,6 +178,43 @@ Timing time_cuda(const Case& c, Host& h, bool backward, int repeats) {
   return t;
 }
 
+// ||x - ref|| / ||ref||
+double rms_rel(const std::vector<float>& x, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (double(x[i]) - ref[i]) * (double(x[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Before timing: the Vulkan backend against the float64 reference on a problem with several
+// chunks, a tail chunk and Hv = 1, on this machine's device. One JSON line; returns whether every
+// output is within SPEC.md's float32 bars (1e-5 forward, 1e-4 gradients).
+bool check_against_reference() {
+  const Case c{"check", 2, 4, 1, 200, 512, 128};
+  Host v(c), r(c);
+  Views wv(c, v.q.data(), v.v.data(), v.a.data(), v.G.data(), v.ctx.data(), v.R.data(), v.N.data(), v.dq.data(),
+           v.dv.data(), v.da.data(), Device::cpu);
+  Views wr(c, r.q.data(), r.v.data(), r.a.data(), r.G.data(), r.ctx.data(), r.R.data(), r.N.data(), r.dq.data(),
+           r.dv.data(), r.da.data(), Device::cpu);
+  Options ov, orf;
+  ov.backend = Backend::vulkan;
+  orf.backend = Backend::reference;
+  forward(wv.f, ov);
+  backward(wv.b, ov);
+  forward(wr.f, orf);
+  backward(wr.b, orf);
+  const double e[6] = {rms_rel(v.ctx, r.ctx), rms_rel(v.R, r.R), rms_rel(v.N, r.N),
+                       rms_rel(v.dq, r.dq), rms_rel(v.dv, r.dv), rms_rel(v.da, r.da)};
+  const bool ok = e[0] <= 1e-5 && e[1] <= 1e-5 && e[2] <= 1e-5 && e[3] <= 1e-4 && e[4] <= 1e-4 && e[5] <= 1e-4;
+  std::printf("{\"check\":\"vulkan vs float64 reference, B2 H4 Hv1 T200 L512 E128\",\"context\":%.3g,\"rho\":%.3g,"
+              "\"rho_norm\":%.3g,\"grad_q\":%.3g,\"grad_v\":%.3g,\"grad_decay\":%.3g,\"pass\":%s}\n",
+              e[0], e[1], e[2], e[3], e[4], e[5], ok ? "true" : "false");
+  std::fflush(stdout);
+  return ok;
+}
+
 std::string json_escape(const std::string& s) {
   std::string o;
   for (char ch : s) {
@@ -228,6 +266,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fprintf(stderr, "vulkan device: %s\n", vulkan::device_description().c_str());
+  const bool checked = check_against_reference();
   for (const std::string& n : names) {
     const Case* c = nullptr;
     for (const Case& k : kCases)
@@ -264,5 +303,5 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  return 0;
+  return checked ? 0 : 3;
 }
