@@ -156,6 +156,8 @@ int64_t plan_group(const Context& ctx, const Shape& s, bool backward, int64_t bu
                       "), over this device's storage-buffer limit of " + std::to_string(max_buffer) + " bytes");
     g = std::min<int64_t>(g, static_cast<int64_t>(max_buffer / bytes));
   }
+  // the staging buffer too stays within one buffer's limit (a proxy for the largest allocation)
+  g = std::min<int64_t>(g, std::max<int64_t>(1, static_cast<int64_t>(max_buffer / (z.staging_per_row * 4 + 4))));
   if (budget_bytes > 0) g = std::min<int64_t>(g, std::max<int64_t>(1, budget_bytes / (total * 4)));
   return std::max<int64_t>(g, 1);
 }
