@@ -11,6 +11,7 @@
 #include <string>
 
 #include "support/problem.h"
+#include "vulkan/vulkan_backend.h"
 
 namespace rhoscan::testing {
 namespace {
@@ -116,6 +117,28 @@ TEST(VulkanDevice, Float64InputsAreUnsupportedNotSilentlyRounded) {
     EXPECT_EQ(e.kind(), ErrorKind::unsupported);
     EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
   }
+}
+
+// On llvmpipe, whose shaders stop looping after 65535 iterations, sizes whose contraction loops
+// would pass that are refused before anything is written (they would come back wrong).
+TEST(VulkanDevice, LlvmpipeRefusesLatentsPastItsLoopLimit) {
+  if (!vulkan_available()) GTEST_SKIP() << backend_unavailable_reason(Backend::vulkan);
+  if (vulkan::device_description().find("llvmpipe") == std::string::npos)
+    GTEST_SKIP() << "the device is not llvmpipe: " << vulkan::device_description();
+  ProblemSpec s{.B = 1, .H = 1, .Hv = 1, .T = 2, .L = 40000, .E = 2};
+  s.dtype = s.state_dtype = DType::float32;
+  Problem p(s);
+  p.context.fill(7.0);
+  Options o;
+  o.backend = Backend::vulkan;
+  try {
+    forward(p.forward_args(), o);
+    FAIL() << "L = 40000 ran on llvmpipe";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(std::string(e.what()).find("65535"), std::string::npos) << e.what();
+  }
+  for (double x : p.context.values()) ASSERT_EQ(x, 7.0);
 }
 
 // Forward and backward of one problem against the reference, under the given options.

@@ -320,6 +320,11 @@ Context::~Context() = default;
 
 uint64_t Context::max_buffer_bytes() const { return properties_.limits.maxStorageBufferRange; }
 
+bool Context::loop_limited() const {
+  return properties_.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU &&
+         lower(properties_.deviceName).find("llvmpipe") != std::string::npos;
+}
+
 std::string Context::device_description() const {
   return std::string(properties_.deviceName) + " (" + type_name(properties_.deviceType) + ", Vulkan " +
          std::to_string(VK_API_VERSION_MAJOR(properties_.apiVersion)) + "." +

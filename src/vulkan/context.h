@@ -138,6 +138,8 @@ class Context {
   // The largest buffer this device binds as one storage buffer.
   uint64_t max_buffer_bytes() const;
   std::string device_description() const;
+  // Mesa's llvmpipe (lavapipe): ends a shader invocation's loops after 65535 iterations in total.
+  bool loop_limited() const;
   // The pipeline for a shader of embedded_shaders(), built on first use.
   VkPipeline pipeline(const char* shader);
   // Serialises use of the queue and the pipeline cache between threads.

@@ -259,6 +259,9 @@ struct Push {
 // caps a shader invocation's loops at 65535 iterations in total).
 constexpr int64_t kStepSegment = 16384;
 constexpr int64_t kChunkSegment = 16;
+// The largest L and E the contraction loops of chunk_pairs / chunk_readout(_l) run on llvmpipe
+// within its loop limit (measured: 16384 and 32768 pass, 131072 does not).
+constexpr int64_t kLoopLimitedMaxDim = 32768;
 
 // Dispatches `push` once per segment of [0, n): f(push) records one dispatch.
 template <class F>
@@ -373,6 +376,10 @@ class VulkanBackend final : public detail::BackendImpl {
         Context& ctx = Context::get();
         Shape s = make_shape(p, 0);
         plan_group(ctx, s, true, 0);
+        if (ctx.loop_limited() && std::max(p.L, p.E) > kLoopLimitedMaxDim)
+          return "L = " + std::to_string(p.L) + ", E = " + std::to_string(p.E) + ": on " + ctx.device_description() +
+                 ", which ends a shader's loops after 65535 iterations, L and E are limited to " +
+                 std::to_string(kLoopLimitedMaxDim);
         if (p.T * std::max(p.L, p.E) >= (int64_t{1} << 31))
           return "T * max(L, E) = " + std::to_string(p.T * std::max(p.L, p.E)) + " exceeds the shaders' 32-bit indices";
       } catch (const Error& e) {
