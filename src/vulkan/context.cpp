@@ -148,6 +148,19 @@ bool profiling() {
 }
 }  // namespace
 
+uint32_t Recording::mark() {
+  if (!queries_ || labels_.size() + 2 >= kMaxQueries) return 0;
+  labels_.push_back("");
+  const uint32_t slot = static_cast<uint32_t>(labels_.size());
+  ctx_.vk().vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, slot);
+  return slot;
+}
+
+double Recording::between_ms(uint32_t a, uint32_t b) const {
+  if (a >= stamps_.size() || b >= stamps_.size() || a == b) return 0.0;
+  return static_cast<double>(stamps_[b] - stamps_[a]) * ctx_.properties().limits.timestampPeriod * 1e-6;
+}
+
 void Recording::stamp(const char* label) {
   if (!queries_ || !profiling() || labels_.size() + 2 >= kMaxQueries) return;
   labels_.push_back(label);
@@ -271,13 +284,15 @@ double Recording::submit_and_wait() {
   vk.vkDestroyFence(ctx_.device(), fence, nullptr);
   check(r, "running the compute work (vkQueueSubmit / vkWaitForFences)");
   if (!queries_) return 0.0;
-  std::vector<uint64_t> stamps(last + 1);
+  std::vector<uint64_t>& stamps = stamps_;
+  stamps.assign(last + 1, 0);
   check(vk.vkGetQueryPoolResults(ctx_.device(), queries_, 0, last + 1, stamps.size() * sizeof(uint64_t), stamps.data(),
                                  sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
         "vkGetQueryPoolResults");
   const double ms_per_tick = ctx_.properties().limits.timestampPeriod * 1e-6;
   for (size_t i = 0; i < labels_.size(); ++i)  // grouped by label would hide the order; print each
-    std::fprintf(stderr, "[rhoscan vulkan profile] %-18s %9.3f ms\n", labels_[i].c_str(),
+    if (profiling() && !labels_[i].empty())
+      std::fprintf(stderr, "[rhoscan vulkan profile] %-18s %9.3f ms\n", labels_[i].c_str(),
                  static_cast<double>(stamps[i + 1] - stamps[i]) * ms_per_tick);
   return static_cast<double>(stamps[last] - stamps[0]) * ms_per_tick;
 }

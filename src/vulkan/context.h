@@ -102,6 +102,10 @@ class Recording {
   // milliseconds when timed (else 0). With RHOSCAN_VULKAN_PROFILE=1 in the environment, a timed
   // recording also prints each command's device time to stderr.
   double submit_and_wait();
+  // A timestamp at this point of a timed recording (slot 0 when untimed); after submit_and_wait,
+  // between_ms(a, b) is the device time between two marks.
+  uint32_t mark();
+  double between_ms(uint32_t a, uint32_t b) const;
 
  private:
   void barrier();
@@ -109,7 +113,8 @@ class Recording {
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   VkQueryPool queries_ = VK_NULL_HANDLE;
   std::vector<VkDescriptorPool> pools_;
-  std::vector<std::string> labels_;  // per-command labels when profiling (one timestamp each)
+  std::vector<std::string> labels_;  // one per timestamp after the first: a command's name or "" (a mark)
+  std::vector<uint64_t> stamps_;
   void stamp(const char* label);
   uint32_t sets_in_pool_ = 0;
   bool submitted_ = false;

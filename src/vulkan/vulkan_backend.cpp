@@ -35,6 +35,7 @@ using detail::StepParams;
 constexpr int64_t kMaxChunk = 64;  // the shaders' tiles hold at most 64 steps of a chunk
 constexpr int64_t kDefaultChunk = 64;
 std::atomic<double> g_last_device_ms{0.0};
+std::atomic<double> g_last_kernel_ms{0.0};
 std::atomic<unsigned long long> g_last_device_bytes{0};
 
 // A host tensor seen as [B, H, X, Y] (3-D tensors get X = 1 with a zero stride).
@@ -335,7 +336,7 @@ void run_forward(const ForwardJob& job, const Shape& s, const Options& opt) {
   Buffers& b = buffers_for(ctx, z, g_max, g_max * z.staging_per_row);
   Decay d = make_decay(ctx, s, job.decay, job.decay_dtype, job.decay_s);
   const int64_t TL = s.T * s.L, TE = s.T * s.E, LE = s.L * s.E;
-  double device_ms = 0;
+  double device_ms = 0, kernel_ms = 0;
   for (int64_t bh0 = 0; bh0 < rows; bh0 += g_max) {
     const int64_t g = std::min(g_max, rows - bh0);
     Recording rec(ctx, true);
@@ -344,21 +345,25 @@ void run_forward(const ForwardJob& job, const Shape& s, const Options& opt) {
     pack(job.v, s.H, bh0, g, s.T, s.E, st.upload(*b["v"], g * TE));
     if (job.rho0.data) pack(job.rho0, s.H, bh0, g, s.L, s.E, st.upload(*b["R0"], g * LE));
     if (job.n0.data) pack(job.n0, s.H, bh0, g, 1, s.L, st.upload(*b["N0"], g * s.L));
+    const uint32_t compute_begin = rec.mark();
     record_forward_state(rec, b, d, s, g, bh0, job.rho0.data != nullptr, job.n0.data != nullptr, false);
     Push p(s, g, bh0);
     rec.dispatch_linear("chunk_readout", {b["qp"], b["Rc"], b["S"], b["v"], d.P.get(), b["context"]}, p.mode(0).w,
                         g * s.NC * s.nE());
+    const uint32_t compute_end = rec.mark();
     float* ctx_out = st.download(*b["context"], g * TE);
     // the final state of each row is slot NC of its Rc; consecutive downloads form one [g, L, E] block
     float* finals = st.buf.mapped() + st.used;
     for (int64_t i = 0; i < g; ++i) st.download(*b["Rc"], LE, (i * (s.NC + 1) + s.NC) * LE);
     float* n_out = st.download(*b["Nfinal"], g * s.L);
     device_ms += rec.submit_and_wait();
+    kernel_ms += rec.between_ms(compute_begin, compute_end);
     unpack(ctx_out, s.H, bh0, g, s.T, s.E, job.context, job.context_dtype, job.context_s);
     unpack(finals, s.H, bh0, g, s.L, s.E, job.rho, job.state_dtype, job.rho_s);
     unpack(n_out, s.H, bh0, g, 1, s.L, job.rho_norm, job.state_dtype, job.rho_norm_s);
   }
   g_last_device_ms = device_ms;
+  g_last_kernel_ms = kernel_ms;
   g_last_device_bytes = b.bytes() + d.a->bytes() + d.P->bytes();
 }
 
@@ -444,7 +449,7 @@ void VulkanBackend::backward(const BackwardParams& a) const {
   // Sums across groups, added on the host in row order: dv over heads when Hv = 1, da over b.
   std::vector<double> dv_acc(p.Hv == 1 && p.H > 1 ? s.B * TE : 0, 0.0), da_acc(s.H * s.L, 0.0);
   Buffer da_group(ctx, s.H * s.L * 4, false);
-  double device_ms = 0;
+  double device_ms = 0, kernel_ms = 0;
   for (int64_t bh0 = 0; bh0 < rows; bh0 += g_max) {
     const int64_t g = std::min(g_max, rows - bh0);
     Recording rec(ctx, true);
@@ -456,6 +461,7 @@ void VulkanBackend::backward(const BackwardParams& a) const {
     if (N0.data) pack(N0, s.H, bh0, g, 1, s.L, st.upload(*b["N0"], g * s.L));
     if (GR.data) pack(GR, s.H, bh0, g, s.L, s.E, st.upload(*b["GR"], g * LE));
     if (GN.data) pack(GN, s.H, bh0, g, 1, s.L, st.upload(*b["GN"], g * s.L));
+    const uint32_t compute_begin = rec.mark();
     record_forward_state(rec, b, d, s, g, bh0, R0.data != nullptr, N0.data != nullptr, true);
     const Buffer* P = d.P.get();
     Push ps(s, g, bh0);
@@ -491,6 +497,7 @@ void VulkanBackend::backward(const BackwardParams& a) const {
       rec.dispatch("decay_grad_reduce", {b["part"], b["da2"], &da_group}, x.w, groups(s.L, 64), static_cast<uint32_t>(s.H));
     });
 
+    const uint32_t compute_end = rec.mark();
     float* dq = st.download(*b["dq"], g * TL);
     float* dv = st.download(*b["dv"], g * TE);
     float* dR0 = a.grad_rho0 ? st.buf.mapped() + st.used : nullptr;
@@ -499,6 +506,7 @@ void VulkanBackend::backward(const BackwardParams& a) const {
     float* dN0 = st.download(*b["dN0"], g * s.L);
     float* da = st.download(da_group, s.H * s.L);
     device_ms += rec.submit_and_wait();
+    kernel_ms += rec.between_ms(compute_begin, compute_end);
 
     unpack(dq, s.H, bh0, g, s.T, s.L, a.grad_q, p.dtype, a.grad_q_stride);
     if (dR0) unpack(dR0, s.H, bh0, g, s.L, s.E, a.grad_rho0, p.state_dtype, a.grad_rho0_stride);
@@ -530,6 +538,7 @@ void VulkanBackend::backward(const BackwardParams& a) const {
       detail::store_from_double(a.grad_decay, p.decay_dtype, h * a.grad_decay_stride[0] + l * a.grad_decay_stride[1],
                                 da_acc[h * s.L + l]);
   g_last_device_ms = device_ms;
+  g_last_kernel_ms = kernel_ms;
   g_last_device_bytes = b.bytes() + d.a->bytes() + d.P->bytes();
 }
 
@@ -537,6 +546,7 @@ void VulkanBackend::backward(const BackwardParams& a) const {
 
 double last_device_ms() { return g_last_device_ms; }
 unsigned long long last_device_bytes() { return g_last_device_bytes; }
+double last_kernel_ms() { return g_last_kernel_ms; }
 std::string device_description() { return Context::get().device_description(); }
 
 }  // namespace rhoscan::vulkan
