@@ -157,12 +157,13 @@ uint32_t Recording::mark() {
 }
 
 double Recording::between_ms(uint32_t a, uint32_t b) const {
-  if (a >= stamps_.size() || b >= stamps_.size() || a == b) return 0.0;
+  if (b <= a || b >= stamps_.size()) return 0.0;
   return static_cast<double>(stamps_[b] - stamps_[a]) * ctx_.properties().limits.timestampPeriod * 1e-6;
 }
 
 void Recording::stamp(const char* label) {
-  if (!queries_ || !profiling() || labels_.size() + 2 >= kMaxQueries) return;
+  // profile stamps leave room for the marks (and the final stamp)
+  if (!queries_ || !profiling() || labels_.size() + 8 >= kMaxQueries) return;
   labels_.push_back(label);
   ctx_.vk().vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_,
                                 static_cast<uint32_t>(labels_.size()));
