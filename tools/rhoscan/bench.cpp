@@ -10,6 +10,7 @@
 
 #include <dlfcn.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -86,6 +87,12 @@ double median(std::vector<double> x) {
   return n == 0 ? 0 : (n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]));
 }
 
+double process_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
 // ---- this machine's float32 GEMM rate, through OpenBLAS found at run time ---------------------
@@ -119,10 +126,14 @@ const OpenBlas& openblas() {
   return o;
 }
 
-// GFLOP/s of C[M×N] = A[M×K]·B[K×N] on `threads` threads (median of 5 after one warm-up).
-double sgemm_gflops(int64_t M, int64_t K, int64_t N, int threads) {
+// Median wall and CPU milliseconds of C[M×N] = A[M×K]·B[K×N] on `threads` threads (5 runs
+// after one warm-up).
+struct GemmTime {
+  double wall_ms = 0, cpu_ms = 0;
+};
+GemmTime sgemm_time(int64_t M, int64_t K, int64_t N, int threads) {
   const OpenBlas& ob = openblas();
-  if (!ob.sgemm || !ob.set_threads) return 0;
+  if (!ob.sgemm || !ob.set_threads) return {};
   std::vector<float> A(M * K), B(K * N), C(M * N);
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -130,15 +141,16 @@ double sgemm_gflops(int64_t M, int64_t K, int64_t N, int threads) {
   for (float& x : B) x = u(rng);
   const int before = ob.get_threads ? ob.get_threads() : threads;
   ob.set_threads(threads);
-  std::vector<double> t;
+  std::vector<double> t, cpu;
   for (int r = 0; r < 6; ++r) {
     auto t0 = Clock::now();
+    const double c0 = process_cpu_ms();
     ob.sgemm(101 /*RowMajor*/, 111 /*NoTrans*/, 111, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
              1.0f, A.data(), static_cast<int>(K), B.data(), static_cast<int>(N), 0.0f, C.data(), static_cast<int>(N));
-    if (r > 0) t.push_back(ms_since(t0));
+    if (r > 0) t.push_back(ms_since(t0)), cpu.push_back(process_cpu_ms() - c0);
   }
   ob.set_threads(before);
-  return 2.0 * M * K * N / (median(t) * 1e6);
+  return {median(t), median(cpu)};
 }
 
 // ---- a straightforward float32 per-token loop of SPEC.md (the comparison the issue asks for) --
@@ -149,7 +161,9 @@ struct NaiveHead {
 };
 
 // One token: context from the state before the update, then the update (SPEC.md, Forward).
-void naive_token(NaiveHead& h, const float* q, const float* v, float* c) {
+// Written once and compiled twice (below): at the project's default flags (the baseline ISA,
+// what a straightforward loop gets) and cloned for AVX-512 / AVX2 like the backend's kernels.
+__attribute__((always_inline)) inline void naive_token(NaiveHead& h, const float* q, const float* v, float* c) {
   const int64_t L = h.L, E = h.E;
   float s = 1e-6f;
   for (int64_t l = 0; l < L; ++l) s += q[l];
@@ -165,8 +179,8 @@ void naive_token(NaiveHead& h, const float* q, const float* v, float* c) {
 
 // SPEC.md's Backward, token by token in reverse, with R_t recomputed from checkpoints every
 // ceil(sqrt(T)) tokens (the float64 reference's scheme, in float32).
-void naive_backward(NaiveHead& h, int64_t T, const float* Q, const float* V, const float* G, float* dq,
-                    float* dv, float* da) {
+__attribute__((always_inline)) inline void naive_backward(NaiveHead& h, int64_t T, const float* Q, const float* V,
+                                                          const float* G, float* dq, float* dv, float* da) {
   const int64_t L = h.L, E = h.E;
   const int64_t S = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(double(T)))));
   std::fill(h.R.begin(), h.R.end(), 0.0f);
@@ -225,6 +239,27 @@ void naive_backward(NaiveHead& h, int64_t T, const float* Q, const float* V, con
   }
 }
 
+// The whole per-token run of one head (forward, then backward when asked), in two builds.
+void naive_head(NaiveHead& h, int64_t T, const float* Q, const float* V, const float* G, bool backward_too) {
+  std::vector<float> ctx(T * h.E);
+  for (int64_t t = 0; t < T; ++t) naive_token(h, Q + t * h.L, V + t * h.E, &ctx[t * h.E]);
+  if (backward_too) {
+    std::vector<float> dq(T * h.L), dv(T * h.E), da(h.L);
+    naive_backward(h, T, Q, V, G, dq.data(), dv.data(), da.data());
+  }
+}
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void naive_head_simd(NaiveHead& h, int64_t T, const float* Q, const float* V, const float* G, bool backward_too) {
+  std::vector<float> ctx(T * h.E);
+  for (int64_t t = 0; t < T; ++t) naive_token(h, Q + t * h.L, V + t * h.E, &ctx[t * h.E]);
+  if (backward_too) {
+    std::vector<float> dq(T * h.L), dv(T * h.E), da(h.L);
+    naive_backward(h, T, Q, V, G, dq.data(), dv.data(), da.data());
+  }
+}
+
 // ---- the CPU device ---------------------------------------------------------------------------
 
 int64_t proc_status_kib(const char* key) {
@@ -273,19 +308,38 @@ class CpuDevice final : public BenchDevice {
     const int64_t hwm = proc_status_kib("VmHWM:");
     return hwm < 0 || baseline_kib_ < 0 ? -1 : (hwm - baseline_kib_) * 1024;
   }
+  double cpu_time_ms() override { return process_cpu_ms(); }
+  // Measured afresh for every case, right after it, so that both see the same machine load.
   Limit limit(const BenchCase& c, Direction d, DType) override {
     const int64_t M = d == Direction::step ? c.B * c.H : std::min<int64_t>(c.T, 4096);
-    const std::string key = std::to_string(M) + "x" + std::to_string(c.L) + "x" + std::to_string(c.E);
-    if (!gemm_rate_.count(key)) gemm_rate_[key] = sgemm_gflops(M, c.L, c.E, threads_);
-    const double rate = gemm_rate_[key];
-    if (rate <= 0) return {0, "no OpenBLAS found: no GEMM reference rate"};
-    char text[160];
-    std::snprintf(text, sizeof text, "OpenBLAS sgemm %s on %d threads: %.1f GFLOP/s", key.c_str(), threads_, rate);
-    return {case_flops(c, d) / (rate * 1e6), text};
+    const GemmTime g = sgemm_time(M, c.L, c.E, threads_);
+    if (g.wall_ms <= 0) return {0, -1, "no OpenBLAS found: no GEMM reference rate"};
+    const double gemm_flops = 2.0 * M * c.L * c.E;
+    const double rate = gemm_flops / (g.wall_ms * 1e6);
+    char text[200];
+    std::snprintf(text, sizeof text, "OpenBLAS sgemm %lldx%lldx%lld on %d threads: %.1f GFLOP/s (%.1f per CPU-second)",
+                  (long long)M, (long long)c.L, (long long)c.E, threads_, rate, gemm_flops / (g.cpu_ms * 1e6));
+    const double scale = case_flops(c, d) / gemm_flops;
+    return {g.wall_ms * scale, g.cpu_ms * scale, text};
   }
-  Limit naive_loop(const BenchCase& c, Direction d, const BenchSettings&) override {
-    if (d == Direction::step) return {};
-    const int64_t Tn = std::min<int64_t>(c.T, 64);
+  void naive_loop(const BenchCase& c, Direction d, const BenchSettings&, Limit& plain, Limit& simd) override {
+    plain = simd = {};
+    if (d == Direction::step) return;
+    plain = naive_run(c, d, false);
+    simd = naive_run(c, d, true);
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "float32 per-token loop, %lld of %lld tokens timed and scaled, %d threads; default flags "
+                  "%.1f ms (CPU %.1f ms), AVX2/AVX-512 clones %.1f ms (CPU %.1f ms)",
+                  static_cast<long long>(std::min<int64_t>(c.T, kNaiveTokens)), static_cast<long long>(c.T), threads_,
+                  plain.time_ms, plain.cpu_ms, simd.time_ms, simd.cpu_ms);
+    plain.description = simd.description = text;
+  }
+
+ private:
+  static constexpr int64_t kNaiveTokens = 64;
+  Limit naive_run(const BenchCase& c, Direction d, bool simd) {
+    const int64_t Tn = std::min<int64_t>(c.T, kNaiveTokens);
     const int64_t L = c.L, E = c.E, heads = c.B * c.H;
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> u(0, 1);
@@ -295,33 +349,25 @@ class CpuDevice final : public BenchDevice {
     for (float& x : V) x = nrm(rng);
     for (float& x : G) x = nrm(rng);
     for (float& x : a) x = 0.9f + 0.1f * u(rng);
+    const bool backward_too = d == Direction::forward_backward;
     auto t0 = Clock::now();
+    const double c0 = process_cpu_ms();
     std::vector<std::thread> pool;
     for (int w = 0; w < threads_; ++w)
       pool.emplace_back([&, w] {
         for (int64_t hd = w; hd < heads; hd += threads_) {
-          NaiveHead h{L, E, a, std::vector<float>(L * E), std::vector<float>(L), {}, {}, {}, {}, {}};
-          std::vector<float> ctx(Tn * E);
-          for (int64_t t = 0; t < Tn; ++t) naive_token(h, &Q[t * L], &V[t * E], &ctx[t * E]);
-          if (d == Direction::forward_backward) {
-            h.A.resize(L * E), h.Bn.resize(L), h.w.resize(L), h.gw.resize(L);
-            std::vector<float> dq(Tn * L), dv(Tn * E), da(L);
-            naive_backward(h, Tn, Q.data(), V.data(), G.data(), dq.data(), dv.data(), da.data());
-          }
+          NaiveHead h{L, E, a, std::vector<float>(L * E), std::vector<float>(L), std::vector<float>(L * E),
+                      std::vector<float>(L), std::vector<float>(L), std::vector<float>(L), {}};
+          if (simd) naive_head_simd(h, Tn, Q.data(), V.data(), G.data(), backward_too);
+          else naive_head(h, Tn, Q.data(), V.data(), G.data(), backward_too);
         }
       });
     for (auto& t : pool) t.join();
-    const double ms = ms_since(t0) * static_cast<double>(c.T) / static_cast<double>(Tn);
-    char text[160];
-    std::snprintf(text, sizeof text, "float32 per-token loop, %lld of %lld tokens timed and scaled, %d threads",
-                  static_cast<long long>(Tn), static_cast<long long>(c.T), threads_);
-    return {ms, text};
+    const double scale = static_cast<double>(c.T) / static_cast<double>(Tn);
+    return {ms_since(t0) * scale, (process_cpu_ms() - c0) * scale, ""};
   }
-
- private:
   int threads_;
   int64_t baseline_kib_ = -1;
-  std::map<std::string, double> gemm_rate_;
 };
 
 const BenchDeviceRegistration kCpuDevice(Device::cpu, [](const BenchSettings& s) -> std::unique_ptr<BenchDevice> {
@@ -423,20 +469,26 @@ int64_t parse_int(const std::string& flag, const std::string& s, int64_t min) {
 
 struct Result {
   double median_ms = 0, gflops = 0, limit_fraction = 0, naive_ms = 0;
+  double median_cpu_ms = -1, limit_fraction_cpu = -1;  // in process CPU time (CPU device)
+  std::string all_times;  // every repetition's wall ms, for judging the spread on a busy machine
   int64_t peak_bytes = 0, tensor_bytes = 0;
-  Limit limit, naive;
+  Limit limit, naive, naive_simd;
 };
 
 Result run_case(BenchDevice& dev, const BenchCase& c, Direction d, DType dtype, const BenchSettings& s,
                 bool with_naive) {
   const DType sd = DType::float32;  // states and decay
   const int64_t T = d == Direction::step ? 1 : c.T;
-  std::mt19937 rng(1234);
-  std::uniform_real_distribution<double> unit(0, 1);
-  std::normal_distribution<double> normal(0, 1);
-  auto sparse_q = [&] { return unit(rng) < 0.5 ? 0.0 : unit(rng); };
-  auto gauss = [&] { return normal(rng); };
-  auto decay_gen = [&] { return 0.9 + 0.1 * unit(rng); };
+  // A cheap generator: the inputs only need to be plausible (q >= 0 and half zeros, v and
+  // gradients of both signs), and setup time is not measured but adds up on a busy machine.
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto unit = [&] {
+    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+    return static_cast<double>(state >> 11) * (1.0 / 9007199254740992.0);
+  };
+  auto sparse_q = [&] { return unit() < 0.5 ? 0.0 : unit(); };
+  auto gauss = [&] { return (unit() + unit() + unit() - 1.5) * 2.0; };
+  auto decay_gen = [&] { return 0.9 + 0.1 * unit(); };
   const int64_t nq = c.B * c.H * T * c.L, nv = c.B * c.Hv * T * c.E, nc = c.B * c.H * T * c.E;
   const int64_t ns = c.B * c.H * c.L * c.E, nn = c.B * c.H * c.L;
   auto q = random_tensor(dev, dtype, nq, sparse_q);
@@ -486,18 +538,31 @@ Result run_case(BenchDevice& dev, const BenchCase& c, Direction d, DType dtype, 
   // The peak covers the warm-up too: workspace that the allocator keeps between calls counts.
   dev.reset_peak();
   call();  // warm-up (thread pool, page faults, lazy initialisation)
-  std::vector<double> times;
-  for (int r = 0; r < s.repeats; ++r) times.push_back(dev.time_ms(call));
+  std::vector<double> times, cpu;
+  for (int r = 0; r < s.repeats; ++r) {
+    const double c0 = dev.cpu_time_ms();
+    times.push_back(dev.time_ms(call));
+    cpu.push_back(dev.cpu_time_ms() - c0);
+  }
   Result res;
   const int64_t workspace = dev.peak_bytes();
   res.tensor_bytes = tensor_bytes;
   res.peak_bytes = workspace < 0 ? -1 : tensor_bytes + workspace;
   res.median_ms = median(times);
+  for (double t : times) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s%.1f", res.all_times.empty() ? "" : " ", t);
+    res.all_times += buf;
+  }
   res.gflops = case_flops(c, d) / (res.median_ms * 1e6);
   res.limit = dev.limit(c, d, dtype);
   res.limit_fraction = res.limit.time_ms > 0 ? res.limit.time_ms / res.median_ms : 0;
+  if (dev.cpu_time_ms() >= 0) {
+    res.median_cpu_ms = median(cpu);
+    if (res.limit.cpu_ms > 0) res.limit_fraction_cpu = res.limit.cpu_ms / res.median_cpu_ms;
+  }
   if (with_naive) {
-    res.naive = dev.naive_loop(c, d, s);
+    dev.naive_loop(c, d, s, res.naive, res.naive_simd);
     res.naive_ms = res.naive.time_ms;
   }
   return res;
@@ -580,8 +645,8 @@ int bench_main(const std::vector<std::string>& args) {
   getloadavg(load, 3);
   std::printf("rhoscan bench: %s; backend %s; commit %s; load average %.2f %.2f %.2f\n", dev->description().c_str(),
               backend_name(resolve_backend(Backend::automatic, device)), commit.c_str(), load[0], load[1], load[2]);
-  std::printf("%-16s %-17s %-8s %10s %9s %10s %10s\n", "case", "direction", "dtype", "median_ms", "GFLOP/s",
-              "limit_frac", "vs_naive");
+  std::printf("%-16s %-17s %-8s %10s %9s %10s %10s %10s\n", "case", "direction", "dtype", "median_ms", "GFLOP/s",
+              "limit_frac", "(cpu-time)", "vs_naive");
   std::FILE* json = nullptr;
   if (!json_path.empty()) {
     json = std::fopen(json_path.c_str(), "a");
@@ -595,10 +660,16 @@ int bench_main(const std::vector<std::string>& args) {
                    (long long)c.B, (long long)c.H, (long long)c.T, (long long)c.L, (long long)c.E, dtype_name(dt));
       Result r = run_case(*dev, c, d, dt, s, with_naive && d != Direction::step);
       const double speedup = r.naive_ms > 0 ? r.naive_ms / r.median_ms : 0;
-      std::printf("%-16s %-17s %-8s %10.2f %9.1f %10.3f %9.1fx\n", c.name, direction_name(d), dtype_name(dt), r.median_ms,
-                  r.gflops, r.limit_fraction, speedup);
+      const double speedup_cpu = r.naive.cpu_ms > 0 && r.median_cpu_ms > 0 ? r.naive.cpu_ms / r.median_cpu_ms : -1;
+      const double speedup_simd = r.naive_simd.time_ms > 0 ? r.naive_simd.time_ms / r.median_ms : 0;
+      const double speedup_simd_cpu =
+          r.naive_simd.cpu_ms > 0 && r.median_cpu_ms > 0 ? r.naive_simd.cpu_ms / r.median_cpu_ms : -1;
+      std::printf("%-16s %-17s %-8s %10.2f %9.1f %10.3f %10.3f %9.1fx\n", c.name, direction_name(d), dtype_name(dt),
+                  r.median_ms, r.gflops, r.limit_fraction, r.limit_fraction_cpu, speedup);
       std::printf("    limit: %s\n", r.limit.description.c_str());
-      if (r.naive_ms > 0) std::printf("    naive: %.1f ms (%s)\n", r.naive_ms, r.naive.description.c_str());
+      if (r.naive_ms > 0)
+        std::printf("    naive: %s\n    speed-up: %.1fx (CPU time %.1fx); over the vectorised loop %.1fx (CPU time %.1fx)\n",
+                    r.naive.description.c_str(), speedup, speedup_cpu, speedup_simd, speedup_simd_cpu);
       std::printf("    peak memory: %.1f MiB (tensors %.1f MiB)\n", r.peak_bytes / 1048576.0, r.tensor_bytes / 1048576.0);
       std::fflush(stdout);
       if (json) {
@@ -607,14 +678,19 @@ int bench_main(const std::vector<std::string>& args) {
                      "\"dtype\":\"%s\",\"device\":\"%s\",\"direction\":\"%s\",\"median_ms\":%.4f,\"tflops\":%.6f,"
                      "\"limit_fraction\":%.4f,\"peak_bytes\":%lld,\"commit\":\"%s\",\"backend\":\"%s\","
                      "\"repeats\":%d,\"threads\":%d,\"chunk\":%lld,\"limit\":\"%s\",\"naive_ms\":%.2f,"
-                     "\"speedup_vs_naive\":%.2f,\"naive\":\"%s\",\"machine\":\"%s\",\"load_average\":%.2f}\n",
+                     "\"speedup_vs_naive\":%.2f,\"naive\":\"%s\",\"machine\":\"%s\",\"load_average\":%.2f,"
+                     "\"median_cpu_ms\":%.3f,\"limit_fraction_cpu_time\":%.4f,\"speedup_vs_naive_cpu_time\":%.2f,"
+                     "\"naive_vectorised_ms\":%.2f,\"speedup_vs_naive_vectorised\":%.2f,"
+                     "\"speedup_vs_naive_vectorised_cpu_time\":%.2f,\"median_wall_ms_all\":\"%s\"}\n",
                      c.name, (long long)c.B, (long long)c.H, (long long)c.Hv, (long long)(d == Direction::step ? 1 : c.T),
                      (long long)c.L, (long long)c.E, dtype_name(dt), device_name(device), direction_name(d), r.median_ms,
                      r.gflops / 1000.0, r.limit_fraction, (long long)r.peak_bytes, json_escape(commit).c_str(),
                      backend_name(resolve_backend(Backend::automatic, device)), s.repeats,
                      s.num_threads > 0 ? s.num_threads : hardware_threads(),
                      (long long)s.chunk_size, json_escape(r.limit.description).c_str(), r.naive_ms, speedup,
-                     json_escape(r.naive.description).c_str(), json_escape(dev->description()).c_str(), load[0]);
+                     json_escape(r.naive.description).c_str(), json_escape(dev->description()).c_str(), load[0],
+                     r.median_cpu_ms, r.limit_fraction_cpu, speedup_cpu, r.naive_simd.time_ms, speedup_simd,
+                     speedup_simd_cpu, r.all_times.c_str());
         std::fflush(json);
       }
     }

@@ -43,6 +43,7 @@ struct BenchSettings {
 // What a device measures for limit_fraction: the time a case would take at the device's limit.
 struct Limit {
   double time_ms = 0;        // <= 0: unknown
+  double cpu_ms = -1;        // the same in process CPU time (CPU device), < 0: not measured
   std::string description;   // how it was obtained, printed and written to JSON
 };
 
@@ -57,14 +58,20 @@ class BenchDevice {
   virtual void upload(void* device_dst, const void* host_src, size_t bytes) = 0;
   // Wall time of one call of fn in milliseconds, including everything it queued.
   virtual double time_ms(const std::function<void()>& fn) = 0;
+  // Process CPU time in ms (all threads), or < 0 where it means nothing (a GPU). On a busy
+  // machine, CPU time / threads is a load-robust companion of the wall time.
+  virtual double cpu_time_ms() { return -1; }
   // Peak memory used between reset_peak() and peak_bytes() (process RSS on the CPU).
   virtual void reset_peak() = 0;
   virtual int64_t peak_bytes() = 0;
   // The limit time for a case (the CPU: its FLOPs at this machine's own sgemm rate).
   virtual Limit limit(const BenchCase& c, Direction d, DType dtype) = 0;
-  // Optional comparison against a straightforward per-token loop (ms for the whole case, and a
-  // note on how it was measured); time_ms <= 0 when the device has none.
-  virtual Limit naive_loop(const BenchCase&, Direction, const BenchSettings&) { return {}; }
+  // Optional comparison against a straightforward per-token loop of the same formulas, built
+  // twice: at the project's default flags (`plain`) and vectorised like the backend's own loops
+  // (`vectorised`). Both ms for the whole case; time_ms stays 0 where the device has none.
+  virtual void naive_loop(const BenchCase&, Direction, const BenchSettings&, Limit& plain, Limit& vectorised) {
+    plain = vectorised = {};
+  }
 };
 
 using BenchDeviceFactory = std::unique_ptr<BenchDevice> (*)(const BenchSettings&);

@@ -182,17 +182,20 @@ void chunk_mix_later(int64_t n, int64_t L, const T* Qp, const T* Q, const T* M, 
   }
 }
 
+// Rows of an L × width state tile of about 256 KiB (it stays in L2 between the products).
+inline int64_t state_tile_rows(int64_t width) { return std::max<int64_t>(32, (int64_t(64) << 10) / std::max<int64_t>(1, width)); }
+
 // ---------------------------------------------------------------------------------------------
 // Forward
 
 template <class T>
 struct ForwardWorkspace {
-  std::vector<T> P, Pd, a, R, N, Q, Qp, Qs, V, Ctx, S, s, rows;
+  std::vector<T> P, Pd, a, R, N, Q, Qp, Qs, Qu, V, Ctx, S, s, rows;
   std::vector<double> scratch;
   void release() { *this = ForwardWorkspace(); }
   size_t bytes() const {
     size_t n = 0;
-    for (auto* v : {&P, &Pd, &a, &R, &N, &Q, &Qp, &Qs, &V, &Ctx, &S, &s, &rows}) n += v->capacity() * sizeof(T);
+    for (auto* v : {&P, &Pd, &a, &R, &N, &Q, &Qp, &Qs, &Qu, &V, &Ctx, &S, &s, &rows}) n += v->capacity() * sizeof(T);
     return n;
   }
   void size(int64_t L, int64_t Et, int64_t C) {
@@ -204,6 +207,7 @@ struct ForwardWorkspace {
     Q.resize(C * L);
     Qp.resize(C * L);
     Qs.resize(C * L);
+    Qu.resize(C * L);
     V.resize(C * Et);
     Ctx.resize(C * Et);
     S.resize(C * C);
@@ -247,34 +251,37 @@ void forward_item(const ForwardParams& f, int64_t b, int64_t h, int64_t e0, int6
     }
     normaliser_scan(n, L, w.Q.data(), w.a.data(), N, w.Qp.data(), w.s.data(), static_cast<T*>(nullptr));
     chunk_scores(n, L, w.Qp.data(), w.Q.data(), P, w.S.data(), w.rows.data(), w.Qs.data());
-    // readout of the chunk-start state: (q'_i ⊙ a^i) · R_c, then the intra-chunk part S · V
+    // (q'_i ⊙ a^i) for the readout of the chunk-start state, (q_j ⊙ a^(n-1-j)) for the update
     for (int64_t i = 0; i < n; ++i) {
       const T* qp = w.Qp.data() + i * L;
+      const T* q = w.Q.data() + i * L;
       const T* pi = P + i * L;
+      const T* pj = P + (n - 1 - i) * L;
       T* qs = w.Qs.data() + i * L;
-      for (int64_t l = 0; l < L; ++l) qs[l] = qp[l] * pi[l];
+      T* qu = w.Qu.data() + i * L;
+      for (int64_t l = 0; l < L; ++l) qs[l] = qp[l] * pi[l], qu[l] = q[l] * pj[l];
     }
-    gemm(false, false, n, Et, L, T(1), w.Qs.data(), L, R, Et, T(0), w.Ctx.data(), Et);
-    gemm(false, false, n, Et, n, T(1), w.S.data(), n, w.V.data(), Et, T(1), w.Ctx.data(), Et);
+    // context = S · V + (q'_i ⊙ a^i) · R_c;  R = a^n ⊙ R + sum_j (q_j ⊙ a^(n-1-j)) ⊗ v_j.
+    // Latent tiles of the state are read, scaled and updated while they sit in L2.
+    gemm(false, false, n, Et, n, T(1), w.S.data(), n, w.V.data(), Et, T(0), w.Ctx.data(), Et);
+    const T* pn = P + n * L;
+    const int64_t lt = state_tile_rows(Et);
+    for (int64_t l0 = 0; l0 < L; l0 += lt) {
+      const int64_t rows = std::min(lt, L - l0);
+      T* Rt = R + l0 * Et;
+      gemm(false, false, n, Et, rows, T(1), w.Qs.data() + l0, L, Rt, Et, T(1), w.Ctx.data(), Et);
+      for (int64_t l = 0; l < rows; ++l) {
+        T* r = Rt + l * Et;
+        const T an = pn[l0 + l];
+        for (int64_t e = 0; e < Et; ++e) r[e] *= an;
+      }
+      gemm(true, false, rows, Et, n, T(1), w.Qu.data() + l0, L, w.V.data(), Et, T(1), Rt, Et);
+    }
     for (int64_t i = 0; i < n; ++i)
       store_row(w.Ctx.data() + i * Et, f.context, p.dtype,
                 b * f.context_stride[0] + h * f.context_stride[1] + (t0 + i) * f.context_stride[2] +
                     e0 * f.context_stride[3],
                 f.context_stride[3], Et);
-    // state update: R = a^n ⊙ R + sum_j (q_j ⊙ a^(n-1-j)) ⊗ v_j
-    const T* pn = P + n * L;
-    for (int64_t l = 0; l < L; ++l) {
-      T* r = R + l * Et;
-      const T an = pn[l];
-      for (int64_t e = 0; e < Et; ++e) r[e] *= an;
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      const T* q = w.Q.data() + j * L;
-      const T* pj = P + (n - 1 - j) * L;
-      T* qs = w.Qs.data() + j * L;
-      for (int64_t l = 0; l < L; ++l) qs[l] = q[l] * pj[l];
-    }
-    gemm(true, false, L, Et, n, T(1), w.Qs.data(), L, w.V.data(), Et, T(1), R, Et);
   }
   for (int64_t l = 0; l < L; ++l)
     store_row(R + l * Et, f.rho, p.state_dtype,
@@ -309,12 +316,12 @@ void forward_all(const ForwardParams& f) {
 
 template <class T>
 struct BackwardWorkspace {
-  std::vector<T> P, Pd, a, RZ, N, Bv, Nst, gwst, sst, Q, Qp, Qs, V, G, P23, P1, M, S, dq, dv, rows, rows2;
+  std::vector<T> P, Pd, a, RZ, N, Bv, Nst, gwst, sst, Q, Qp, Qs, Qu, V, G, P23, P1, M, S, dq, dv, rows, rows2;
   std::vector<double> scratch;
   void release() { *this = BackwardWorkspace(); }
   size_t bytes() const {
     size_t n = 0;
-    for (auto* v : {&P, &Pd, &a, &RZ, &N, &Bv, &Nst, &gwst, &sst, &Q, &Qp, &Qs, &V, &G, &P23, &P1, &M, &S, &dq, &dv, &rows, &rows2})
+    for (auto* v : {&P, &Pd, &a, &RZ, &N, &Bv, &Nst, &gwst, &sst, &Q, &Qp, &Qs, &Qu, &V, &G, &P23, &P1, &M, &S, &dq, &dv, &rows, &rows2})
       n += v->capacity() * sizeof(T);
     return n;
   }
@@ -331,6 +338,7 @@ struct BackwardWorkspace {
     Q.resize(C * L);
     Qp.resize(C * L);
     Qs.resize(C * L);
+    Qu.resize(C * L);
     V.resize(C * E);
     G.resize(C * E);
     P23.resize(C * 2 * L);
@@ -392,8 +400,32 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
     const int64_t n = std::min(C, T_ - t0);
     pack_chunk(t0, n);
     normaliser_scan(n, L, w.Q.data(), a, N, w.Qp.data(), w.sst.data() + t0, w.Nst.data() + t0 * L);
-    // P23[i] = [R_c G_i ; Z_c G_i]  (R and Z are one [2L × E] buffer)
-    gemm(false, true, n, 2 * L, E, T(1), w.G.data(), E, w.RZ.data(), E, T(0), w.P23.data(), 2 * L);
+    // Per latent tile (kept in L2): P23[i] = [R_c G_i ; Z_c G_i], then
+    // Z = a^n ⊙ Z + n·a^(n-1) ⊙ R_c and R = a^n ⊙ R + sum_j (q_j ⊙ a^(n-1-j)) ⊗ v_j.
+    for (int64_t j = 0; j < n; ++j) {
+      const T* q = w.Q.data() + j * L;
+      const T* pj = P + (n - 1 - j) * L;
+      T* qu = w.Qu.data() + j * L;
+      for (int64_t l = 0; l < L; ++l) qu[l] = q[l] * pj[l];
+    }
+    const T* pn = P + n * L;
+    const T* pdn = Pd + n * L;
+    const int64_t lt = state_tile_rows(E);
+    for (int64_t l0 = 0; l0 < L; l0 += lt) {
+      const int64_t rows = std::min(lt, L - l0);
+      gemm(false, true, n, rows, E, T(1), w.G.data(), E, R + l0 * E, E, T(0), w.P23.data() + l0, 2 * L);
+      gemm(false, true, n, rows, E, T(1), w.G.data(), E, Z + l0 * E, E, T(0), w.P23.data() + L + l0, 2 * L);
+      for (int64_t l = l0; l < l0 + rows; ++l) {
+        T* r = R + l * E;
+        T* z = Z + l * E;
+        const T an = pn[l], kn = pdn[l];
+        for (int64_t e = 0; e < E; ++e) {
+          z[e] = an * z[e] + kn * r[e];
+          r[e] *= an;
+        }
+      }
+      gemm(true, false, rows, E, n, T(1), w.Qu.data() + l0, L, w.V.data(), E, T(1), R + l0 * E, E);
+    }
     T* gw = w.gwst.data() + t0 * L;
     chunk_mix_earlier(n, L, w.Q.data(), w.M.data(), P, gw, w.Qs.data(), w.P1.data());
     for (int64_t i = 0; i < n; ++i) {
@@ -410,25 +442,6 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
         da[l] += static_cast<double>(qp[l] * (pdi[l] * rg[l] + pi[l] * zg[l]));
       }
     }
-    // Z = a^n ⊙ Z + n·a^(n-1) ⊙ R_c, then R = a^n ⊙ R + sum_j (q_j ⊙ a^(n-1-j)) ⊗ v_j
-    const T* pn = P + n * L;
-    const T* pdn = Pd + n * L;
-    for (int64_t l = 0; l < L; ++l) {
-      T* r = R + l * E;
-      T* z = Z + l * E;
-      const T an = pn[l], kn = pdn[l];
-      for (int64_t e = 0; e < E; ++e) {
-        z[e] = an * z[e] + kn * r[e];
-        r[e] *= an;
-      }
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      const T* q = w.Q.data() + j * L;
-      const T* pj = P + (n - 1 - j) * L;
-      T* qs = w.Qs.data() + j * L;
-      for (int64_t l = 0; l < L; ++l) qs[l] = q[l] * pj[l];
-    }
-    gemm(true, false, L, E, n, T(1), w.Qs.data(), L, w.V.data(), E, T(1), R, E);
   }
 
   // A starts at dLoss/dR_T in R's buffer; the cross-chunk decay term closes with <GR, Z_end>.
@@ -467,8 +480,32 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
       for (int64_t l = 0; l < L; ++l) qp[l] = q[l] * inv_s / (nt[l] + static_cast<T>(kEps));
     }
     chunk_scores(n, L, w.Qp.data(), w.Q.data(), P, w.S.data(), w.rows.data(), w.Qs.data());
-    // P1[i] = A_end v_i
-    gemm(false, true, n, L, E, T(1), w.V.data(), E, A, E, T(0), w.P1.data(), L);
+    // Per latent tile of A (kept in L2): P1[i] = A_end v_i;
+    // dv_i = (q_i ⊙ a^(n-1-i)) · A_end + sum_{u>i} S[u][i] G_u;  A = a^n ⊙ A + sum_u (q'_u ⊙ a^u) ⊗ G_u.
+    for (int64_t i = 0; i < n; ++i) {
+      const T* q = w.Q.data() + i * L;
+      const T* qp = w.Qp.data() + i * L;
+      const T* pe = P + (n - 1 - i) * L;
+      const T* pu = P + i * L;
+      T* qs = w.Qs.data() + i * L;
+      T* qu = w.Qu.data() + i * L;
+      for (int64_t l = 0; l < L; ++l) qs[l] = q[l] * pe[l], qu[l] = qp[l] * pu[l];
+    }
+    gemm(true, false, n, E, n, T(1), w.S.data(), n, w.G.data(), E, T(0), w.dv.data(), E);
+    const T* pn = P + n * L;
+    const int64_t lt = state_tile_rows(E);
+    for (int64_t l0 = 0; l0 < L; l0 += lt) {
+      const int64_t rows = std::min(lt, L - l0);
+      T* At = A + l0 * E;
+      gemm(false, true, n, rows, E, T(1), w.V.data(), E, At, E, T(0), w.P1.data() + l0, L);
+      gemm(false, false, n, E, rows, T(1), w.Qs.data() + l0, L, At, E, T(1), w.dv.data(), E);
+      for (int64_t l = 0; l < rows; ++l) {
+        T* arow = At + l * E;
+        const T an = pn[l0 + l];
+        for (int64_t e = 0; e < E; ++e) arow[e] *= an;
+      }
+      gemm(true, false, rows, E, n, T(1), w.Qu.data() + l0, L, w.G.data(), E, T(1), At, E);
+    }
     // dq intra part, and sum_{j<u} (u-j-1)·a^(u-j-2) q'_u q_j M[u][j] into da
     chunk_mix_later(n, L, w.Qp.data(), w.Q.data(), w.M.data(), P, Pd, w.dq.data(), da, w.P23.data(), w.rows2.data());
     for (int64_t i = n - 1; i >= 0; --i) {
@@ -494,15 +531,6 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
     for (int64_t i = 0; i < n; ++i)
       store_row(w.dq.data() + i * L, g.grad_q, p.dtype,
                 b * g.grad_q_stride[0] + h * g.grad_q_stride[1] + (t0 + i) * g.grad_q_stride[2], g.grad_q_stride[3], L);
-    // dv_i = (q_i ⊙ a^(n-1-i)) · A_end + sum_{u>i} S[u][i] G_u
-    for (int64_t i = 0; i < n; ++i) {
-      const T* q = w.Q.data() + i * L;
-      const T* pe = P + (n - 1 - i) * L;
-      T* qs = w.Qs.data() + i * L;
-      for (int64_t l = 0; l < L; ++l) qs[l] = q[l] * pe[l];
-    }
-    gemm(false, false, n, E, L, T(1), w.Qs.data(), L, A, E, T(0), w.dv.data(), E);
-    gemm(true, false, n, E, n, T(1), w.S.data(), n, w.G.data(), E, T(1), w.dv.data(), E);
     if (dv_out) {
       std::memcpy(dv_out + t0 * E, w.dv.data(), static_cast<size_t>(n * E) * sizeof(T));
     } else {
@@ -511,20 +539,6 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
                   b * g.grad_v_stride[0] + h * g.grad_v_stride[1] + (t0 + i) * g.grad_v_stride[2],
                   g.grad_v_stride[3], E);
     }
-    // A = a^n ⊙ A + sum_u (q'_u ⊙ a^u) ⊗ G_u
-    const T* pn = P + n * L;
-    for (int64_t l = 0; l < L; ++l) {
-      T* arow = A + l * E;
-      const T an = pn[l];
-      for (int64_t e = 0; e < E; ++e) arow[e] *= an;
-    }
-    for (int64_t u = 0; u < n; ++u) {
-      const T* qp = w.Qp.data() + u * L;
-      const T* pu = P + u * L;
-      T* qs = w.Qs.data() + u * L;
-      for (int64_t l = 0; l < L; ++l) qs[l] = qp[l] * pu[l];
-    }
-    gemm(true, false, L, E, n, T(1), w.Qs.data(), L, w.G.data(), E, T(1), A, E);
   }
   if (g.grad_rho0)
     for (int64_t l = 0; l < L; ++l)
