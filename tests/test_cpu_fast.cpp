@@ -112,6 +112,36 @@ TEST(CpuFast, ChunkSizesAtTheExtremes) {
   }
 }
 
+// One (b,h) and a wide E: the forward splits E into tiles across threads (when the machine has
+// more than one); the tiles must compose to the reference, with strided (sequence-first) storage.
+TEST(CpuFast, WideEmbeddingSingleHeadForward) {
+  REQUIRE_CPU_FAST();
+  ProblemSpec s{.B = 1, .H = 1, .Hv = 1, .T = 100, .L = 48, .E = 200};
+  s.dtype = s.state_dtype = DType::float32;
+  s.initial_rho = s.initial_rho_norm = true;
+  s.bthl_layout = true;
+  check_forward(s);
+  check_backward(s);
+}
+
+// The same with the final state written over the initial one (in place): every E tile must
+// still see the initial rho_norm.
+TEST(CpuFast, WideEmbeddingSingleHeadInPlace) {
+  REQUIRE_CPU_FAST();
+  ProblemSpec s{.B = 1, .H = 1, .Hv = 1, .T = 70, .L = 40, .E = 256};
+  s.dtype = s.state_dtype = DType::float32;
+  s.initial_rho = s.initial_rho_norm = true;
+  Problem separate(s), in_place(s);
+  forward(separate.forward_args(), fast());
+  ForwardArgs a = in_place.forward_args();
+  a.rho_out = *a.rho;
+  a.rho_norm_out = *a.rho_norm;
+  forward(a, fast());
+  EXPECT_EQ(in_place.context.values(), separate.context.values());
+  EXPECT_EQ(in_place.rho->values(), separate.rho_out.values());
+  EXPECT_EQ(in_place.rho_norm->values(), separate.rho_norm_out.values());
+}
+
 // Two calls with the state carried equal one call (SPEC.md's streaming identity).
 TEST(CpuFast, StreamingSplitEqualsOneCall) {
   REQUIRE_CPU_FAST();

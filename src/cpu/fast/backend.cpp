@@ -218,7 +218,7 @@ struct ForwardWorkspace {
 
 template <class T>
 void forward_item(const ForwardParams& f, int64_t b, int64_t h, int64_t e0, int64_t e1, int64_t C,
-                  ForwardWorkspace<T>& w) {
+                  ForwardWorkspace<T>& w, T* N_out /* [L], written by the first E tile */) {
   const Problem& p = f.p;
   const int64_t L = p.L, T_ = p.T, Et = e1 - e0;
   w.size(L, Et, C);
@@ -287,9 +287,7 @@ void forward_item(const ForwardParams& f, int64_t b, int64_t h, int64_t e0, int6
     store_row(R + l * Et, f.rho, p.state_dtype,
               b * f.rho_stride[0] + h * f.rho_stride[1] + l * f.rho_stride[2] + e0 * f.rho_stride[3],
               f.rho_stride[3], Et);
-  if (e0 == 0)
-    store_row(N, f.rho_norm, p.state_dtype, b * f.rho_norm_stride[0] + h * f.rho_norm_stride[1],
-              f.rho_norm_stride[2], L);
+  if (e0 == 0) std::memcpy(N_out, N, static_cast<size_t>(L) * sizeof(T));
 }
 
 template <class T>
@@ -300,15 +298,21 @@ void forward_all(const ForwardParams& f) {
   const int64_t tiles = forward_e_tiles(BH, p.E);
   const int64_t tile = (p.E + tiles - 1) / tiles;
   const int threads = resolve_threads(f.options.num_threads);
+  // Every E tile of a (b,h) reads the initial rho_norm, which may be the very memory the final
+  // one goes to (in-place update): the final N is written only after all tiles are done.
+  std::vector<T> N_final(static_cast<size_t>(BH * p.L));
   BlasSingleThreaded blas;
   parallel_for(BH * tiles, threads, [&](int64_t item, int) {
     const int64_t bh = item / tiles, k = item % tiles;
     const int64_t e0 = k * tile, e1 = std::min(p.E, e0 + tile);
     if (e0 >= e1) return;
     thread_local ForwardWorkspace<T> w;
-    forward_item<T>(f, bh / p.H, bh % p.H, e0, e1, C, w);
+    forward_item<T>(f, bh / p.H, bh % p.H, e0, e1, C, w, N_final.data() + bh * p.L);
     if (w.bytes() > kKeptWorkspaceBytes) w.release();
   });
+  for (int64_t bh = 0; bh < BH; ++bh)
+    store_row(N_final.data() + bh * p.L, f.rho_norm, p.state_dtype,
+              (bh / p.H) * f.rho_norm_stride[0] + (bh % p.H) * f.rho_norm_stride[1], f.rho_norm_stride[2], p.L);
 }
 
 // ---------------------------------------------------------------------------------------------
