@@ -13,8 +13,9 @@
 //             The cross-chunk term sum_c n·a^(n-1) ⊙ <A_c+1, R_c> (A and R live in different
 //             passes) is rewritten forward-mode: Z_c+1 = P[n] ⊙ Z_c + Pd[n] ⊙ R_c, contributing
 //             <W_c, Z_c> with W_c the chunk's A summary, plus <GR, Z_end> (README).
-// Nothing of size L×E is kept per token or per chunk: R, Z, A are one L×E buffer each per
-// worker; what is stored per token is N_t and gw_t ([T × L] per worker, the size of q).
+// Nothing of size L×E is kept per token or per chunk: R and Z are one L×E buffer each per
+// worker (A reuses R's). Per token only gw_t is kept, in grad_q's own memory (float32/float64;
+// a [T × L] buffer for 16-bit dtypes); N is kept at chunk starts and rescanned per chunk.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -320,25 +321,27 @@ void forward_all(const ForwardParams& f) {
 
 template <class T>
 struct BackwardWorkspace {
-  std::vector<T> P, Pd, a, RZ, N, Bv, Nst, gwst, sst, Q, Qp, Qs, Qu, V, G, P23, P1, M, S, dq, dv, rows, rows2;
+  std::vector<T> P, Pd, a, RZ, N, Bv, Nck, Nc, gwc, gwst, sst, Q, Qp, Qs, Qu, V, G, P23, P1, M, S, dq, dv, rows, rows2;
   std::vector<double> scratch;
   void release() { *this = BackwardWorkspace(); }
   size_t bytes() const {
     size_t n = 0;
-    for (auto* v : {&P, &Pd, &a, &RZ, &N, &Bv, &Nst, &gwst, &sst, &Q, &Qp, &Qs, &Qu, &V, &G, &P23, &P1, &M, &S, &dq, &dv, &rows, &rows2})
+    for (auto* v : {&P, &Pd, &a, &RZ, &N, &Bv, &Nck, &Nc, &gwc, &gwst, &sst, &Q, &Qp, &Qs, &Qu, &V, &G, &P23, &P1, &M, &S, &dq, &dv, &rows, &rows2})
       n += v->capacity() * sizeof(T);
     return n;
   }
-  void size(int64_t T_, int64_t L, int64_t E, int64_t C) {
+  void size(int64_t T_, int64_t L, int64_t E, int64_t C, bool gw_in_grad_q) {
     P.resize((C + 1) * L);
     Pd.resize((C + 1) * L);
     a.resize(L);
     RZ.resize(2 * L * E);
     N.resize(L);
     Bv.resize(L);
-    Nst.resize(T_ * L);
-    gwst.resize(T_ * L);
-    sst.resize(T_);
+    Nck.resize(((T_ + C - 1) / C) * L);
+    Nc.resize(C * L);
+    gwc.resize(C * L);
+    if (!gw_in_grad_q) gwst.resize(T_ * L);
+    sst.resize(C);
     Q.resize(C * L);
     Qp.resize(C * L);
     Qs.resize(C * L);
@@ -361,7 +364,11 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
                    T* dv_out /* [T × E] when Hv == 1, else null */, double* da /* [L] */) {
   const Problem& p = g.p;
   const int64_t L = p.L, E = p.E, T_ = p.T;
-  w.size(T_, L, E, C);
+  // gw_t is needed in reverse order; it is parked in grad_q's own memory when grad_q holds T's
+  // values exactly (float32 / float64), else in a [T × L] buffer.
+  const bool gw_in_grad_q = (p.dtype == DType::float32 && sizeof(T) == 4) || (p.dtype == DType::float64 && sizeof(T) == 8);
+  w.size(T_, L, E, C, gw_in_grad_q);
+  auto gw_offset = [&](int64_t t) { return b * g.grad_q_stride[0] + h * g.grad_q_stride[1] + t * g.grad_q_stride[2]; };
   decay_tables(g.decay, p.decay_dtype, g.decay_stride, h, L, C, w.P.data(), w.Pd.data(), w.a.data(), w.scratch);
   const T* P = w.P.data();
   const T* Pd = w.Pd.data();
@@ -399,11 +406,12 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
     gemm(false, true, n, n, E, T(1), w.G.data(), E, w.V.data(), E, T(0), w.M.data(), n);
   };
 
-  // Pass 1, forward in time: N_t and s_t stored, chunk-start states recomputed, gw_t stored.
+  // Pass 1, forward in time: N at chunk starts stored, chunk-start states recomputed, gw_t stored.
   for (int64_t t0 = 0; t0 < T_; t0 += C) {
     const int64_t n = std::min(C, T_ - t0);
     pack_chunk(t0, n);
-    normaliser_scan(n, L, w.Q.data(), a, N, w.Qp.data(), w.sst.data() + t0, w.Nst.data() + t0 * L);
+    std::memcpy(w.Nck.data() + (t0 / C) * L, N, static_cast<size_t>(L) * sizeof(T));
+    normaliser_scan(n, L, w.Q.data(), a, N, w.Qp.data(), w.sst.data(), w.Nc.data());
     // Per latent tile (kept in L2): P23[i] = [R_c G_i ; Z_c G_i], then
     // Z = a^n ⊙ Z + n·a^(n-1) ⊙ R_c and R = a^n ⊙ R + sum_j (q_j ⊙ a^(n-1-j)) ⊗ v_j.
     for (int64_t j = 0; j < n; ++j) {
@@ -430,7 +438,7 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
       }
       gemm(true, false, rows, E, n, T(1), w.Qu.data() + l0, L, w.V.data(), E, T(1), R + l0 * E, E);
     }
-    T* gw = w.gwst.data() + t0 * L;
+    T* gw = w.gwc.data();
     chunk_mix_earlier(n, L, w.Q.data(), w.M.data(), P, gw, w.Qs.data(), w.P1.data());
     for (int64_t i = 0; i < n; ++i) {
       const T* rg = w.P23.data() + i * 2 * L;
@@ -438,13 +446,15 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
       const T* pi = P + i * L;
       const T* pdi = Pd + i * L;
       const T* qp = w.Qp.data() + i * L;
-      const T* nt = w.Nst.data() + (t0 + i) * L;
+      const T* nt = w.Nc.data() + i * L;
       T* gwi = gw + i * L;
       for (int64_t l = 0; l < L; ++l) {
         gwi[l] = (pi[l] * rg[l] + gwi[l]) / (nt[l] + static_cast<T>(kEps));
         // decay gradient: sum_u u·a^(u-1) q'_u (R_c G_u)  +  <W_c, Z_c> = sum_u a^u q'_u (Z_c G_u)
         da[l] += static_cast<double>(qp[l] * (pdi[l] * rg[l] + pi[l] * zg[l]));
       }
+      if (gw_in_grad_q) store_row(gwi, g.grad_q, p.dtype, gw_offset(t0 + i), g.grad_q_stride[3], L);
+      else std::memcpy(w.gwst.data() + (t0 + i) * L, gwi, static_cast<size_t>(L) * sizeof(T));
     }
   }
 
@@ -476,12 +486,13 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
   for (int64_t c = nchunks - 1; c >= 0; --c) {
     const int64_t t0 = c * C, n = std::min(C, T_ - t0);
     pack_chunk(t0, n);
+    // N_t, s_t, q'_t of the chunk again from its stored start N (the same arithmetic as pass 1)
+    std::memcpy(N, w.Nck.data() + c * L, static_cast<size_t>(L) * sizeof(T));
+    normaliser_scan(n, L, w.Q.data(), a, N, w.Qp.data(), w.sst.data(), w.Nc.data());
     for (int64_t i = 0; i < n; ++i) {
-      const T* q = w.Q.data() + i * L;
-      const T* nt = w.Nst.data() + (t0 + i) * L;
-      const T inv_s = T(1) / w.sst[t0 + i];
-      T* qp = w.Qp.data() + i * L;
-      for (int64_t l = 0; l < L; ++l) qp[l] = q[l] * inv_s / (nt[l] + static_cast<T>(kEps));
+      T* gwi = w.gwc.data() + i * L;
+      if (gw_in_grad_q) load_row(gwi, g.grad_q, p.dtype, gw_offset(t0 + i), g.grad_q_stride[3], L);
+      else std::memcpy(gwi, w.gwst.data() + (t0 + i) * L, static_cast<size_t>(L) * sizeof(T));
     }
     chunk_scores(n, L, w.Qp.data(), w.Q.data(), P, w.S.data(), w.rows.data(), w.Qs.data());
     // Per latent tile of A (kept in L2): P1[i] = A_end v_i;
@@ -515,12 +526,12 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
     for (int64_t i = n - 1; i >= 0; --i) {
       const T* q = w.Q.data() + i * L;
       const T* qp = w.Qp.data() + i * L;
-      const T* gw = w.gwst.data() + (t0 + i) * L;
-      const T* nt = w.Nst.data() + (t0 + i) * L;
+      const T* gw = w.gwc.data() + i * L;
+      const T* nt = w.Nc.data() + i * L;
       const T* p1 = w.P1.data() + i * L;
       const T* pe = P + (n - 1 - i) * L;
       const T* pde = Pd + (n - 1 - i) * L;
-      const T s = w.sst[t0 + i], inv_s = T(1) / s;
+      const T s = w.sst[i], inv_s = T(1) / s;
       double dot = 0;
       for (int64_t l = 0; l < L; ++l) dot += static_cast<double>(gw[l]) * static_cast<double>(q[l] * inv_s);
       const T gw_dot_w = static_cast<T>(dot);
