@@ -4,10 +4,24 @@
 // of each runs in the default set.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
+#include "core/validate.h"
 #include "support/problem.h"
+
+// Counts every operator new in this process (the library's too), for the step allocation test.
+static std::atomic<long> g_allocations{0};
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace rhoscan::testing {
 namespace {
@@ -233,6 +247,32 @@ TEST(CpuFast, StepThreadCountDoesNotChangeResults) {
   expect_identical(a.context, b.context, "context");
   expect_identical(*a.rho, *b.rho, "rho");
   expect_identical(*a.rho_norm, *b.rho_norm, "rho_norm");
+}
+
+// The backend's step on a warm state allocates nothing (its buffers are thread-local and only
+// grow). Measured below the public entry point: validation (src/core) builds strings.
+TEST(CpuFast, StepAllocatesNothingPerCall) {
+  REQUIRE_CPU_FAST();
+  for (int threads : {1, 0}) {
+    ProblemSpec s{.B = 4, .H = 4, .Hv = 1, .T = 1, .L = 1024, .E = 64};
+    s.dtype = s.state_dtype = DType::float32;
+    s.initial_rho = s.initial_rho_norm = true;
+    Problem p(s);
+    ForwardArgs f = p.forward_args();
+    auto squeeze = [](TensorView x) {
+      x.rank = 3;
+      x.shape[2] = x.shape[3];
+      x.strides[2] = x.strides[3];
+      return x;
+    };
+    const StepArgs a{squeeze(f.q), squeeze(f.v), f.decay, *f.rho, *f.rho_norm, squeeze(f.context)};
+    const detail::ValidatedStep v = detail::validate_step(a, fast(threads));
+    ASSERT_EQ(v.backend->id(), Backend::cpu);
+    for (int k = 0; k < 3; ++k) v.backend->step(v.params);  // warm: thread pool, thread-local buffers
+    const long before = g_allocations.load();
+    for (int k = 0; k < 10; ++k) v.backend->step(v.params);
+    EXPECT_EQ(g_allocations.load() - before, 0) << "threads " << threads;
+  }
 }
 
 #else
