@@ -156,6 +156,18 @@ TEST(CpuFast, WideEmbeddingSingleHeadInPlace) {
   EXPECT_EQ(in_place.rho_norm->values(), separate.rho_norm_out.values());
 }
 
+// Empty batch (B = 0): nothing to compute, but the decay gradient is still written (zeros).
+TEST(CpuFast, EmptyBatch) {
+  REQUIRE_CPU_FAST();
+  ProblemSpec s{.B = 0, .H = 2, .Hv = 1, .T = 5, .L = 8, .E = 4};
+  s.dtype = s.state_dtype = DType::float32;
+  check_forward(s);
+  Problem p(s);
+  p.grad_decay.fill(7.0);
+  backward(p.backward_args(), fast());
+  for (double x : p.grad_decay.values()) EXPECT_EQ(x, 0.0);
+}
+
 // Two calls with the state carried equal one call (SPEC.md's streaming identity).
 TEST(CpuFast, StreamingSplitEqualsOneCall) {
   REQUIRE_CPU_FAST();

@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -44,7 +46,7 @@ int64_t chunk_of(const Options& o) { return o.chunk_size > 0 ? o.chunk_size : kD
 // count); it depends only on the problem and the machine.
 int64_t forward_e_tiles(int64_t BH, int64_t E) {
   const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  if (BH >= hw) return 1;
+  if (BH == 0 || BH >= hw) return 1;
   const int64_t want = (hw + BH - 1) / BH;
   return std::max<int64_t>(1, std::min<int64_t>(want, E / 64));
 }
@@ -675,16 +677,36 @@ class CpuFastBackend final : public BackendImpl {
   Device device() const override { return Device::cpu; }
 
   void forward(const ForwardParams& f) const override {
-    if (f.p.dtype == DType::float64) forward_all<double>(f);
-    else forward_all<float>(f);
+    guarded("forward", f.p, [&] {
+      if (f.p.dtype == DType::float64) forward_all<double>(f);
+      else forward_all<float>(f);
+    });
   }
   void backward(const BackwardParams& g) const override {
-    if (g.p.dtype == DType::float64) backward_all<double>(g);
-    else backward_all<float>(g);
+    guarded("backward", g.p, [&] {
+      if (g.p.dtype == DType::float64) backward_all<double>(g);
+      else backward_all<float>(g);
+    });
   }
   void step(const StepParams& s) const override {
-    if (s.p.state_dtype == DType::float64) step_all<double>(s);
-    else step_all<float>(s);
+    guarded("step", s.p, [&] {
+      if (s.p.state_dtype == DType::float64) step_all<double>(s);
+      else step_all<float>(s);
+    });
+  }
+
+ private:
+  // Workspace that cannot be allocated is the caller's out_of_memory, not a std::bad_alloc.
+  template <class F>
+  static void guarded(const char* op, const Problem& p, F&& body) {
+    try {
+      body();
+    } catch (const std::bad_alloc&) {
+      throw Error(ErrorKind::out_of_memory,
+                  std::string("rhoscan.") + op + " (cpu backend): cannot allocate the workspace for B=" +
+                      std::to_string(p.B) + " H=" + std::to_string(p.H) + " T=" + std::to_string(p.T) +
+                      " L=" + std::to_string(p.L) + " E=" + std::to_string(p.E));
+    }
   }
 };
 
