@@ -1,6 +1,7 @@
 // libFuzzer target: arbitrary bytes through the safetensors reader, the CLI's input assembly
 // (names, ranks, dtype promotion, layout metadata) and, when q, v and decay parse and the sizes
-// are small, the validated forward and backward of the reference backend.
+// are small, the validated forward and backward of every host backend (the float64 reference,
+// and the fast CPU backend when it is built).
 //
 // Build: CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DRHOSCAN_FUZZ=ON && ninja -C build-fuzz fuzz_safetensors
 // Run:   build-fuzz/fuzz/fuzz_safetensors -max_total_time=60 CORPUS_DIR tests/data
@@ -59,19 +60,27 @@ Outcome check_input(const uint8_t* data, size_t size) {
     return Outcome::rejected_inputs;
   }
   if (!small(in)) return Outcome::too_large;
-  cli::Placement reference;
-  reference.backend = Backend::reference;
-  Options options;
-  options.check_finite = (size & 1) != 0;
-  try {
-    cli::OperatorOutputs out = cli::run_operator(in, reference, options);
-    if (out.tensors.size() != (in.has_gradients() ? 8u : 3u)) __builtin_trap();
-  } catch (const Error& e) {
-    require_one_line(e);
-    if (e.kind() == ErrorKind::internal) __builtin_trap();
-    return Outcome::rejected_by_validation;
+  // Every host backend of this build (the reference; the fast CPU backend when compiled in):
+  // each must run or refuse with an error, never crash.
+  Outcome outcome = Outcome::ran;
+  for (Backend backend : available_backends()) {
+    if (backend != Backend::reference && backend != Backend::cpu) continue;
+    cli::Placement placement;
+    placement.backend = backend;
+    Options options;
+    options.check_finite = (size & 1) != 0;
+    options.num_threads = 1;
+    options.chunk_size = size % 7 == 0 ? 0 : static_cast<int64_t>(size % 7);  // small chunks: many chunk boundaries
+    try {
+      cli::OperatorOutputs out = cli::run_operator(in, placement, options);
+      if (out.tensors.size() != (in.has_gradients() ? 8u : 3u)) __builtin_trap();
+    } catch (const Error& e) {
+      require_one_line(e);
+      if (e.kind() == ErrorKind::internal) __builtin_trap();
+      outcome = Outcome::rejected_by_validation;
+    }
   }
-  return Outcome::ran;
+  return outcome;
 }
 
 }  // namespace rhoscan::fuzz

@@ -268,6 +268,20 @@ TEST_F(CliTest, VerifyPassesOnGoodFiles) {
   EXPECT_EQ(r.out.find("grad_q"), std::string::npos) << "no gradients without grad_context";
 }
 
+TEST_F(CliTest, VerifyFailsWhenAnOutputIsOutsideItsTolerance) {
+  // An initial state with rho = 1 and rho_norm = 0 reads 1 / eps = 1e6 into the context, which
+  // float16 cannot hold (max 65504): the float16 context is Inf, the reference's is 1e6.
+  HostTensor q = host(DType::float16, {1, 1, 1, 1}, {1}), v = host(DType::float16, {1, 1, 1, 1}, {1});
+  HostTensor a = host(DType::float32, {1, 1}, {1}), rho = host(DType::float32, {1, 1, 1, 1}, {1});
+  HostTensor rho_norm = host(DType::float32, {1, 1, 1}, {0});
+  io::write_safetensors(path("overflow.safetensors"), {{"q", q.view()}, {"v", v.view()}, {"decay", a.view()},
+                                                       {"rho", rho.view()}, {"rho_norm", rho_norm.view()}});
+  CliResult r = cli("verify overflow.safetensors --backend reference");
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("FAIL"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FAILED"), std::string::npos) << r.out;
+}
+
 TEST_F(CliTest, ExampleIsDeterministicAndBdhLike) {
   ok("example a.safetensors --seed 7 --T 20 --L 64 --E 4");
   ok("example b.safetensors --seed 7 --T 20 --L 64 --E 4");
