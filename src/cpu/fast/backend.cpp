@@ -609,27 +609,29 @@ void backward_all(const BackwardParams& g) {
 // ---------------------------------------------------------------------------------------------
 // Step: one token, in place, one pass over the state: read row l, then update it.
 
-template <class S>
-struct StepBuffers {
-  std::vector<S> q, v, c, a;
-};
+// v and the context accumulator live on the stack up to this E (SPEC.md's E is 64…1024), so a
+// step allocates nothing, on whichever pool thread its items land; wider E uses thread-local
+// buffers that grow once per thread.
+constexpr int64_t kStepStackE = 2048;
 
 template <class S>
-void step_item(const StepParams& sp, int64_t b, int64_t h, StepBuffers<S>& buf) {
+void step_item(const StepParams& sp, int64_t b, int64_t h) {
   const Problem& p = sp.p;
   const int64_t L = p.L, E = p.E;
-  // thread-local buffers grow on first use only: no allocation per call afterwards
-  if (static_cast<int64_t>(buf.q.size()) < L) buf.q.resize(L), buf.a.resize(L);
-  if (static_cast<int64_t>(buf.v.size()) < E) buf.v.resize(E), buf.c.resize(E);
-  S* q = buf.q.data();
-  S* v = buf.v.data();
-  S* c = buf.c.data();
-  S* a = buf.a.data();
-  load_row(q, sp.q, p.dtype, b * sp.q_stride[0] + h * sp.q_stride[1], sp.q_stride[2], L);
+  S v_stack[kStepStackE], c_stack[kStepStackE];
+  thread_local std::vector<S> v_heap, c_heap;
+  S* v = v_stack;
+  S* c = c_stack;
+  if (E > kStepStackE) {
+    if (static_cast<int64_t>(v_heap.size()) < E) v_heap.resize(E), c_heap.resize(E);
+    v = v_heap.data();
+    c = c_heap.data();
+  }
   load_row(v, sp.v, p.dtype, b * sp.v_stride[0] + h * sp.v_stride[1], sp.v_stride[2], E);
-  load_row(a, sp.decay, p.decay_dtype, h * sp.decay_stride[0], sp.decay_stride[1], L);
+  const int64_t q0 = b * sp.q_stride[0] + h * sp.q_stride[1], ql_stride = sp.q_stride[2];
+  const int64_t a0 = h * sp.decay_stride[0], al_stride = sp.decay_stride[1];
   double s = kEps;
-  for (int64_t l = 0; l < L; ++l) s += q[l];
+  for (int64_t l = 0; l < L; ++l) s += load_as_double(sp.q, p.dtype, q0 + l * ql_stride);
   const S inv_s = static_cast<S>(1.0 / s);
   std::fill(c, c + E, S(0));
   S* R = static_cast<S*>(sp.rho) + b * sp.rho_stride[0] + h * sp.rho_stride[1];
@@ -637,9 +639,10 @@ void step_item(const StepParams& sp, int64_t b, int64_t h, StepBuffers<S>& buf) 
   const int64_t rl = sp.rho_stride[2], re = sp.rho_stride[3], nl = sp.rho_norm_stride[2];
   for (int64_t l = 0; l < L; ++l) {
     S* r = R + l * rl;
+    const S ql = static_cast<S>(load_as_double(sp.q, p.dtype, q0 + l * ql_stride));
+    const S al = static_cast<S>(load_as_double(sp.decay, p.decay_dtype, a0 + l * al_stride));
     const S n_old = N[l * nl];
-    const S coef = q[l] * inv_s / (n_old + static_cast<S>(kEps));
-    const S al = a[l], ql = q[l];
+    const S coef = ql * inv_s / (n_old + static_cast<S>(kEps));
     if (re == 1) {
       for (int64_t e = 0; e < E; ++e) {
         c[e] += coef * r[e];
@@ -664,8 +667,7 @@ void step_all(const StepParams& sp) {
   const int use = p.B * p.H * p.L * p.E < (int64_t(1) << 16) ? 1 : threads;
   // A capture of one pointer fits std::function's local storage: no allocation per call.
   parallel_for(p.B * p.H, use, [params = &sp](int64_t bh, int) {
-    thread_local StepBuffers<S> buf;
-    step_item<S>(*params, bh / params->p.H, bh % params->p.H, buf);
+    step_item<S>(*params, bh / params->p.H, bh % params->p.H);
   });
 }
 
