@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# One device call: build, CUDA tests, compute-sanitizer, benchmarks. Logs and JSON go to $OUT.
+# usage (on the GPU machine, in the source root): scripts/cuda_device_run.sh [stages...]
+#   stages: build test sanitize bench (default: all)
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+B=/tmp/b
+stages=${*:-build test sanitize bench}
+commit=${RHOSCAN_COMMIT:-unknown}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+for s in $stages; do
+  case $s in
+    build)
+      { time (cmake -S . -B $B -G Ninja -DRHOSCAN_VULKAN=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
+          -DCMAKE_CUDA_FLAGS="-Xptxas -v" > $OUT/configure.log 2>&1 && cmake --build $B -j16 > $OUT/build.log 2>&1); } 2>&1 | tail -3
+      grep -E "error|spill|Used [0-9]+ registers" $OUT/build.log | grep -E "error|[1-9][0-9]* bytes spill" | head -20
+      [ -x $B/tests/test_cuda ] || { echo "BUILD FAILED"; tail -30 $OUT/build.log; exit 1; } ;;
+    test)
+      (cd $B && timeout 300 ctest -j8 --output-on-failure -E "Reference" > $OUT/ctest.log 2>&1); echo "ctest rc=$?"
+      grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" $OUT/ctest.log | head -40 ;;
+    sanitize)
+      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_cuda \
+        --gtest_filter='Cuda.BackwardIsBitwiseDeterministic:Cuda.TailChunkAndHvEqualsH:Cuda.SequenceFirstLayout:Cuda.StepMatchesForward' \
+        > $OUT/memcheck.log 2>&1; echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck.log | head -5
+      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_backends --gtest_filter='*cuda*bfloat16*' \
+        > $OUT/memcheck_harness.log 2>&1; echo "memcheck harness rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck_harness.log | head -5
+      timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/test_cuda \
+        --gtest_filter='Cuda.TailChunkAndHvEqualsH:Cuda.StepMatchesForward' > $OUT/racecheck.log 2>&1
+      echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log | head -5 ;;
+    bench)
+      timeout 240 $B/tools/rhoscan bench-cuda --backward --reps 5 --json $OUT/bench.jsonl --commit "$commit" 2>&1 | tee $OUT/bench.log ;;
+  esac
+done
