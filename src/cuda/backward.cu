@@ -1,4 +1,5 @@
-// The CUDA backward (plain FFMA version 1). Per batch of whole batch rows:
+// The CUDA backward (plain FFMA version 1).
+// Per batch of (b, h) pairs (bounded by options.max_workspace_bytes):
 //   1. the forward's scan, scores P (and M[i][j] = G_i·v_j), chunk-start states H_c, and the
 //      context c_t in float32, from which gc_t = G_t·c_t (= sum_l gw_t[l] w_t[l]);
 //   2. chunk-end states of the reverse recurrence A (chunk_states<reverse>), dR_0 = A_0;
@@ -224,30 +225,38 @@ __global__ void dq_final_kernel(Dims d, const float* a32, const float* dqp, cons
   }
 }
 
-// grad_v[b, hv, t, e] = sum over the heads that read v[b, hv] (all H when Hv = 1), in order.
-template <typename T>
-__global__ void dv_reduce_kernel(Dims d, int64_t Hv, const float* dvp, Str4 gv) {
-  const int64_t nb = d.nbh / d.H, n = nb * Hv * d.T * d.E;
+// dv_acc[b, hv, t, e] += the partials of this batch's (b, h) pairs that read v[b, hv] (every h
+// when Hv = 1), in increasing h: the same order of additions whatever the batching.
+__global__ void dv_accumulate_kernel(Dims d, int64_t Hv, const float* dvp, float* dv_acc) {
+  const int64_t b_first = d.bh0 / d.H, b_last = (d.bh0 + d.nbh - 1) / d.H;
+  const int64_t n = (b_last - b_first + 1) * Hv * d.T * d.E;
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = x % d.E, t = (x / d.E) % d.T, hv = (x / (d.E * d.T)) % Hv, bb = x / (d.E * d.T * Hv);
-    float acc = 0.0f;
-    if (Hv == 1) {
-      for (int64_t h = 0; h < d.H; ++h) acc += dvp[((bb * d.H + h) * d.T + t) * d.E + e];
-    } else {
-      acc = dvp[((bb * d.H + hv) * d.T + t) * d.E + e];
+    const int64_t e = x % d.E, t = (x / d.E) % d.T, hv = (x / (d.E * d.T)) % Hv, b = b_first + x / (d.E * d.T * Hv);
+    const int64_t o = ((b * Hv + hv) * d.T + t) * d.E + e;
+    float acc = dv_acc[o];
+    for (int64_t h = (Hv == 1 ? 0 : hv); h < (Hv == 1 ? d.H : hv + 1); ++h) {
+      const int64_t bh = b * d.H + h - d.bh0;
+      if (bh >= 0 && bh < d.nbh) acc += dvp[(bh * d.T + t) * d.E + e];
     }
-    store<T>(const_cast<void*>(gv.p), gv.at(d.bh0 / d.H + bb, hv, t, e), acc);
+    dv_acc[o] = acc;
   }
 }
 
-// da_acc[h][l] += sum over this batch's rows b (in order) of sum_c dap + daB.
+template <typename T>
+__global__ void dv_store_kernel(int64_t B, int64_t Hv, int64_t nT, int64_t E, const float* dv_acc, Str4 gv) {
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < B * Hv * nT * E; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = x % E, t = (x / E) % nT, hv = (x / (E * nT)) % Hv, b = x / (E * nT * Hv);
+    store<T>(const_cast<void*>(gv.p), gv.at(b, hv, t, e), dv_acc[x]);
+  }
+}
+
+// da_acc[h][l] += this batch's pairs of head h, in increasing b: sum_c dap + daB.
 __global__ void da_accumulate_kernel(Dims d, const float* dap, const float* daB, double* da_acc) {
-  const int64_t nb = d.nbh / d.H;
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < d.H * d.L; x += int64_t(gridDim.x) * blockDim.x) {
     const int64_t h = x / d.L, l = x % d.L;
     double acc = da_acc[x];
-    for (int64_t bb = 0; bb < nb; ++bb) {
-      const int64_t bh = bb * d.H + h;
+    for (int64_t bh = 0; bh < d.nbh; ++bh) {
+      if (d.h_of(bh) != h) continue;
       double row = daB[bh * d.L + l];
       for (int64_t c = 0; c < d.nC; ++c) row += dap[(bh * d.nC + c) * d.L + l];
       acc += row;
@@ -273,28 +282,31 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   d.C = g.options.chunk_size > 0 ? std::min<int64_t>(g.options.chunk_size, kMaxChunk) : kDefaultChunk;
   d.nC = (p.T + d.C - 1) / d.C;
   const int64_t nT = p.T, L = p.L, E = p.E, nC = d.nC, C = d.C;
-  const int64_t shared = Workspace::floats(p.H * L) + Workspace::doubles(p.H * L);
-  // Per batch row (all H heads): what the forward recomputes, both chunk-state sets, and the
+  const int64_t shared = Workspace::floats(p.H * L) + Workspace::doubles(p.H * L) +
+                         Workspace::floats(p.B * p.Hv * nT * E);
+  // Per (b, h) pair: what the forward recomputes, both chunk-state sets, and the
   // backward's per-token float32 partials (dq, dv) and per-chunk vectors.
   const int64_t per_bh = Workspace::floats(nT) * 2 + Workspace::floats(nT * L) * 2 + Workspace::floats((nC + 1) * L) +
                          Workspace::floats(nC * C * C) * 2 + Workspace::floats(nC * L * E) * 2 +
                          Workspace::floats(nT * E) * 2 + Workspace::floats(nC * L) * 4 + Workspace::floats(L);
-  const int64_t per_b = per_bh * p.H;
   const int64_t cap = workspace_cap(g.options.max_workspace_bytes);
-  if (shared + per_b > cap)
+  if (shared + per_bh > cap)
     throw Error(ErrorKind::out_of_memory,
-                "rhoscan.backward (cuda): one batch row needs " + std::to_string(shared + per_b) +
-                    " bytes of workspace (H=" + std::to_string(p.H) + ", T=" + std::to_string(nT) +
+                "rhoscan.backward (cuda): one (batch, head) pair needs " + std::to_string(shared + per_bh) +
+                    " bytes of workspace (B=" + std::to_string(p.B) + ", T=" + std::to_string(nT) +
                     ", L=" + std::to_string(L) + ", E=" + std::to_string(E) + "), over the cap of " +
                     std::to_string(cap) + " bytes: raise options.max_workspace_bytes");
-  const int64_t rows_per_batch = std::min<int64_t>(p.B, std::max<int64_t>(1, (cap - shared) / per_b));
-  Workspace ws(shared + rows_per_batch * per_b, stream);
+  const int64_t BH = p.B * p.H;
+  const int64_t per_batch = std::min<int64_t>(BH, std::max<int64_t>(1, (cap - shared) / per_bh));
+  Workspace ws(shared + per_batch * per_bh, stream);
   float* a32 = ws.take_floats(p.H * L);
   double* da_acc = ws.take_doubles(p.H * L);
+  float* dv_acc = ws.take_floats(p.B * p.Hv * nT * E);
   decay_to_f32_kernel<<<grid_for(p.H * L, 256), 256, 0, stream>>>(a32, g.decay, g.decay_stride[0], g.decay_stride[1],
                                                                  p.H, L, p.decay_dtype == DType::float64);
   RHOSCAN_CUDA_LAUNCHED("decay_to_f32_kernel");
   RHOSCAN_CUDA_CHECK(cudaMemsetAsync(da_acc, 0, sizeof(double) * p.H * L, stream));
+  RHOSCAN_CUDA_CHECK(cudaMemsetAsync(dv_acc, 0, sizeof(float) * p.B * p.Hv * nT * E, stream));
 
   const Str4 q = str4(g.q, g.q_stride), v = str4(g.v, g.v_stride), gctx = str4(g.grad_context, g.grad_context_stride);
   const Str4 rho0 = str4(g.rho0, g.rho0_stride), gr = str4(g.grad_rho_out, g.grad_rho_out_stride);
@@ -303,12 +315,13 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const Str4 dr0 = str4(g.grad_rho0, g.grad_rho0_stride);
   const Str3 dn0 = str3(g.grad_rho_norm0, g.grad_rho_norm0_stride);
   const int64_t net = (E + 63) / 64;
-  for (int64_t b0 = 0; b0 < p.B; b0 += rows_per_batch) {
+  for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
     ws.reset();
     ws.take_floats(p.H * L);
     ws.take_doubles(p.H * L);
-    d.bh0 = b0 * p.H;
-    d.nbh = std::min(rows_per_batch, p.B - b0) * p.H;
+    ws.take_floats(p.B * p.Hv * nT * E);
+    d.bh0 = bh0;
+    d.nbh = std::min(per_batch, BH - bh0);
     const int64_t n = d.nbh;
     float* s = ws.take_floats(n * nT);
     float* gc = ws.take_floats(n * nT);
@@ -355,11 +368,14 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     RHOSCAN_CUDA_LAUNCHED("bscan_kernel");
     dq_final_kernel<T><<<grid_for(n * nT * L, 256), 256, 0, stream>>>(d, a32, dqp, Bend, dq);
     RHOSCAN_CUDA_LAUNCHED("dq_final_kernel");
-    dv_reduce_kernel<T><<<grid_for((n / p.H) * p.Hv * nT * E, 256), 256, 0, stream>>>(d, p.Hv, dvp, dv);
-    RHOSCAN_CUDA_LAUNCHED("dv_reduce_kernel");
+    dv_accumulate_kernel<<<grid_for(((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT * E, 256), 256, 0, stream>>>(
+        d, p.Hv, dvp, dv_acc);
+    RHOSCAN_CUDA_LAUNCHED("dv_accumulate_kernel");
     da_accumulate_kernel<<<grid_for(p.H * L, 256), 256, 0, stream>>>(d, dap, daB, da_acc);
     RHOSCAN_CUDA_LAUNCHED("da_accumulate_kernel");
   }
+  dv_store_kernel<T><<<grid_for(p.B * p.Hv * nT * E, 256), 256, 0, stream>>>(p.B, p.Hv, nT, E, dv_acc, dv);
+  RHOSCAN_CUDA_LAUNCHED("dv_store_kernel");
   da_store_kernel<<<grid_for(p.H * L, 256), 256, 0, stream>>>(p.H, L, da_acc, g.grad_decay, g.grad_decay_stride[0],
                                                              g.grad_decay_stride[1], p.decay_dtype == DType::float64);
   RHOSCAN_CUDA_LAUNCHED("da_store_kernel");
