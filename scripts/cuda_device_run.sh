@@ -12,7 +12,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 for s in $stages; do
   case $s in
     build)
-      { time (cmake -S . -B $B -G Ninja -DRHOSCAN_VULKAN=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
+      # The GPU image may lack googletest: build the copy carried in gtest-src/ when present.
+      if [ -d gtest-src ]; then
+        (cmake -S gtest-src -B /tmp/gtb -G Ninja -DCMAKE_INSTALL_PREFIX=/tmp/gtinst -DCMAKE_BUILD_TYPE=Release \
+          > $OUT/gtest.log 2>&1 && cmake --build /tmp/gtb -j16 --target install >> $OUT/gtest.log 2>&1) || echo "gtest build failed"
+      fi
+      { time (cmake -S . -B $B -G Ninja -DRHOSCAN_VULKAN=OFF -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=/tmp/gtinst \
           -DCMAKE_CUDA_FLAGS="-Xptxas -v" > $OUT/configure.log 2>&1 && cmake --build $B -j16 > $OUT/build.log 2>&1); } 2>&1 | tail -3
       grep -E "error|spill|Used [0-9]+ registers" $OUT/build.log | grep -E "error|[1-9][0-9]* bytes spill" | head -20
       [ -x $B/tests/test_cuda ] || { echo "BUILD FAILED"; tail -30 $OUT/build.log; exit 1; } ;;
