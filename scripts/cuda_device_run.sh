@@ -35,5 +35,13 @@ for s in $stages; do
       echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log | head -5 ;;
     bench)
       timeout 240 $B/tools/rhoscan bench-cuda --backward --reps 5 --json $OUT/bench.jsonl --commit "$commit" 2>&1 | tee $OUT/bench.log ;;
+    profile)
+      # Per-kernel durations (no replay of the clocks: --clock-control none) for one forward+backward
+      # of each benchmark case.
+      for c in bdh-8k bdh-base long; do
+        timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+          $B/tools/rhoscan bench-cuda --case $c --backward --reps 1 > $OUT/ncu-$c.csv 2>&1
+        echo "profile $c rc=$?"
+      done ;;
   esac
 done
