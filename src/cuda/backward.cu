@@ -54,18 +54,33 @@ __global__ void gc_kernel(Dims d, Str4 g, const float* cf, float* gc) {
 // One block per (bh, chunk, 16 latents); 256 threads = 16 latents × 16 token groups, each
 // thread owns tokens i = ig + 16 r (r < 4) of latent l.
 constexpr int kLocalThreads = 256;
+constexpr int kLocalLT = 16, kLocalET = 32;
+struct LocalSmem {
+  float qs[64][kLocalLT], qps[64][kLocalLT], ns[64][kLocalLT], dn[64][kLocalLT];
+  float ms[64][64];
+  // E tiles, rows padded by 4 floats: 16-byte reads stay aligned and spread over the banks
+  __align__(16) float hs[kLocalLT][kLocalET + 4];
+  __align__(16) float dhs[kLocalLT][kLocalET + 4];
+  __align__(16) float gs[64][kLocalET + 4];
+  __align__(16) float vs[64][kLocalET + 4];
+  float red[3][16][kLocalLT];
+  float hdh[kLocalLT];
+};
+
 template <typename T>
 __global__ void __launch_bounds__(kLocalThreads) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* gc, float* dqp, float* dap, float* Bsum,
     float* Zs) {
-  constexpr int LT = 16, ET = 16, RPT = 4;
-  __shared__ float qs[64][LT], qps[64][LT], ns[64][LT], dn[64][LT];
-  __shared__ float ms[64][64];
-  __shared__ float hs[LT][ET + 1], dhs[LT][ET + 1];
-  __shared__ float gs[64][ET + 1], vs[64][ET + 1];
-  __shared__ float red[3][16][LT];
-  __shared__ float hdh[16][LT];
+  constexpr int LT = kLocalLT, ET = kLocalET, RPT = 4;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  LocalSmem& S = *reinterpret_cast<LocalSmem*>(smem_raw);
+  auto& qs = S.qs;
+  auto& qps = S.qps;
+  auto& ns = S.ns;
+  auto& dn = S.dn;
+  auto& ms = S.ms;
+  auto& red = S.red;
   const int C = static_cast<int>(d.C);
   const int ll = threadIdx.x % LT, ig = threadIdx.x / LT;
   const int64_t nlt = (d.L + LT - 1) / LT;
@@ -85,7 +100,10 @@ __global__ void __launch_bounds__(kLocalThreads) bwd_local_kernel(
     }
     for (int idx = threadIdx.x; idx < 64 * 64; idx += blockDim.x) {
       const int i = idx / 64, j = idx % 64;
-      ms[i][j] = (i < Cn && j < Cn) ? M[(bh * d.nC + c) * C * C + i * C + j] : 0.0f;
+      float m = 0.0f;
+      if (i < Cn && j < i)
+        for (int64_t sp = 0; sp < d.nsplit; ++sp) m += M[((bh * d.nC + c) * d.nsplit + sp) * C * C + i * C + j];
+      ms[i][j] = m;
     }
     __syncthreads();
     if (threadIdx.x < LT) {
@@ -95,37 +113,39 @@ __global__ void __launch_bounds__(kLocalThreads) bwd_local_kernel(
         N = a * N + qs[i][ll];
       }
     }
-    // W_i = H_c[l,:]·G_i and U_i = A_end[l,:]·v_i, over E in tiles of 16.
+    // W_i = H_c[l,:]·G_i and U_i = A_end[l,:]·v_i, over E in tiles of 32, 16-byte shared reads.
     float W[RPT] = {}, U[RPT] = {}, HdH = 0.0f;
     for (int64_t e0 = 0; e0 < d.E; e0 += ET) {
       __syncthreads();
-      {
-        const int x = threadIdx.x / ET, ee = threadIdx.x % ET;  // 16 × 16 tile of H and A_end
+      for (int idx = threadIdx.x; idx < LT * ET; idx += blockDim.x) {
+        const int x = idx / ET, ee = idx % ET;
         const int64_t lx = l0 + x, e = e0 + ee;
         const bool ok = lx < d.L && e < d.E;
-        hs[x][ee] = ok ? Hs[((bh * d.nC + c) * d.L + lx) * d.E + e] : 0.0f;
-        dhs[x][ee] = ok ? dHs[((bh * d.nC + c) * d.L + lx) * d.E + e] : 0.0f;
+        S.hs[x][ee] = ok ? Hs[((bh * d.nC + c) * d.L + lx) * d.E + e] : 0.0f;
+        S.dhs[x][ee] = ok ? dHs[((bh * d.nC + c) * d.L + lx) * d.E + e] : 0.0f;
       }
       for (int idx = threadIdx.x; idx < 64 * ET; idx += blockDim.x) {
         const int i = idx / ET, ee = idx % ET;
         const int64_t e = e0 + ee;
         const bool ok = i < Cn && e < d.E;
-        gs[i][ee] = ok ? load<T>(g.p, g.at(b, h, t0 + i, e)) : 0.0f;
-        vs[i][ee] = ok ? load<T>(v.p, v.at(b, h, t0 + i, e)) : 0.0f;
+        S.gs[i][ee] = ok ? load<T>(g.p, g.at(b, h, t0 + i, e)) : 0.0f;
+        S.vs[i][ee] = ok ? load<T>(v.p, v.at(b, h, t0 + i, e)) : 0.0f;
       }
       __syncthreads();
 #pragma unroll
-      for (int r = 0; r < RPT; ++r) {
-        const int i = ig + 16 * r;
+      for (int ee = 0; ee < ET; ee += 4) {
+        const float4 hv = *reinterpret_cast<const float4*>(&S.hs[ll][ee]);
+        const float4 dv = *reinterpret_cast<const float4*>(&S.dhs[ll][ee]);
 #pragma unroll
-        for (int ee = 0; ee < ET; ++ee) {
-          W[r] += hs[ll][ee] * gs[i][ee];
-          U[r] += dhs[ll][ee] * vs[i][ee];
+        for (int r = 0; r < RPT; ++r) {
+          const int i = ig + 16 * r;
+          const float4 gv = *reinterpret_cast<const float4*>(&S.gs[i][ee]);
+          const float4 vv = *reinterpret_cast<const float4*>(&S.vs[i][ee]);
+          W[r] += hv.x * gv.x + hv.y * gv.y + hv.z * gv.z + hv.w * gv.w;
+          U[r] += dv.x * vv.x + dv.y * vv.y + dv.z * vv.z + dv.w * vv.w;
         }
+        if (ig == 0) HdH += hv.x * dv.x + hv.y * dv.y + hv.z * dv.z + hv.w * dv.w;
       }
-      if (ig == 0)
-#pragma unroll
-        for (int ee = 0; ee < ET; ++ee) HdH += hs[ll][ee] * dhs[ll][ee];
     }
     __syncthreads();  // ns complete
     float gw[RPT], av[RPT], term4[RPT];
@@ -176,10 +196,10 @@ __global__ void __launch_bounds__(kLocalThreads) bwd_local_kernel(
     red[0][ig][ll] = da_part;
     red[1][ig][ll] = bsum_part;
     red[2][ig][ll] = z_part;
-    if (ig == 0) hdh[0][ll] = HdH;
+    if (ig == 0) S.hdh[ll] = HdH;
     __syncthreads();
     if (threadIdx.x < LT && lok) {
-      float x0 = dpow(a, Cn) * hdh[0][ll], x1 = 0.0f, x2 = 0.0f;
+      float x0 = dpow(a, Cn) * S.hdh[ll], x1 = 0.0f, x2 = 0.0f;
       for (int k = 0; k < 16; ++k) {
         x0 += red[0][k][ll];
         x1 += red[1][k][ll];
@@ -287,7 +307,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   // Per (b, h) pair: what the forward recomputes, both chunk-state sets, and the
   // backward's per-token float32 partials (dq, dv) and per-chunk vectors.
   const int64_t per_bh = Workspace::floats(nT) * 2 + Workspace::floats(nT * L) * 2 + Workspace::floats((nC + 1) * L) +
-                         Workspace::floats(nC * C * C) * 2 + Workspace::floats(nC * L * E) * 2 +
+                         Workspace::floats(nC * 16 * C * C) * 2 + Workspace::floats(nC * L * E) * 2 +
                          Workspace::floats(nT * E) * 2 + Workspace::floats(nC * L) * 4 + Workspace::floats(L);
   const int64_t cap = workspace_cap(g.options.max_workspace_bytes);
   if (shared + per_bh > cap)
@@ -322,14 +342,15 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     ws.take_floats(p.B * p.Hv * nT * E);
     d.bh0 = bh0;
     d.nbh = std::min(per_batch, BH - bh0);
+    d.nsplit = score_splits(d.nbh, nC, L);
     const int64_t n = d.nbh;
     float* s = ws.take_floats(n * nT);
     float* gc = ws.take_floats(n * nT);
     float* Qp = ws.take_floats(n * nT * L);
     float* dqp = ws.take_floats(n * nT * L);
     float* Nc = ws.take_floats(n * (nC + 1) * L);
-    float* P = ws.take_floats(n * nC * C * C);
-    float* M = ws.take_floats(n * nC * C * C);
+    float* P = ws.take_floats(n * nC * d.nsplit * C * C);
+    float* M = ws.take_floats(n * nC * d.nsplit * C * C);
     float* Hs = ws.take_floats(n * nC * L * E);
     float* dHs = ws.take_floats(n * nC * L * E);
     float* cf = ws.take_floats(n * nT * E);
@@ -344,7 +365,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
     norm_scan_kernel<T><<<grid_for(n * L, 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, Str3{});
     RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
-    chunk_scores_kernel<T><<<grid_for(n * nC), kScoreThreads, 0, stream>>>(d, q, v, gctx, a32, Qp, P, M);
+    chunk_scores_kernel<T><<<grid_for(n * nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, gctx, a32, Qp, P, M);
     RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
     const int64_t state_items = n * ((L + 31) / 32) * net;
     chunk_states_kernel<T, false><<<grid_for(state_items), kStateThreads, 0, stream>>>(d, q, v, a32, Qp, rho0, Hs,
@@ -361,7 +382,9 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     chunk_output_kernel<T, float, true><<<grid_for(n * nC * net), kOutThreads, 0, stream>>>(d, q, gctx, a32, Qp,
                                                                                             dHs, P, Str4{}, dvp);
     RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel<dv>");
-    bwd_local_kernel<T><<<grid_for(n * nC * ((L + 15) / 16)), kLocalThreads, 0, stream>>>(
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(sizeof(LocalSmem))));
+    bwd_local_kernel<T><<<grid_for(n * nC * ((L + kLocalLT - 1) / kLocalLT)), kLocalThreads, sizeof(LocalSmem), stream>>>(
         d, q, v, gctx, a32, Qp, s, Nc, Hs, dHs, M, gc, dqp, dap, Bsum, Zs);
     RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");
     bscan_kernel<<<grid_for(n * L, 256), 256, 0, stream>>>(d, a32, gn, Bsum, Zs, Bend, daB, dn0);

@@ -35,6 +35,7 @@ struct Dims {
   int64_t H = 0, T = 0, L = 0, E = 0, C = 0, nC = 0;
   int64_t bh0 = 0;  // global (b·H + h) index of local pair 0
   int64_t nbh = 0;
+  int64_t nsplit = 1;  // chunk_scores: partial sums over this many slices of L (and of E)
   __device__ __forceinline__ int64_t b_of(int64_t bh) const { return (bh0 + bh) / H; }
   __device__ __forceinline__ int64_t h_of(int64_t bh) const { return (bh0 + bh) % H; }
   __device__ __forceinline__ int64_t chunk_len(int64_t c) const {
@@ -42,6 +43,17 @@ struct Dims {
     return n < C ? n : C;
   }
 };
+
+// How many slices of L chunk_scores splits each (b, h, chunk) into: enough blocks to fill the
+// GPU (about 4 per multiprocessor on 132), at most 16, and no slice narrower than 32 latents.
+inline int64_t score_splits(int64_t nbh, int64_t nC, int64_t L) {
+  const int64_t items = nbh * nC > 0 ? nbh * nC : 1;
+  int64_t n = (528 + items - 1) / items;
+  n = n < 16 ? n : 16;
+  const int64_t by_l = (L + 31) / 32;
+  n = n < by_l ? n : by_l;
+  return n > 0 ? n : 1;
+}
 
 // f(n) = d/da a^n = n a^(n-1), with f(0) = 0 (no a^(-1)).
 __device__ __forceinline__ float dpow(float a, int n) { return n == 0 ? 0.0f : n * ipow(a, n - 1); }
@@ -80,11 +92,25 @@ __global__ void norm_scan_kernel(Dims d, Str4 q, const float* a32, Str3 n0, cons
     const int64_t bh = i / d.L, l = i % d.L, b = d.b_of(bh), h = d.h_of(bh);
     const float a = a32[h * d.L + l];
     float N = n0.p ? static_cast<const float*>(n0.p)[n0.at(b, h, l)] : 0.0f;
-    for (int64_t t = 0; t < d.T; ++t) {
-      if (t % d.C == 0) Nc[(bh * (d.nC + 1) + t / d.C) * d.L + l] = N;
-      const float qv = load<T>(q.p, q.at(b, h, t, l));
-      Qp[(bh * d.T + t) * d.L + l] = (qv / s[bh * d.T + t]) / (N + kEpsF);
-      N = a * N + qv;
+    const int64_t qbase = b * q.s[0] + h * q.s[1] + l * q.s[3];
+    for (int64_t t0 = 0; t0 < d.T; t0 += 8) {
+      // eight independent loads in flight before the dependent chain
+      float qv[8], sv[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const bool ok = t0 + k < d.T;
+        qv[k] = ok ? load<T>(q.p, qbase + (t0 + k) * q.s[2]) : 0.0f;
+        sv[k] = ok ? s[bh * d.T + t0 + k] : 1.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int64_t t = t0 + k;
+        if (t < d.T) {
+          if (t % d.C == 0) Nc[(bh * (d.nC + 1) + t / d.C) * d.L + l] = N;
+          Qp[(bh * d.T + t) * d.L + l] = (qv[k] / sv[k]) / (N + kEpsF);
+          N = a * N + qv[k];
+        }
+      }
     }
     Nc[(bh * (d.nC + 1) + d.nC) * d.L + l] = N;
     if (n_out.p) const_cast<float*>(static_cast<const float*>(n_out.p))[n_out.at(b, h, l)] = N;
@@ -92,8 +118,9 @@ __global__ void norm_scan_kernel(Dims d, Str4 q, const float* a32, Str3 n0, cons
 }
 
 // ---- intra-chunk scores: one block (256 threads) per (bh, c) ---------------------------------
-// P[bh][c][i][j] = sum_l Qp_i[l] a^(i-1-j) q_j[l] for j < i, else 0. With G given (backward),
-// also M[bh][c][i][j] = sum_e G_i[e] v_j[e] for j < i, else 0.
+// P[bh][c][split][i][j] = sum_l Qp_i[l] a^(i-1-j) q_j[l] over the split's slice of L for j < i,
+// else 0. With G given (backward), also M[bh][c][split][i][j] = sum_e G_i[e] v_j[e] over the
+// split's slice of E. Consumers add the d.nsplit partials in increasing split order.
 constexpr int kScoreThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str4 q, Str4 v, Str4 g,
@@ -102,22 +129,34 @@ __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str
   constexpr int LT = 32;
   __shared__ float qs[64][LT + 1], qps[64][LT + 1], apow[64][LT + 1];
   const int C = static_cast<int>(d.C);
-  for (int64_t item = blockIdx.x; item < d.nbh * d.nC; item += gridDim.x) {
-    const int64_t bh = item / d.nC, c = item % d.nC, b = d.b_of(bh), h = d.h_of(bh);
+  const int64_t lslice = (d.L + d.nsplit * LT - 1) / (d.nsplit * LT) * LT;
+  const int64_t eslice = (d.E + d.nsplit * LT - 1) / (d.nsplit * LT) * LT;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * d.nsplit; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * d.nsplit), c = (item / d.nsplit) % d.nC, sp = item % d.nsplit;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh);
     const int64_t t0 = c * d.C;
+    const int64_t l_end = min(d.L, (sp + 1) * lslice), e_end = min(d.E, (sp + 1) * eslice);
     const int Cn = static_cast<int>(d.chunk_len(c));
     float acc[16], acc2[16];
 #pragma unroll
     for (int r = 0; r < 16; ++r) acc[r] = acc2[r] = 0.0f;
-    for (int64_t l0 = 0; l0 < d.L; l0 += LT) {
+    for (int64_t l0 = sp * lslice; l0 < l_end; l0 += LT) {
       __syncthreads();
       for (int idx = threadIdx.x; idx < 64 * LT; idx += blockDim.x) {
         const int i = idx / LT, ll = idx % LT;
         const int64_t l = l0 + ll;
-        const bool ok = i < Cn && l < d.L;
+        const bool ok = i < Cn && l < l_end;
         qs[i][ll] = ok ? load<T>(q.p, q.at(b, h, t0 + i, l)) : 0.0f;
         qps[i][ll] = ok ? Qp[(bh * d.T + t0 + i) * d.L + l] : 0.0f;
-        apow[i][ll] = (l < d.L && i < C) ? ipow(a32[h * d.L + l], i) : 0.0f;
+      }
+      if (threadIdx.x < LT) {  // a^k, k < C, by repeated multiplication along k
+        const int64_t l = l0 + threadIdx.x;
+        const float al = l < l_end ? a32[h * d.L + l] : 0.0f;
+        float pw = 1.0f;
+        for (int k = 0; k < C; ++k) {
+          apow[k][threadIdx.x] = pw;
+          pw *= al;
+        }
       }
       __syncthreads();
 #pragma unroll
@@ -133,12 +172,12 @@ __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str
       }
     }
     if (M != nullptr) {
-      for (int64_t e0 = 0; e0 < d.E; e0 += LT) {
+      for (int64_t e0 = sp * eslice; e0 < e_end; e0 += LT) {
         __syncthreads();
         for (int idx = threadIdx.x; idx < 64 * LT; idx += blockDim.x) {
           const int i = idx / LT, ee = idx % LT;
           const int64_t e = e0 + ee;
-          const bool ok = i < Cn && e < d.E;
+          const bool ok = i < Cn && e < e_end;
           qs[i][ee] = ok ? load<T>(g.p, g.at(b, h, t0 + i, e)) : 0.0f;
           qps[i][ee] = ok ? load<T>(v.p, v.at(b, h, t0 + i, e)) : 0.0f;
         }
@@ -160,8 +199,8 @@ __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str
     for (int r = 0; r < 16; ++r) {
       const int p = threadIdx.x + r * kScoreThreads;
       if (p < C * C) {
-        P[(bh * d.nC + c) * C * C + p] = acc[r];
-        if (M != nullptr) M[(bh * d.nC + c) * C * C + p] = acc2[r];
+        P[((bh * d.nC + c) * d.nsplit + sp) * C * C + p] = acc[r];
+        if (M != nullptr) M[((bh * d.nC + c) * d.nsplit + sp) * C * C + p] = acc2[r];
       }
     }
   }
@@ -205,16 +244,33 @@ __global__ void __launch_bounds__(kStateThreads) chunk_states_kernel(Dims d, Str
         if (l < d.L && e < d.E) Hs[((bh * d.nC + c) * d.L + l) * d.E + e] = st[r];
       }
       __syncthreads();
-      for (int idx = threadIdx.x; idx < 64 * LT; idx += blockDim.x) {
-        const int i = idx / LT, ll = idx % LT;
+      {  // keys: thread (ll, 8 consecutive tokens); the powers of a by one multiplication each
+        const int ll = threadIdx.x % LT, i0 = (threadIdx.x / LT) * 8;
         const int64_t l = l0 + ll;
-        float k = 0.0f;
-        if (i < Cn && l < d.L) {
-          const float al = a32[h * d.L + l];
-          k = kReverse ? Qp[(bh * d.T + t0 + i) * d.L + l] * ipow(al, i)
-                       : load<T>(key.p, key.at(b, h, t0 + i, l)) * ipow(al, Cn - 1 - i);
+        const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
+        if (kReverse) {  // Qp_i a^i, i increasing
+          float pw = ipow(al, i0);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const int i = i0 + k;
+            keys[i][ll] = (i < Cn && l < d.L) ? Qp[(bh * d.T + t0 + i) * d.L + l] * pw : 0.0f;
+            pw *= al;
+          }
+        } else {  // q_i a^(Cn-1-i): from the last token of the group backwards
+          float pw = 1.0f;
+          bool started = false;
+#pragma unroll
+          for (int k = 7; k >= 0; --k) {
+            const int i = i0 + k;
+            float kv = 0.0f;
+            if (i < Cn && l < d.L) {
+              pw = started ? pw * al : ipow(al, Cn - 1 - i);
+              started = true;
+              kv = load<T>(key.p, key.at(b, h, t0 + i, l)) * pw;
+            }
+            keys[i][ll] = kv;
+          }
         }
-        keys[i][ll] = k;
       }
       for (int idx = threadIdx.x; idx < 64 * ET; idx += blockDim.x) {
         const int i = idx / ET, ee = idx % ET;
@@ -256,7 +312,7 @@ __global__ void __launch_bounds__(kOutThreads) chunk_output_kernel(Dims d, Str4 
                                                                    const float* Hs, const float* P,
                                                                    Str4 out, float* out_ws) {
   constexpr int LT = 16, ET = 64;
-  __shared__ __align__(16) float xt[LT][64];
+  __shared__ __align__(16) float xt[LT][64 + 4];  // padded: the transposed stores spread over banks
   __shared__ __align__(16) float ss[LT][ET];
   __shared__ __align__(16) float pt[64][64];  // pt[j][i] = Pm[i][j]
   __shared__ __align__(16) float ys[64][ET];
@@ -270,16 +326,24 @@ __global__ void __launch_bounds__(kOutThreads) chunk_output_kernel(Dims d, Str4 
     float acc[4][4] = {};
     for (int64_t l0 = 0; l0 < d.L; l0 += LT) {
       __syncthreads();
-      for (int idx = threadIdx.x; idx < LT * 64; idx += blockDim.x) {
-        const int ll = idx / 64, i = idx % 64;
+      {  // X: thread (ll = latent, fastest across the warp for coalescing; 4 consecutive tokens)
+        const int ll = threadIdx.x % LT, i0 = (threadIdx.x / LT) * 4;
         const int64_t l = l0 + ll;
-        float x = 0.0f;
-        if (i < Cn && l < d.L) {
-          const float al = a32[h * d.L + l];
-          x = kDv ? load<T>(q.p, q.at(b, h, t0 + i, l)) * ipow(al, Cn - 1 - i)
-                  : Qp[(bh * d.T + t0 + i) * d.L + l] * ipow(al, i);
+        const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
+        float pw = ipow(al, kDv ? max(Cn - 1 - (i0 + 3), 0) : i0);
+        float xv[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int i = kDv ? i0 + 3 - k : i0 + k;  // in the order of increasing exponent
+          float x = 0.0f;
+          if (i < Cn && l < d.L) {
+            x = kDv ? load<T>(q.p, q.at(b, h, t0 + i, l)) : Qp[(bh * d.T + t0 + i) * d.L + l];
+            x *= pw;
+            pw *= al;
+          }
+          xv[kDv ? 3 - k : k] = x;
         }
-        xt[ll][i] = x;
+        *reinterpret_cast<float4*>(&xt[ll][i0]) = make_float4(xv[0], xv[1], xv[2], xv[3]);
       }
       for (int idx = threadIdx.x; idx < LT * ET; idx += blockDim.x) {
         const int ll = idx / ET, ee = idx % ET;
@@ -299,11 +363,14 @@ __global__ void __launch_bounds__(kOutThreads) chunk_output_kernel(Dims d, Str4 
       }
     }
     __syncthreads();
-    const float* Pc = P + (bh * d.nC + c) * C * C;
+    const float* Pc = P + (bh * d.nC + c) * d.nsplit * C * C;
     for (int idx = threadIdx.x; idx < 64 * 64; idx += blockDim.x) {
       const int j = idx / 64, i = idx % 64;
       float pm = 0.0f;
-      if (i < Cn && j < Cn) pm = kDv ? (j > i ? Pc[j * C + i] : 0.0f) : (j < i ? Pc[i * C + j] : 0.0f);
+      if (i < Cn && j < Cn && (kDv ? j > i : j < i)) {
+        const int o = kDv ? j * C + i : i * C + j;
+        for (int64_t sp = 0; sp < d.nsplit; ++sp) pm += Pc[sp * C * C + o];
+      }
       pt[j][i] = pm;
     }
     for (int idx = threadIdx.x; idx < 64 * ET; idx += blockDim.x) {

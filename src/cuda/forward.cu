@@ -32,7 +32,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   const int64_t BH = p.B * p.H;
   const int64_t shared = Workspace::floats(p.H * p.L);
   const int64_t per_bh = Workspace::floats(p.T) + Workspace::floats(p.T * p.L) +
-                         Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * d.C * d.C) +
+                         Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
                          Workspace::floats(d.nC * p.L * p.E);
   const int64_t cap = workspace_cap(f.options.max_workspace_bytes);
   if (shared + per_bh > cap)
@@ -55,16 +55,17 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
     d.bh0 = bh0;
     d.nbh = std::min(per_batch, BH - bh0);
+    d.nsplit = score_splits(d.nbh, d.nC, p.L);
     float* s = ws.take_floats(d.nbh * p.T);
     float* Qp = ws.take_floats(d.nbh * p.T * p.L);
     float* Nc = ws.take_floats(d.nbh * (d.nC + 1) * p.L);
-    float* P = ws.take_floats(d.nbh * d.nC * d.C * d.C);
+    float* P = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
     float* Hs = ws.take_floats(d.nbh * d.nC * p.L * p.E);
     token_sum_kernel<T><<<grid_for(d.nbh * p.T, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
     norm_scan_kernel<T><<<grid_for(d.nbh * p.L, 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, n_out);
     RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
-    chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC), kScoreThreads, 0, stream>>>(d, q, v, Str4{}, a32, Qp, P,
+    chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, Str4{}, a32, Qp, P,
                                                                                    nullptr);
     RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
     const int64_t state_items = d.nbh * ((p.L + 31) / 32) * ((p.E + 63) / 64);
