@@ -38,7 +38,7 @@ for s in $stages; do
     profile)
       # Per-kernel durations (no replay of the clocks: --clock-control none) for one forward+backward
       # of each benchmark case.
-      for c in bdh-8k bdh-base long; do
+      for c in ${PROFILE_CASES:-bdh-8k bdh-base long}; do
         timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
           $B/tools/rhoscan bench-cuda --case $c --backward --reps 1 > $OUT/ncu-$c.csv 2>&1
         echo "profile $c rc=$?"

@@ -101,8 +101,7 @@ __global__ void __launch_bounds__(kLocalThreads) bwd_local_kernel(
     for (int idx = threadIdx.x; idx < 64 * 64; idx += blockDim.x) {
       const int i = idx / 64, j = idx % 64;
       float m = 0.0f;
-      if (i < Cn && j < i)
-        for (int64_t sp = 0; sp < d.nsplit; ++sp) m += M[((bh * d.nC + c) * d.nsplit + sp) * C * C + i * C + j];
+      if (i < Cn && j < i) m = M[(bh * d.nC + c) * d.nsplit * C * C + i * C + j];  // split 0: the sum
       ms[i][j] = m;
     }
     __syncthreads();
@@ -367,7 +366,12 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
     chunk_scores_kernel<T><<<grid_for(n * nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, gctx, a32, Qp, P, M);
     RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
-    const int64_t state_items = n * ((L + 31) / 32) * net;
+    if (d.nsplit > 1) {
+      reduce_splits_kernel<<<grid_for(n * nC * C * C, 256), 256, 0, stream>>>(d, P);
+      reduce_splits_kernel<<<grid_for(n * nC * C * C, 256), 256, 0, stream>>>(d, M);
+      RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
+    }
+    const int64_t state_items = n * ((L + kStateLT - 1) / kStateLT) * ((E + kStateET - 1) / kStateET);
     chunk_states_kernel<T, false><<<grid_for(state_items), kStateThreads, 0, stream>>>(d, q, v, a32, Qp, rho0, Hs,
                                                                                        Str4{});
     RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel<forward>");

@@ -206,69 +206,86 @@ __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str
   }
 }
 
-// ---- chunk-boundary states: one block per (bh, 32 rows of l, 64 columns of e) ----------------
+// Adds the d.nsplit partials of each (bh, chunk) score matrix into split 0, in split order.
+static __global__ void reduce_splits_kernel(Dims d, float* X) {
+  const int64_t CC = d.C * d.C, n = d.nbh * d.nC * CC;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    float* base = X + (x / CC) * d.nsplit * CC + x % CC;
+    float acc = base[0];
+    for (int64_t sp = 1; sp < d.nsplit; ++sp) acc += base[sp * CC];
+    base[0] = acc;
+  }
+}
+
+// ---- chunk-boundary states: one block per (bh, 64 rows of l, 128 columns of e) ---------------
 // Forward (kReverse = false): S_{c+1} = a^Cn ⊙ S_c + sum_i (q_i a^(Cn-1-i)) ⊗ v_i, from the
 //   initial state; stores S_c (before chunk c) as Hs[bh][c][l][e]; writes the final state.
 // Backward (kReverse = true): A_start = a^Cn ⊙ A_end + sum_i (Qp_i a^i) ⊗ G_i, from the upstream
 //   gradient of the final state; stores A_end of chunk c as Hs[bh][c]; writes dR_0.
-// The state tile lives in registers (8 rows × 1 column per thread), so the whole sequence costs
-// one pass over q, v and one write of each chunk state.
+// The state tile lives in registers (8 rows × 4 columns per thread: 32 accumulators, so each
+// shared-memory read feeds several FMAs), so the whole sequence costs one pass over q, v and one
+// write of each chunk state.
 constexpr int kStateThreads = 256;
+constexpr int kStateLT = 64, kStateET = 128;
 template <typename T, bool kReverse>
 __global__ void __launch_bounds__(kStateThreads) chunk_states_kernel(Dims d, Str4 key, Str4 val,
                                                                      const float* a32, const float* Qp,
                                                                      Str4 init, float* Hs, Str4 out) {
-  constexpr int LT = 32, ET = 64, RPT = 8;
+  constexpr int LT = kStateLT, ET = kStateET, RPT = 8, CPT = 4;
   __shared__ __align__(16) float keys[64][LT];
-  __shared__ float vals[64][ET];
+  __shared__ __align__(16) float vals[64][ET];
   const int64_t nlt = (d.L + LT - 1) / LT, net = (d.E + ET - 1) / ET;
-  const int te = threadIdx.x % ET, tl = threadIdx.x / ET;
+  const int tc = threadIdx.x % 32, tr = threadIdx.x / 32;  // columns tc*4.., rows tr*8..
+  float* init_p = const_cast<float*>(static_cast<const float*>(init.p));
+  float* out_p = const_cast<float*>(static_cast<const float*>(out.p));
   for (int64_t item = blockIdx.x; item < d.nbh * nlt * net; item += gridDim.x) {
     const int64_t bh = item / (nlt * net), lt = (item / net) % nlt, et = item % net;
-    const int64_t b = d.b_of(bh), h = d.h_of(bh), l0 = lt * LT, e = et * ET + te;
-    float st[RPT], a[RPT];
+    const int64_t b = d.b_of(bh), h = d.h_of(bh), l0 = lt * LT, e0 = et * ET + tc * CPT;
+    float st[RPT][CPT], a[RPT];
 #pragma unroll
     for (int r = 0; r < RPT; ++r) {
-      const int64_t l = l0 + tl * RPT + r;
-      const bool ok = l < d.L && e < d.E;
-      st[r] = (ok && init.p) ? static_cast<const float*>(init.p)[init.at(b, h, l, e)] : 0.0f;
+      const int64_t l = l0 + tr * RPT + r;
       a[r] = l < d.L ? a32[h * d.L + l] : 0.0f;
+#pragma unroll
+      for (int k = 0; k < CPT; ++k) {
+        const int64_t e = e0 + k;
+        st[r][k] = (init_p && l < d.L && e < d.E) ? init_p[init.at(b, h, l, e)] : 0.0f;
+      }
     }
     for (int64_t step = 0; step < d.nC; ++step) {
       const int64_t c = kReverse ? d.nC - 1 - step : step;
       const int64_t t0 = c * d.C;
       const int Cn = static_cast<int>(d.chunk_len(c));
+      float* Hc = Hs + (bh * d.nC + c) * d.L * d.E;
 #pragma unroll
       for (int r = 0; r < RPT; ++r) {
-        const int64_t l = l0 + tl * RPT + r;
-        if (l < d.L && e < d.E) Hs[((bh * d.nC + c) * d.L + l) * d.E + e] = st[r];
+        const int64_t l = l0 + tr * RPT + r;
+        if (l < d.L)
+#pragma unroll
+          for (int k = 0; k < CPT; ++k)
+            if (e0 + k < d.E) Hc[l * d.E + e0 + k] = st[r][k];
       }
       __syncthreads();
-      {  // keys: thread (ll, 8 consecutive tokens); the powers of a by one multiplication each
-        const int ll = threadIdx.x % LT, i0 = (threadIdx.x / LT) * 8;
+      {  // keys: thread (ll, 16 consecutive tokens); the powers of a by one multiplication each
+        const int ll = threadIdx.x % LT, i0 = (threadIdx.x / LT) * 16;
         const int64_t l = l0 + ll;
         const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
         if (kReverse) {  // Qp_i a^i, i increasing
           float pw = ipow(al, i0);
-#pragma unroll
-          for (int k = 0; k < 8; ++k) {
+#pragma unroll 4
+          for (int k = 0; k < 16; ++k) {
             const int i = i0 + k;
             keys[i][ll] = (i < Cn && l < d.L) ? Qp[(bh * d.T + t0 + i) * d.L + l] * pw : 0.0f;
             pw *= al;
           }
         } else {  // q_i a^(Cn-1-i): from the last token of the group backwards
-          float pw = 1.0f;
-          bool started = false;
-#pragma unroll
-          for (int k = 7; k >= 0; --k) {
-            const int i = i0 + k;
-            float kv = 0.0f;
-            if (i < Cn && l < d.L) {
-              pw = started ? pw * al : ipow(al, Cn - 1 - i);
-              started = true;
-              kv = load<T>(key.p, key.at(b, h, t0 + i, l)) * pw;
-            }
-            keys[i][ll] = kv;
+          const int last = min(i0 + 15, Cn - 1);
+          float pw = last >= i0 ? ipow(al, Cn - 1 - last) : 0.0f;
+          for (int i = i0 + 15; i > last; --i) keys[i][ll] = 0.0f;
+#pragma unroll 4
+          for (int i = last; i >= i0; --i) {
+            keys[i][ll] = l < d.L ? load<T>(key.p, key.at(b, h, t0 + i, l)) * pw : 0.0f;
+            pw *= al;
           }
         }
       }
@@ -279,20 +296,30 @@ __global__ void __launch_bounds__(kStateThreads) chunk_states_kernel(Dims d, Str
       }
       __syncthreads();
 #pragma unroll
-      for (int r = 0; r < RPT; ++r) st[r] *= ipow(a[r], Cn);
+      for (int r = 0; r < RPT; ++r) {
+        const float f = ipow(a[r], Cn);
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) st[r][k] *= f;
+      }
       for (int i = 0; i < Cn; ++i) {
-        const float vv = vals[i][te];
-        const float4 k0 = *reinterpret_cast<const float4*>(&keys[i][tl * RPT]);
-        const float4 k1 = *reinterpret_cast<const float4*>(&keys[i][tl * RPT + 4]);
-        st[0] += k0.x * vv; st[1] += k0.y * vv; st[2] += k0.z * vv; st[3] += k0.w * vv;
-        st[4] += k1.x * vv; st[5] += k1.y * vv; st[6] += k1.z * vv; st[7] += k1.w * vv;
+        const float4 vv = *reinterpret_cast<const float4*>(&vals[i][tc * CPT]);
+        const float4 k0 = *reinterpret_cast<const float4*>(&keys[i][tr * RPT]);
+        const float4 k1 = *reinterpret_cast<const float4*>(&keys[i][tr * RPT + 4]);
+        const float kk[RPT] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+        const float vk[CPT] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+        for (int r = 0; r < RPT; ++r)
+#pragma unroll
+          for (int k = 0; k < CPT; ++k) st[r][k] += kk[r] * vk[k];
       }
     }
-    if (out.p) {
+    if (out_p) {
 #pragma unroll
       for (int r = 0; r < RPT; ++r) {
-        const int64_t l = l0 + tl * RPT + r;
-        if (l < d.L && e < d.E) const_cast<float*>(static_cast<const float*>(out.p))[out.at(b, h, l, e)] = st[r];
+        const int64_t l = l0 + tr * RPT + r;
+#pragma unroll
+        for (int k = 0; k < CPT; ++k)
+          if (l < d.L && e0 + k < d.E) out_p[out.at(b, h, l, e0 + k)] = st[r][k];
       }
     }
     __syncthreads();
@@ -311,47 +338,70 @@ __global__ void __launch_bounds__(kOutThreads) chunk_output_kernel(Dims d, Str4 
                                                                    const float* a32, const float* Qp,
                                                                    const float* Hs, const float* P,
                                                                    Str4 out, float* out_ws) {
-  constexpr int LT = 16, ET = 64;
-  __shared__ __align__(16) float xt[LT][64 + 4];  // padded: the transposed stores spread over banks
-  __shared__ __align__(16) float ss[LT][ET];
-  __shared__ __align__(16) float pt[64][64];  // pt[j][i] = Pm[i][j]
-  __shared__ __align__(16) float ys[64][ET];
+  constexpr int LT = 32, ET = 64;
+  // The L loop's tiles and the intra-chunk operands are never live together: one union.
+  union Smem {
+    struct {
+      __align__(16) float xt[LT][64 + 4];  // padded: the transposed stores spread over banks
+      __align__(16) float ss[LT][ET];
+    } l;
+    struct {
+      __align__(16) float pt[64][64];  // pt[j][i] = Pm[i][j]
+      __align__(16) float ys[64][ET];
+    } c;
+  };
+  __shared__ Smem sm;
+  auto& xt = sm.l.xt;
+  auto& ss = sm.l.ss;
+  auto& pt = sm.c.pt;
+  auto& ys = sm.c.ys;
   const int C = static_cast<int>(d.C);
   const int64_t net = (d.E + ET - 1) / ET;
   const int gi = threadIdx.x / 16, ge = threadIdx.x % 16;
+  const int xl = threadIdx.x % LT, xi0 = (threadIdx.x / LT) * 8;  // X: one latent, 8 tokens
   for (int64_t item = blockIdx.x; item < d.nbh * d.nC * net; item += gridDim.x) {
     const int64_t bh = item / (d.nC * net), c = (item / net) % d.nC, et = item % net;
     const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, e0 = et * ET;
     const int Cn = static_cast<int>(d.chunk_len(c));
+    const float* Hc = Hs + (bh * d.nC + c) * d.L * d.E;
     float acc[4][4] = {};
+    float xr[8], sr[8];  // the next tile, fetched while the current one is multiplied
+    auto fetch = [&](int64_t l0) {
+      const int64_t l = l0 + xl;
+      const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
+      // exponents increase with k: i for the forward, Cn-1-i (tokens taken backwards) for dv
+      float pw = ipow(al, kDv ? max(Cn - 1 - (xi0 + 7), 0) : xi0);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int i = kDv ? xi0 + 7 - k : xi0 + k;
+        float x = 0.0f;
+        if (i < Cn && l < d.L) {
+          x = kDv ? load<T>(q.p, q.at(b, h, t0 + i, l)) : Qp[(bh * d.T + t0 + i) * d.L + l];
+          x *= pw;
+          pw *= al;
+        }
+        xr[kDv ? 7 - k : k] = x;
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int idx = threadIdx.x + k * kOutThreads;
+        const int64_t lx = l0 + idx / ET, e = e0 + idx % ET;
+        sr[k] = (lx < d.L && e < d.E) ? Hc[lx * d.E + e] : 0.0f;
+      }
+    };
+    fetch(0);
     for (int64_t l0 = 0; l0 < d.L; l0 += LT) {
       __syncthreads();
-      {  // X: thread (ll = latent, fastest across the warp for coalescing; 4 consecutive tokens)
-        const int ll = threadIdx.x % LT, i0 = (threadIdx.x / LT) * 4;
-        const int64_t l = l0 + ll;
-        const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
-        float pw = ipow(al, kDv ? max(Cn - 1 - (i0 + 3), 0) : i0);
-        float xv[4];
+      *reinterpret_cast<float4*>(&xt[xl][xi0]) = make_float4(xr[0], xr[1], xr[2], xr[3]);
+      *reinterpret_cast<float4*>(&xt[xl][xi0 + 4]) = make_float4(xr[4], xr[5], xr[6], xr[7]);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int i = kDv ? i0 + 3 - k : i0 + k;  // in the order of increasing exponent
-          float x = 0.0f;
-          if (i < Cn && l < d.L) {
-            x = kDv ? load<T>(q.p, q.at(b, h, t0 + i, l)) : Qp[(bh * d.T + t0 + i) * d.L + l];
-            x *= pw;
-            pw *= al;
-          }
-          xv[kDv ? 3 - k : k] = x;
-        }
-        *reinterpret_cast<float4*>(&xt[ll][i0]) = make_float4(xv[0], xv[1], xv[2], xv[3]);
-      }
-      for (int idx = threadIdx.x; idx < LT * ET; idx += blockDim.x) {
-        const int ll = idx / ET, ee = idx % ET;
-        const int64_t l = l0 + ll, e = e0 + ee;
-        ss[ll][ee] = (l < d.L && e < d.E) ? Hs[((bh * d.nC + c) * d.L + l) * d.E + e] : 0.0f;
+      for (int k = 0; k < 8; ++k) {
+        const int idx = threadIdx.x + k * kOutThreads;
+        ss[idx / ET][idx % ET] = sr[k];
       }
       __syncthreads();
-#pragma unroll
+      if (l0 + LT < d.L) fetch(l0 + LT);
+#pragma unroll 8
       for (int ll = 0; ll < LT; ++ll) {
         const float4 xv = *reinterpret_cast<const float4*>(&xt[ll][gi * 4]);
         const float4 sv = *reinterpret_cast<const float4*>(&ss[ll][ge * 4]);
@@ -369,7 +419,7 @@ __global__ void __launch_bounds__(kOutThreads) chunk_output_kernel(Dims d, Str4 
       float pm = 0.0f;
       if (i < Cn && j < Cn && (kDv ? j > i : j < i)) {
         const int o = kDv ? j * C + i : i * C + j;
-        for (int64_t sp = 0; sp < d.nsplit; ++sp) pm += Pc[sp * C * C + o];
+        pm = Pc[o];  // split 0 holds the sum (reduce_splits_kernel)
       }
       pt[j][i] = pm;
     }

@@ -68,7 +68,11 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, Str4{}, a32, Qp, P,
                                                                                    nullptr);
     RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
-    const int64_t state_items = d.nbh * ((p.L + 31) / 32) * ((p.E + 63) / 64);
+    if (d.nsplit > 1) {
+      reduce_splits_kernel<<<grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream>>>(d, P);
+      RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
+    }
+    const int64_t state_items = d.nbh * ((p.L + kStateLT - 1) / kStateLT) * ((p.E + kStateET - 1) / kStateET);
     chunk_states_kernel<T, false><<<grid_for(state_items), kStateThreads, 0, stream>>>(d, q, v, a32, Qp, rho0,
                                                                                        Hs, rho_out);
     RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel");
