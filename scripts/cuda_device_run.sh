@@ -43,5 +43,13 @@ for s in $stages; do
           $B/tools/rhoscan bench-cuda --case $c --backward --reps 1 > $OUT/ncu-$c.csv 2>&1
         echo "profile $c rc=$?"
       done ;;
+    ncu)
+      # Speed-of-light, occupancy and stall reasons of one launch of each heavy kernel at BDH-8k.
+      for k in chunk_states_kernel chunk_output_kernel chunk_scores_kernel bwd_local_kernel norm_scan_kernel; do
+        timeout 90 ncu --clock-control none -k regex:$k -c 1 --section SpeedOfLight --section Occupancy \
+          --section WarpStateStats --section MemoryWorkloadAnalysis \
+          $B/tools/rhoscan bench-cuda --case bdh-8k --backward --reps 1 > $OUT/ncu-$k.txt 2>&1
+        echo "== $k"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|L1/TEX Hit|DRAM Throughput" $OUT/ncu-$k.txt | head -16
+      done ;;
   esac
 done

@@ -257,13 +257,19 @@ __global__ void __launch_bounds__(kStateThreads) chunk_states_kernel(Dims d, Str
       const int64_t t0 = c * d.C;
       const int Cn = static_cast<int>(d.chunk_len(c));
       float* Hc = Hs + (bh * d.nC + c) * d.L * d.E;
+      // 16-byte stores when every row starts 16-byte aligned (E % 4 == 0): one transaction per lane
+      const bool vec = (d.E % 4 == 0) && e0 + CPT <= d.E;
 #pragma unroll
       for (int r = 0; r < RPT; ++r) {
         const int64_t l = l0 + tr * RPT + r;
-        if (l < d.L)
+        if (l >= d.L) continue;
+        if (vec) {
+          *reinterpret_cast<float4*>(&Hc[l * d.E + e0]) = make_float4(st[r][0], st[r][1], st[r][2], st[r][3]);
+        } else {
 #pragma unroll
           for (int k = 0; k < CPT; ++k)
             if (e0 + k < d.E) Hc[l * d.E + e0 + k] = st[r][k];
+        }
       }
       __syncthreads();
       {  // keys: thread (ll, 16 consecutive tokens); the powers of a by one multiplication each
