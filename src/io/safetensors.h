@@ -51,4 +51,8 @@ struct NamedView {
 void write_safetensors(const std::string& path, const std::vector<NamedView>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// `s` (a name or string from a file) made safe for a one-line message: bytes outside printable
+// ASCII become \xNN, and long strings are cut at 256 bytes.
+std::string printable(const std::string& s);
+
 }  // namespace rhoscan::io

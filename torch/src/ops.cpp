@@ -1,0 +1,462 @@
+// The rhoscan operators in PyTorch's dispatcher (torch.ops.rhoscan.*):
+//
+//   rho_attention           forward: (q, v, decay, rho?, rho_norm?, layout, chunk_size)
+//                           -> (context, rho, rho_norm)
+//   rho_attention_backward  the forward's inputs + grad_context?, grad_rho_out?, grad_rho_norm_out?
+//                           -> (grad_q, grad_v, grad_decay, grad_rho, grad_rho_norm)
+//   rho_attention_step      one token, functional: (q, v, decay, rho?, rho_norm?)
+//                           -> (context, new rho, new rho_norm)
+//   available_backends      the rhoscan backends usable in this process
+//
+// Each op has one device kernel for CPU and CUDA (the tensors become rhoscan::TensorViews, no
+// copies; rhoscan validates and runs), a Meta kernel that only allocates the outputs (fake
+// tensors, torch.compile), and an Autograd kernel (forward and step; the backward op is
+// differentiable once, not twice). Outputs are allocated by the same function for the device and
+// Meta kernels, so their shapes, dtypes and strides agree by construction.
+#include <ATen/ATen.h>
+#include <ATen/DeviceGuard.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "rhoscan/rhoscan.h"
+#ifdef RHOSCAN_TORCH_CUDA
+#include "cuda_stream.h"
+#endif
+
+namespace rhoscan::pt {
+namespace {
+
+using at::Tensor;
+using OptTensor = c10::optional<Tensor>;
+using Triple = std::tuple<Tensor, Tensor, Tensor>;
+using Grads = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
+
+bool present(const OptTensor& t) { return t.has_value() && t->defined(); }
+OptTensor optional_of(const Tensor& t) { return t.defined() ? OptTensor(t) : OptTensor(); }
+
+// ---- argument checks that rhoscan cannot do (it never sees torch types) ---------------------
+
+std::string shape_string(const Tensor& t) {
+  std::ostringstream s;
+  s << "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s << (i ? ", " : "") << t.sym_size(i);
+  s << "]";
+  return s.str();
+}
+
+std::optional<DType> rhoscan_dtype(at::ScalarType s) {
+  switch (s) {
+    case at::kDouble: return DType::float64;
+    case at::kFloat: return DType::float32;
+    case at::kBFloat16: return DType::bfloat16;
+    case at::kHalf: return DType::float16;
+    default: return std::nullopt;
+  }
+}
+
+// The layout of q, v and context: [B, H, T, *] or sequence-first [B, T, H, *].
+enum class Layout { bhtl, bthl };
+
+Layout parse_layout(c10::string_view layout, const char* op) {
+  const std::string s(layout.data(), layout.size());
+  if (s == "bhtl") return Layout::bhtl;
+  if (s == "bthl") return Layout::bthl;
+  TORCH_CHECK_VALUE(false, "rhoscan.", op, ": layout must be \"bhtl\" (q [B, H, T, L]) or \"bthl\" ",
+                    "(q [B, T, H, L]), got \"", s, "\"");
+  return Layout::bhtl;  // not reached
+}
+
+// What every kernel (Meta included) needs before it can read sizes: a dense tensor of a
+// floating dtype rhoscan knows, with the rank its role requires.
+void check_arg(const char* op, const char* name, const Tensor& t, int64_t rank_lo, int64_t rank_hi) {
+  TORCH_CHECK_VALUE(t.defined(), "rhoscan.", op, ": ", name, " is an undefined tensor");
+  TORCH_CHECK_VALUE(t.layout() == at::kStrided, "rhoscan.", op, ": ", name,
+                    ": only dense (strided) tensors are supported, got layout ", t.layout());
+  TORCH_CHECK_VALUE(rhoscan_dtype(t.scalar_type()).has_value(), "rhoscan.", op, ": ", name, ": dtype ",
+                    t.scalar_type(), " is not supported (float64, float32, bfloat16, float16)");
+  TORCH_CHECK_VALUE(t.dim() >= rank_lo && t.dim() <= rank_hi, "rhoscan.", op, ": ", name,
+                    ": expected rank ", rank_lo, (rank_hi != rank_lo ? " or " + std::to_string(rank_hi) : ""),
+                    ", got rank ", t.dim(), " with shape ", shape_string(t));
+}
+
+void check_inputs(const char* op, const Tensor& q, const Tensor& v, const Tensor& decay,
+                  const OptTensor& rho, const OptTensor& rho_norm, bool step) {
+  const int64_t r = step ? 3 : 4;
+  check_arg(op, "q", q, r, r);
+  check_arg(op, "v", v, r, r);
+  check_arg(op, "decay", decay, 2, 3);
+  if (present(rho)) check_arg(op, "rho", *rho, 4, 4);
+  if (present(rho_norm)) check_arg(op, "rho_norm", *rho_norm, 3, 3);
+}
+
+// The state dtype: that of the first state tensor given; otherwise float64 for float64 problems
+// and float32 for the others (SPEC.md: states are never 16-bit).
+at::ScalarType state_dtype(const Tensor& q, std::initializer_list<const OptTensor*> states) {
+  for (const OptTensor* s : states)
+    if (present(*s)) return (*s)->scalar_type();
+  return q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+struct Sizes {
+  c10::SymInt B, H, T, L, E;
+};
+
+Sizes sizes_of(const Tensor& q, const Tensor& v, Layout layout, bool step) {
+  if (step) return {q.sym_size(0), q.sym_size(1), 1, q.sym_size(2), v.sym_size(2)};
+  const bool seq_first = layout == Layout::bthl;
+  return {q.sym_size(0), q.sym_size(seq_first ? 2 : 1), q.sym_size(seq_first ? 1 : 2), q.sym_size(3),
+          v.sym_size(3)};
+}
+
+// [B, H, T, E] or [B, T, H, E]: the user's layout, contiguous in it.
+std::vector<c10::SymInt> context_shape(const Sizes& s, Layout layout) {
+  if (layout == Layout::bthl) return {s.B, s.T, s.H, s.E};
+  return {s.B, s.H, s.T, s.E};
+}
+
+// ---- output allocation: shared by the device kernels and the Meta kernels --------------------
+
+Triple allocate_forward(const Tensor& q, const Tensor& v, const OptTensor& rho,
+                        const OptTensor& rho_norm, Layout layout, bool step) {
+  const Sizes s = sizes_of(q, v, layout, step);
+  const auto state = q.options().dtype(state_dtype(q, {&rho, &rho_norm}));
+  std::vector<c10::SymInt> context = step ? std::vector<c10::SymInt>{s.B, s.H, s.E} : context_shape(s, layout);
+  return {at::empty_symint(context, q.options()), at::empty_symint({s.B, s.H, s.L, s.E}, state),
+          at::empty_symint({s.B, s.H, s.L}, state)};
+}
+
+Grads allocate_backward(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                        const OptTensor& rho_norm, const OptTensor& grad_rho_out,
+                        const OptTensor& grad_rho_norm_out, Layout layout) {
+  const Sizes s = sizes_of(q, v, layout, false);
+  const auto state =
+      q.options().dtype(state_dtype(q, {&rho, &rho_norm, &grad_rho_out, &grad_rho_norm_out}));
+  return {at::empty_symint(q.sym_sizes(), q.options()), at::empty_symint(v.sym_sizes(), v.options()),
+          at::empty_symint(decay.sym_sizes(), decay.options()),
+          at::empty_symint({s.B, s.H, s.L, s.E}, state), at::empty_symint({s.B, s.H, s.L}, state)};
+}
+
+// ---- torch::Tensor -> rhoscan::TensorView ---------------------------------------------------
+
+TensorView view_of(const char* op, const char* name, const Tensor& t, bool seq_first = false) {
+  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), "rhoscan.", op, ": ", name,
+                    " is on device ", t.device(), "; rhoscan takes cpu and cuda tensors");
+  TensorView view;
+  view.data = t.numel() > 0 ? t.data_ptr() : nullptr;
+  view.dtype = *rhoscan_dtype(t.scalar_type());
+  view.device = t.is_cuda() ? Device::cuda : Device::cpu;
+  view.device_index = t.is_cuda() ? t.get_device() : 0;
+  view.rank = static_cast<int>(t.dim());  // check_arg bounded it by 4
+  for (int i = 0; i < view.rank; ++i) {
+    view.shape[i] = t.size(i);
+    view.strides[i] = t.stride(i);
+  }
+  // [B, T, H, X] storage seen as the logical [B, H, T, X] that rhoscan indexes.
+  return seq_first ? view.permuted({0, 2, 1, 3}) : view;
+}
+
+std::optional<TensorView> view_of(const char* op, const char* name, const OptTensor& t) {
+  if (!present(t)) return std::nullopt;
+  return view_of(op, name, *t);
+}
+
+Options options_for(const Tensor& q, int64_t chunk_size) {
+  Options options;
+  options.chunk_size = chunk_size;
+  options.num_threads = at::get_num_threads();  // torch.set_num_threads applies to rhoscan too
+  if (q.is_cuda()) {
+#ifdef RHOSCAN_TORCH_CUDA
+    options.stream = detail::current_cuda_stream(q.get_device());
+#else
+    TORCH_CHECK(false, "rhoscan: this extension was built against a PyTorch without CUDA; rebuild it "
+                       "against a CUDA PyTorch to use CUDA tensors");
+#endif
+  }
+  return options;
+}
+
+// rhoscan::Error -> the PyTorch error type Python users expect (ValueError for bad input).
+template <class F>
+void call_rhoscan(F&& run) {
+  try {
+    run();
+  } catch (const Error& e) {
+    const ErrorKind kind = e.kind();
+    TORCH_CHECK_VALUE(kind != ErrorKind::invalid_argument && kind != ErrorKind::unsupported, e.what());
+    TORCH_CHECK_NOT_IMPLEMENTED(kind != ErrorKind::backend_unavailable, e.what());
+    TORCH_CHECK_WITH(OutOfMemoryError, kind != ErrorKind::out_of_memory, e.what());
+    TORCH_CHECK(false, e.what());  // io, internal
+  }
+}
+
+// ---- device kernels (CPU and CUDA) and Meta kernels ----------------------------------------
+
+Triple forward_meta(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                    const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
+  const Layout l = parse_layout(layout, "forward");
+  check_inputs("forward", q, v, decay, rho, rho_norm, false);
+  return allocate_forward(q, v, rho, rho_norm, l, false);
+}
+
+Triple forward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                      const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
+  const Layout l = parse_layout(layout, "forward");
+  const bool seq_first = l == Layout::bthl;
+  check_inputs("forward", q, v, decay, rho, rho_norm, false);
+  auto [context, rho_out, rho_norm_out] = allocate_forward(q, v, rho, rho_norm, l, false);
+  const char* op = "forward";
+  ForwardArgs args;
+  args.q = view_of(op, "q", q, seq_first);
+  args.v = view_of(op, "v", v, seq_first);
+  args.decay = view_of(op, "decay", decay);
+  args.rho = view_of(op, "rho", rho);
+  args.rho_norm = view_of(op, "rho_norm", rho_norm);
+  args.context = view_of(op, "context", context, seq_first);
+  args.rho_out = view_of(op, "rho_out", rho_out);
+  args.rho_norm_out = view_of(op, "rho_norm_out", rho_norm_out);
+  const at::OptionalDeviceGuard guard(at::device_of(q));
+  const Options options = options_for(q, chunk_size);
+  call_rhoscan([&] { rhoscan::forward(args, options); });
+  return {context, rho_out, rho_norm_out};
+}
+
+Grads backward_meta(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                    const OptTensor& rho_norm, const OptTensor& grad_context,
+                    const OptTensor& grad_rho_out, const OptTensor& grad_rho_norm_out,
+                    c10::string_view layout, int64_t chunk_size) {
+  const Layout l = parse_layout(layout, "backward");
+  check_inputs("backward", q, v, decay, rho, rho_norm, false);
+  return allocate_backward(q, v, decay, rho, rho_norm, grad_rho_out, grad_rho_norm_out, l);
+}
+
+Grads backward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                      const OptTensor& rho_norm, const OptTensor& grad_context,
+                      const OptTensor& grad_rho_out, const OptTensor& grad_rho_norm_out,
+                      c10::string_view layout, int64_t chunk_size) {
+  const Layout l = parse_layout(layout, "backward");
+  const bool seq_first = l == Layout::bthl;
+  const char* op = "backward";
+  check_inputs(op, q, v, decay, rho, rho_norm, false);
+  if (present(grad_context)) check_arg(op, "grad_context", *grad_context, 4, 4);
+  if (present(grad_rho_out)) check_arg(op, "grad_rho_out", *grad_rho_out, 4, 4);
+  if (present(grad_rho_norm_out)) check_arg(op, "grad_rho_norm_out", *grad_rho_norm_out, 3, 3);
+  auto [grad_q, grad_v, grad_decay, grad_rho, grad_rho_norm] =
+      allocate_backward(q, v, decay, rho, rho_norm, grad_rho_out, grad_rho_norm_out, l);
+  // No gradient for context (only the final state is used): a zero one.
+  const Tensor grad_c = present(grad_context)
+                            ? *grad_context
+                            : at::zeros_symint(context_shape(sizes_of(q, v, l, false), l), q.options());
+  BackwardArgs args;
+  args.q = view_of(op, "q", q, seq_first);
+  args.v = view_of(op, "v", v, seq_first);
+  args.decay = view_of(op, "decay", decay);
+  args.rho = view_of(op, "rho", rho);
+  args.rho_norm = view_of(op, "rho_norm", rho_norm);
+  args.grad_context = view_of(op, "grad_context", grad_c, seq_first);
+  args.grad_rho_out = view_of(op, "grad_rho_out", grad_rho_out);
+  args.grad_rho_norm_out = view_of(op, "grad_rho_norm_out", grad_rho_norm_out);
+  args.grad_q = view_of(op, "grad_q", grad_q, seq_first);
+  args.grad_v = view_of(op, "grad_v", grad_v, seq_first);
+  args.grad_decay = view_of(op, "grad_decay", grad_decay);
+  args.grad_rho = view_of(op, "grad_rho", grad_rho);
+  args.grad_rho_norm = view_of(op, "grad_rho_norm", grad_rho_norm);
+  const at::OptionalDeviceGuard guard(at::device_of(q));
+  const Options options = options_for(q, chunk_size);
+  call_rhoscan([&] { rhoscan::backward(args, options); });
+  return {grad_q, grad_v, grad_decay, grad_rho, grad_rho_norm};
+}
+
+Triple step_meta(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                 const OptTensor& rho_norm) {
+  check_inputs("step", q, v, decay, rho, rho_norm, true);
+  return allocate_forward(q, v, rho, rho_norm, Layout::bhtl, true);
+}
+
+// The state is copied into the new outputs and rhoscan::step updates the copies in place, so
+// the caller's rho and rho_norm are never modified. The copy is checked here first (shape,
+// dtype, device), since rhoscan only sees the copies.
+Triple step_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                   const OptTensor& rho_norm) {
+  const char* op = "step";
+  check_inputs(op, q, v, decay, rho, rho_norm, true);
+  auto [context, rho_new, rho_norm_new] = allocate_forward(q, v, rho, rho_norm, Layout::bhtl, true);
+  auto copy_state = [&](const char* name, const OptTensor& from, Tensor& to, const char* symbolic) {
+    if (!present(from)) {
+      to.zero_();
+      return;
+    }
+    TORCH_CHECK_VALUE(from->sizes() == to.sizes(), "rhoscan.step: ", name, ": expected shape ", symbolic,
+                      " = ", to.sizes(), ", got ", from->sizes(), " (q is ", q.sizes(), ", v is ",
+                      v.sizes(), ")");
+    TORCH_CHECK_VALUE(from->scalar_type() == to.scalar_type(), "rhoscan.step: ", name, ": dtype ",
+                      from->scalar_type(), " differs from ", to.scalar_type(),
+                      ", the dtype of the other state tensor");
+    TORCH_CHECK_VALUE(from->device() == q.device(), "rhoscan.step: ", name, " is on ", from->device(),
+                      " but q is on ", q.device(), "; all tensors must be on one device");
+    to.copy_(*from);
+  };
+  copy_state("rho", rho, rho_new, "[B, H, L, E]");
+  copy_state("rho_norm", rho_norm, rho_norm_new, "[B, H, L]");
+  StepArgs args;
+  args.q = view_of(op, "q", q);
+  args.v = view_of(op, "v", v);
+  args.decay = view_of(op, "decay", decay);
+  args.rho = view_of(op, "rho", rho_new);
+  args.rho_norm = view_of(op, "rho_norm", rho_norm_new);
+  args.context = view_of(op, "context", context);
+  const at::OptionalDeviceGuard guard(at::device_of(q));
+  const Options options = options_for(q, 0);
+  call_rhoscan([&] { rhoscan::step(args, options); });
+  return {context, rho_new, rho_norm_new};
+}
+
+std::vector<std::string> available_backends_op() {
+  std::vector<std::string> names;
+  for (Backend b : available_backends()) names.emplace_back(backend_name(b));
+  return names;
+}
+
+// ---- autograd -------------------------------------------------------------------------------
+
+const auto& forward_op() {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("rhoscan::rho_attention", "")
+                       .typed<decltype(forward_kernel)>();
+  return op;
+}
+const auto& backward_op() {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("rhoscan::rho_attention_backward", "")
+                       .typed<decltype(backward_kernel)>();
+  return op;
+}
+const auto& step_op() {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("rhoscan::rho_attention_step", "")
+                       .typed<decltype(step_kernel)>();
+  return op;
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// context, rho and rho_norm are differentiable with respect to q, v, decay, rho and rho_norm.
+// The backward recomputes what it needs from the inputs (nothing of size T·L·E is saved).
+class RhoAttentionFunction : public torch::autograd::Function<RhoAttentionFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& v,
+                               const Tensor& decay, const OptTensor& rho, const OptTensor& rho_norm,
+                               c10::string_view layout, int64_t chunk_size) {
+    Triple out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      out = forward_op().call(q, v, decay, rho, rho_norm, layout, chunk_size);
+    }
+    ctx->save_for_backward({q, v, decay, rho.value_or(Tensor()), rho_norm.value_or(Tensor())});
+    ctx->saved_data["layout"] = std::string(layout.data(), layout.size());
+    ctx->saved_data["chunk_size"] = chunk_size;
+    ctx->set_materialize_grads(false);  // absent upstream gradients stay absent (cheaper)
+    return {std::get<0>(out), std::get<1>(out), std::get<2>(out)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const int64_t n_inputs = 7;
+    if (!grads[0].defined() && !grads[1].defined() && !grads[2].defined())
+      return variable_list(n_inputs);
+    const std::string layout = ctx->saved_data["layout"].toStringRef();
+    auto [gq, gv, gd, gr, gn] = backward_op().call(
+        saved[0], saved[1], saved[2], optional_of(saved[3]), optional_of(saved[4]),
+        optional_of(grads[0]), optional_of(grads[1]), optional_of(grads[2]), layout,
+        ctx->saved_data["chunk_size"].toInt());
+    return {gq, gv, gd, saved[3].defined() ? gr : Tensor(), saved[4].defined() ? gn : Tensor(),
+            Tensor(), Tensor()};
+  }
+};
+
+// One token: the backward of the T = 1 forward, through the [B, H, 1, *] views of its tensors.
+class RhoAttentionStepFunction : public torch::autograd::Function<RhoAttentionStepFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& v,
+                               const Tensor& decay, const OptTensor& rho, const OptTensor& rho_norm) {
+    Triple out;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      out = step_op().call(q, v, decay, rho, rho_norm);
+    }
+    ctx->save_for_backward({q, v, decay, rho.value_or(Tensor()), rho_norm.value_or(Tensor())});
+    ctx->set_materialize_grads(false);
+    return {std::get<0>(out), std::get<1>(out), std::get<2>(out)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    if (!grads[0].defined() && !grads[1].defined() && !grads[2].defined()) return variable_list(5);
+    OptTensor grad_context;
+    if (grads[0].defined()) grad_context = grads[0].unsqueeze(2);
+    auto [gq, gv, gd, gr, gn] = backward_op().call(
+        saved[0].unsqueeze(2), saved[1].unsqueeze(2), saved[2], optional_of(saved[3]),
+        optional_of(saved[4]), grad_context, optional_of(grads[1]), optional_of(grads[2]), "bhtl", 0);
+    return {gq.squeeze(2), gv.squeeze(2), gd, saved[3].defined() ? gr : Tensor(),
+            saved[4].defined() ? gn : Tensor()};
+  }
+};
+
+Triple forward_autograd(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                        const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
+  auto out = RhoAttentionFunction::apply(q, v, decay, rho, rho_norm, layout, chunk_size);
+  return {out[0], out[1], out[2]};
+}
+
+Triple step_autograd(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                     const OptTensor& rho_norm) {
+  auto out = RhoAttentionStepFunction::apply(q, v, decay, rho, rho_norm);
+  return {out[0], out[1], out[2]};
+}
+
+}  // namespace
+}  // namespace rhoscan::pt
+
+TORCH_LIBRARY(rhoscan, m) {
+  m.def("rho_attention(Tensor q, Tensor v, Tensor decay, Tensor? rho=None, Tensor? rho_norm=None, "
+        "str layout=\"bhtl\", int chunk_size=0) -> (Tensor, Tensor, Tensor)");
+  m.def("rho_attention_backward(Tensor q, Tensor v, Tensor decay, Tensor? rho, Tensor? rho_norm, "
+        "Tensor? grad_context, Tensor? grad_rho_out, Tensor? grad_rho_norm_out, "
+        "str layout=\"bhtl\", int chunk_size=0) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("rho_attention_step(Tensor q, Tensor v, Tensor decay, Tensor? rho=None, "
+        "Tensor? rho_norm=None) -> (Tensor, Tensor, Tensor)");
+  m.def("available_backends() -> str[]", &rhoscan::pt::available_backends_op);
+}
+
+TORCH_LIBRARY_IMPL(rhoscan, CPU, m) {
+  m.impl("rho_attention", &rhoscan::pt::forward_kernel);
+  m.impl("rho_attention_backward", &rhoscan::pt::backward_kernel);
+  m.impl("rho_attention_step", &rhoscan::pt::step_kernel);
+}
+
+TORCH_LIBRARY_IMPL(rhoscan, CUDA, m) {
+  m.impl("rho_attention", &rhoscan::pt::forward_kernel);
+  m.impl("rho_attention_backward", &rhoscan::pt::backward_kernel);
+  m.impl("rho_attention_step", &rhoscan::pt::step_kernel);
+}
+
+TORCH_LIBRARY_IMPL(rhoscan, Meta, m) {
+  m.impl("rho_attention", &rhoscan::pt::forward_meta);
+  m.impl("rho_attention_backward", &rhoscan::pt::backward_meta);
+  m.impl("rho_attention_step", &rhoscan::pt::step_meta);
+}
+
+TORCH_LIBRARY_IMPL(rhoscan, Autograd, m) {
+  m.impl("rho_attention", &rhoscan::pt::forward_autograd);
+  m.impl("rho_attention_step", &rhoscan::pt::step_autograd);
+  // Differentiating the backward (double backward) raises a clear error instead of a wrong zero.
+  m.impl("rho_attention_backward", torch::autograd::autogradNotImplementedFallback());
+}
