@@ -34,13 +34,13 @@ for s in $stages; do
         --gtest_filter='Cuda.TailChunkAndHvEqualsH:Cuda.StepMatchesForward' > $OUT/racecheck.log 2>&1
       echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log | head -5 ;;
     bench)
-      timeout 240 $B/tools/rhoscan bench-cuda --backward --reps 5 --json $OUT/bench.jsonl --commit "$commit" 2>&1 | tee $OUT/bench.log ;;
+      timeout 240 $B/tools/rhoscan bench --device cuda --backward --repeats 5 --json $OUT/bench.jsonl --commit "$commit" 2>&1 | tee $OUT/bench.log ;;
     profile)
       # Per-kernel durations (no replay of the clocks: --clock-control none) for one forward+backward
       # of each benchmark case.
-      for c in ${PROFILE_CASES:-bdh-8k bdh-base long}; do
+      for c in ${PROFILE_CASES:-BDH-8k BDH-base long-T8192}; do
         timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-          $B/tools/rhoscan bench-cuda --case $c --backward --reps 1 > $OUT/ncu-$c.csv 2>&1
+          $B/tools/rhoscan bench --device cuda --cases $c --backward --repeats 1 > $OUT/ncu-$c.csv 2>&1
         echo "profile $c rc=$?"
       done ;;
     ncu)
@@ -48,7 +48,7 @@ for s in $stages; do
       for k in chunk_states_kernel chunk_output_kernel chunk_scores_kernel bwd_local_kernel norm_scan_kernel; do
         timeout 90 ncu --clock-control none -k regex:$k -c 1 --section SpeedOfLight --section Occupancy \
           --section WarpStateStats --section MemoryWorkloadAnalysis \
-          $B/tools/rhoscan bench-cuda --case bdh-8k --backward --reps 1 > $OUT/ncu-$k.txt 2>&1
+          $B/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 1 > $OUT/ncu-$k.txt 2>&1
         echo "== $k"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|L1/TEX Hit|DRAM Throughput" $OUT/ncu-$k.txt | head -16
       done ;;
   esac

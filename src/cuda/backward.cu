@@ -68,7 +68,7 @@ struct LocalSmem {
 };
 
 template <typename T>
-__global__ void __launch_bounds__(kLocalThreads) bwd_local_kernel(
+__global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* gc, float* dqp, float* dap, float* Bsum,
     float* Zs) {

@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(kStateThreads) chunk_states_kernel(Dims d, Str
 // [bh][t][e] when out_ws is given.
 constexpr int kOutThreads = 256;
 template <typename T, typename OutT, bool kDv>
-__global__ void __launch_bounds__(kOutThreads) chunk_output_kernel(Dims d, Str4 q, Str4 y,
+__global__ void __launch_bounds__(kOutThreads, 3) chunk_output_kernel(Dims d, Str4 q, Str4 y,
                                                                    const float* a32, const float* Qp,
                                                                    const float* Hs, const float* P,
                                                                    Str4 out, float* out_ws) {
