@@ -22,7 +22,7 @@ for s in $stages; do
       grep -E "error|spill|Used [0-9]+ registers" $OUT/build.log | grep -E "error|[1-9][0-9]* bytes spill" | head -20
       [ -x $B/tests/test_cuda ] || { echo "BUILD FAILED"; tail -30 $OUT/build.log; exit 1; } ;;
     test)
-      (cd $B && timeout 240 ctest -j8 --output-on-failure > $OUT/ctest.log 2>&1); echo "ctest rc=$?"
+      (cd $B && timeout 240 ctest -j8 --output-on-failure ${CTEST_ARGS:-} > $OUT/ctest.log 2>&1); echo "ctest rc=$?"
       grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" $OUT/ctest.log | head -40 ;;
     sanitize)
       timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_cuda \
