@@ -1,5 +1,8 @@
 #include "cuda/workspace.h"
 
+#include <mutex>
+#include <set>
+
 #include "cuda/ops.h"
 
 namespace rhoscan::cuda_detail {
@@ -13,17 +16,19 @@ void check_cuda(cudaError_t status, const char* what) {
 
 Workspace::Workspace(int64_t bytes, cudaStream_t stream) : bytes_(bytes), stream_(stream) {
   if (bytes_ == 0) return;
-  static bool pool_configured = false;
-  if (!pool_configured) {
-    // Keep freed workspace in the device's default pool instead of returning it to the driver at
-    // every synchronisation: the next call then allocates without a driver round trip.
-    int device = 0;
+  // Keep freed workspace in the device's default pool instead of returning it to the driver at
+  // every synchronisation: the next call then allocates without a driver round trip. Once per
+  // device.
+  static std::mutex mutex;
+  static std::set<int> configured;
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess) {
+    std::lock_guard<std::mutex> lock(mutex);
     cudaMemPool_t pool;
-    if (cudaGetDevice(&device) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+    if (configured.insert(device).second && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
       uint64_t threshold = UINT64_MAX;
       cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
     }
-    pool_configured = true;
   }
   void* p = nullptr;
   cudaError_t st = cudaMallocAsync(&p, static_cast<size_t>(bytes_), stream_);
