@@ -20,7 +20,7 @@ std::vector<DType> required_dtypes(Backend b) {
     case Backend::reference: return {DType::float64, DType::float32, DType::bfloat16, DType::float16};
     case Backend::cpu: return {DType::float64, DType::float32, DType::bfloat16, DType::float16};
     case Backend::cuda: return {DType::float32, DType::bfloat16, DType::float16};
-    case Backend::vulkan: return {DType::float32};
+    case Backend::vulkan: return {DType::float32, DType::bfloat16, DType::float16};
     default: return {};
   }
 }

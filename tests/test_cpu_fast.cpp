@@ -4,10 +4,24 @@
 // of each runs in the default set.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
+#include "core/validate.h"
 #include "support/problem.h"
+
+// Counts every operator new in this process (the library's too), for the step allocation test.
+static std::atomic<long> g_allocations{0};
+void* operator new(std::size_t n) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace rhoscan::testing {
 namespace {
@@ -112,6 +126,48 @@ TEST(CpuFast, ChunkSizesAtTheExtremes) {
   }
 }
 
+// One (b,h) and a wide E: the forward splits E into tiles across threads (when the machine has
+// more than one); the tiles must compose to the reference, with strided (sequence-first) storage.
+TEST(CpuFast, WideEmbeddingSingleHeadForward) {
+  REQUIRE_CPU_FAST();
+  ProblemSpec s{.B = 1, .H = 1, .Hv = 1, .T = 100, .L = 48, .E = 200};
+  s.dtype = s.state_dtype = DType::float32;
+  s.initial_rho = s.initial_rho_norm = true;
+  s.bthl_layout = true;
+  check_forward(s);
+  check_backward(s);
+}
+
+// The same with the final state written over the initial one (in place): every E tile must
+// still see the initial rho_norm.
+TEST(CpuFast, WideEmbeddingSingleHeadInPlace) {
+  REQUIRE_CPU_FAST();
+  ProblemSpec s{.B = 1, .H = 1, .Hv = 1, .T = 70, .L = 40, .E = 256};
+  s.dtype = s.state_dtype = DType::float32;
+  s.initial_rho = s.initial_rho_norm = true;
+  Problem separate(s), in_place(s);
+  forward(separate.forward_args(), fast());
+  ForwardArgs a = in_place.forward_args();
+  a.rho_out = *a.rho;
+  a.rho_norm_out = *a.rho_norm;
+  forward(a, fast());
+  EXPECT_EQ(in_place.context.values(), separate.context.values());
+  EXPECT_EQ(in_place.rho->values(), separate.rho_out.values());
+  EXPECT_EQ(in_place.rho_norm->values(), separate.rho_norm_out.values());
+}
+
+// Empty batch (B = 0): nothing to compute, but the decay gradient is still written (zeros).
+TEST(CpuFast, EmptyBatch) {
+  REQUIRE_CPU_FAST();
+  ProblemSpec s{.B = 0, .H = 2, .Hv = 1, .T = 5, .L = 8, .E = 4};
+  s.dtype = s.state_dtype = DType::float32;
+  check_forward(s);
+  Problem p(s);
+  p.grad_decay.fill(7.0);
+  backward(p.backward_args(), fast());
+  for (double x : p.grad_decay.values()) EXPECT_EQ(x, 0.0);
+}
+
 // Two calls with the state carried equal one call (SPEC.md's streaming identity).
 TEST(CpuFast, StreamingSplitEqualsOneCall) {
   REQUIRE_CPU_FAST();
@@ -203,6 +259,36 @@ TEST(CpuFast, StepThreadCountDoesNotChangeResults) {
   expect_identical(a.context, b.context, "context");
   expect_identical(*a.rho, *b.rho, "rho");
   expect_identical(*a.rho_norm, *b.rho_norm, "rho_norm");
+}
+
+// step on a warm state allocates nothing: the backend's buffers are thread-local and only
+// grow, and validation formats its messages only when it fails. Measured for the backend alone
+// and for the public entry point (validation + dispatch + backend).
+TEST(CpuFast, StepAllocatesNothingPerCall) {
+  REQUIRE_CPU_FAST();
+  for (int threads : {1, 0}) {
+    ProblemSpec s{.B = 4, .H = 4, .Hv = 1, .T = 1, .L = 1024, .E = 64};
+    s.dtype = s.state_dtype = DType::float32;
+    s.initial_rho = s.initial_rho_norm = true;
+    Problem p(s);
+    ForwardArgs f = p.forward_args();
+    auto squeeze = [](TensorView x) {
+      x.rank = 3;
+      x.shape[2] = x.shape[3];
+      x.strides[2] = x.strides[3];
+      return x;
+    };
+    const StepArgs a{squeeze(f.q), squeeze(f.v), f.decay, *f.rho, *f.rho_norm, squeeze(f.context)};
+    const detail::ValidatedStep v = detail::validate_step(a, fast(threads));
+    ASSERT_EQ(v.backend->id(), Backend::cpu);
+    for (int k = 0; k < 3; ++k) v.backend->step(v.params);  // warm: thread pool, thread-local buffers
+    const long before = g_allocations.load();
+    for (int k = 0; k < 10; ++k) v.backend->step(v.params);
+    EXPECT_EQ(g_allocations.load() - before, 0) << "threads " << threads;
+    const long before_public = g_allocations.load();
+    for (int k = 0; k < 10; ++k) step(a, fast(threads));
+    EXPECT_EQ(g_allocations.load() - before_public, 0) << "public step(), threads " << threads;
+  }
 }
 
 #else

@@ -60,18 +60,19 @@ class Validator {
              " spans more bytes than a 64-bit index holds");
       if (t.data == nullptr) fail(std::string(name) + ": null data pointer for shape " + t.shape_string());
     }
-    views_.push_back({name, &t});
+    if (view_count_ == kMaxViews) fail("internal: too many tensors", ErrorKind::internal);
+    views_[view_count_++] = {name, &t};
   }
 
-  void check_shape(const char* name, const TensorView& t, const std::vector<int64_t>& want,
+  void check_shape(const char* name, const TensorView& t, std::initializer_list<int64_t> want,
                    const char* symbolic) {
     bool ok = static_cast<int>(want.size()) == t.rank;
-    for (int i = 0; ok && i < t.rank; ++i) ok = t.shape[i] == want[i];
+    for (int i = 0; ok && i < t.rank; ++i) ok = t.shape[i] == want.begin()[i];
     if (!ok) {
       std::string w = "[";
-      for (size_t i = 0; i < want.size(); ++i) w += (i ? ", " : "") + str(want[i]);
+      for (size_t i = 0; i < want.size(); ++i) w += (i ? ", " : "") + str(want.begin()[i]);
       fail(std::string(name) + ": expected shape " + symbolic + " = " + w + "], got " +
-           t.shape_string() + context_);
+           t.shape_string() + context());
     }
   }
 
@@ -92,8 +93,9 @@ class Validator {
 
   // Every view must live on the same device (and the same CUDA ordinal).
   void check_devices() {
-    const auto& first = views_.front();
-    for (const auto& [name, t] : views_) {
+    const Named& first = views_[0];
+    for (int i = 0; i < view_count_; ++i) {
+      const auto& [name, t] = views_[i];
       if (t->device != first.view->device ||
           (t->device == Device::cuda && t->device_index != first.view->device_index))
         fail(std::string(name) + " is on " + device_name(t->device) + ":" + str(t->device_index) +
@@ -102,16 +104,26 @@ class Validator {
     }
   }
 
-  void set_context(std::string s) { context_ = std::move(s); }
+  // The problem's defining shapes, appended to shape messages (formatted only on failure).
+  void set_context(const TensorView* q, const TensorView* v) {
+    context_q_ = q;
+    context_v_ = v;
+  }
+  std::string context() const {
+    if (!context_q_) return "";
+    return " (q is " + context_q_->shape_string() + ", v is " + context_v_->shape_string() + ")";
+  }
 
   // Outputs: a layout that maps two indices to one element is an error (a race, a wrong sum).
   void check_no_self_overlap(const char* name, const TensorView& t) {
-    std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims with size > 1
+    std::pair<int64_t, int64_t> dims[kMaxRank];  // (stride, size) of dims with size > 1
+    int n = 0;
     for (int i = 0; i < t.rank; ++i)
-      if (t.shape[i] > 1) dims.push_back({t.strides[i], t.shape[i]});
-    std::sort(dims.begin(), dims.end());
+      if (t.shape[i] > 1) dims[n++] = {t.strides[i], t.shape[i]};
+    std::sort(dims, dims + n);
     int64_t needed = 1;
-    for (auto [stride, size] : dims) {
+    for (int i = 0; i < n; ++i) {
+      auto [stride, size] = dims[i];
       if (stride < needed)
         fail(std::string(name) + ": output strides make elements overlap (shape " +
              t.shape_string() + ")");
@@ -131,7 +143,8 @@ class Validator {
       return std::pair<uintptr_t, uintptr_t>{lo, lo + (extent + 1) * dtype_size(t.dtype)};
     };
     auto [olo, ohi] = range(out);
-    for (const auto& [name, t] : views_) {
+    for (int i = 0; i < view_count_; ++i) {
+      const auto& [name, t] = views_[i];
       if (t == &out || t->numel() == 0) continue;
       bool alias_ok = false;
       for (const TensorView* a : allowed_aliases) {
@@ -157,8 +170,12 @@ class Validator {
     const TensorView* view;
   };
   const char* op_;
-  std::string context_;
-  std::vector<Named> views_;
+  // Fixed storage: validation allocates nothing unless it fails (step() is called per token).
+  static constexpr int kMaxViews = 16;
+  const TensorView* context_q_ = nullptr;
+  const TensorView* context_v_ = nullptr;
+  Named views_[kMaxViews] = {};
+  int view_count_ = 0;
 };
 
 // The shared part of forward, backward and step: q, v and decay define the problem.
@@ -183,27 +200,26 @@ Core check_core(Validator& check, const TensorView& q, const TensorView& v, cons
   p.dtype = q.dtype;
   p.device = q.device;
   p.device_index = q.device_index;
-  const std::string qs = q.shape_string(), vs = v.shape_string();
   bool v_ok = v.shape[0] == p.B && (step || v.shape[2] == p.T) && (p.Hv == 1 || p.Hv == p.H);
   if (!v_ok)
-    check.fail(std::string("v: shape ") + vs + " does not fit q " + qs + ": v must be " +
+    check.fail(std::string("v: shape ") + v.shape_string() + " does not fit q " + q.shape_string() + ": v must be " +
                (step ? "[B, Hv, E]" : "[B, Hv, T, E]") + " with B = " + str(p.B) +
                (step ? "" : ", T = " + str(p.T)) + " and Hv = 1 or H = " + str(p.H));
-  if (p.L < 1) check.fail("q: the latent size L must be at least 1, got shape " + qs);
-  if (p.E < 1) check.fail("v: the embedding size E must be at least 1, got shape " + vs);
+  if (p.L < 1) check.fail("q: the latent size L must be at least 1, got shape " + q.shape_string());
+  if (p.E < 1) check.fail("v: the embedding size E must be at least 1, got shape " + v.shape_string());
   check.check_dtype_data("v", v, p.dtype, "q");
   // decay: [H, L] or [1, H, L]
   int off = decay.rank - 2;
   if ((decay.rank == 3 && decay.shape[0] != 1) || decay.shape[off] != p.H || decay.shape[off + 1] != p.L)
     check.fail("decay: expected shape [H, L] = [" + str(p.H) + ", " + str(p.L) + "] or [1, " +
-               str(p.H) + ", " + str(p.L) + "], got " + decay.shape_string() + " (q is " + qs + ")");
+               str(p.H) + ", " + str(p.L) + "], got " + decay.shape_string() + " (q is " + q.shape_string() + ")");
   if (decay.dtype != DType::float32 && decay.dtype != DType::float64)
     check.fail(std::string("decay: dtype ") + dtype_name(decay.dtype) +
                " is not allowed: decay is float32 or float64");
   p.decay_dtype = decay.dtype;
   c.decay_stride[0] = decay.strides[off];
   c.decay_stride[1] = decay.strides[off + 1];
-  check.set_context(" (q is " + qs + ", v is " + vs + ")");
+  check.set_context(&q, &v);
   return c;
 }
 

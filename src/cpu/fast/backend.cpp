@@ -13,11 +13,14 @@
 //             The cross-chunk term sum_c n·a^(n-1) ⊙ <A_c+1, R_c> (A and R live in different
 //             passes) is rewritten forward-mode: Z_c+1 = P[n] ⊙ Z_c + Pd[n] ⊙ R_c, contributing
 //             <W_c, Z_c> with W_c the chunk's A summary, plus <GR, Z_end> (README).
-// Nothing of size L×E is kept per token or per chunk: R, Z, A are one L×E buffer each per
-// worker; what is stored per token is N_t and gw_t ([T × L] per worker, the size of q).
+// Nothing of size L×E is kept per token or per chunk: R and Z are one L×E buffer each per
+// worker (A reuses R's). Per token only gw_t is kept, in grad_q's own memory (float32/float64;
+// a [T × L] buffer for 16-bit dtypes); N is kept at chunk starts and rescanned per chunk.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -43,7 +46,7 @@ int64_t chunk_of(const Options& o) { return o.chunk_size > 0 ? o.chunk_size : kD
 // count); it depends only on the problem and the machine.
 int64_t forward_e_tiles(int64_t BH, int64_t E) {
   const int64_t hw = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  if (BH >= hw) return 1;
+  if (BH == 0 || BH >= hw) return 1;
   const int64_t want = (hw + BH - 1) / BH;
   return std::max<int64_t>(1, std::min<int64_t>(want, E / 64));
 }
@@ -218,7 +221,7 @@ struct ForwardWorkspace {
 
 template <class T>
 void forward_item(const ForwardParams& f, int64_t b, int64_t h, int64_t e0, int64_t e1, int64_t C,
-                  ForwardWorkspace<T>& w) {
+                  ForwardWorkspace<T>& w, T* N_out /* [L], written by the first E tile */) {
   const Problem& p = f.p;
   const int64_t L = p.L, T_ = p.T, Et = e1 - e0;
   w.size(L, Et, C);
@@ -287,9 +290,7 @@ void forward_item(const ForwardParams& f, int64_t b, int64_t h, int64_t e0, int6
     store_row(R + l * Et, f.rho, p.state_dtype,
               b * f.rho_stride[0] + h * f.rho_stride[1] + l * f.rho_stride[2] + e0 * f.rho_stride[3],
               f.rho_stride[3], Et);
-  if (e0 == 0)
-    store_row(N, f.rho_norm, p.state_dtype, b * f.rho_norm_stride[0] + h * f.rho_norm_stride[1],
-              f.rho_norm_stride[2], L);
+  if (e0 == 0) std::memcpy(N_out, N, static_cast<size_t>(L) * sizeof(T));
 }
 
 template <class T>
@@ -300,15 +301,21 @@ void forward_all(const ForwardParams& f) {
   const int64_t tiles = forward_e_tiles(BH, p.E);
   const int64_t tile = (p.E + tiles - 1) / tiles;
   const int threads = resolve_threads(f.options.num_threads);
+  // Every E tile of a (b,h) reads the initial rho_norm, which may be the very memory the final
+  // one goes to (in-place update): the final N is written only after all tiles are done.
+  std::vector<T> N_final(static_cast<size_t>(BH * p.L));
   BlasSingleThreaded blas;
   parallel_for(BH * tiles, threads, [&](int64_t item, int) {
     const int64_t bh = item / tiles, k = item % tiles;
     const int64_t e0 = k * tile, e1 = std::min(p.E, e0 + tile);
     if (e0 >= e1) return;
     thread_local ForwardWorkspace<T> w;
-    forward_item<T>(f, bh / p.H, bh % p.H, e0, e1, C, w);
+    forward_item<T>(f, bh / p.H, bh % p.H, e0, e1, C, w, N_final.data() + bh * p.L);
     if (w.bytes() > kKeptWorkspaceBytes) w.release();
   });
+  for (int64_t bh = 0; bh < BH; ++bh)
+    store_row(N_final.data() + bh * p.L, f.rho_norm, p.state_dtype,
+              (bh / p.H) * f.rho_norm_stride[0] + (bh % p.H) * f.rho_norm_stride[1], f.rho_norm_stride[2], p.L);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -316,25 +323,27 @@ void forward_all(const ForwardParams& f) {
 
 template <class T>
 struct BackwardWorkspace {
-  std::vector<T> P, Pd, a, RZ, N, Bv, Nst, gwst, sst, Q, Qp, Qs, Qu, V, G, P23, P1, M, S, dq, dv, rows, rows2;
+  std::vector<T> P, Pd, a, RZ, N, Bv, Nck, Nc, gwc, gwst, sst, Q, Qp, Qs, Qu, V, G, P23, P1, M, S, dq, dv, rows, rows2;
   std::vector<double> scratch;
   void release() { *this = BackwardWorkspace(); }
   size_t bytes() const {
     size_t n = 0;
-    for (auto* v : {&P, &Pd, &a, &RZ, &N, &Bv, &Nst, &gwst, &sst, &Q, &Qp, &Qs, &Qu, &V, &G, &P23, &P1, &M, &S, &dq, &dv, &rows, &rows2})
+    for (auto* v : {&P, &Pd, &a, &RZ, &N, &Bv, &Nck, &Nc, &gwc, &gwst, &sst, &Q, &Qp, &Qs, &Qu, &V, &G, &P23, &P1, &M, &S, &dq, &dv, &rows, &rows2})
       n += v->capacity() * sizeof(T);
     return n;
   }
-  void size(int64_t T_, int64_t L, int64_t E, int64_t C) {
+  void size(int64_t T_, int64_t L, int64_t E, int64_t C, bool gw_in_grad_q) {
     P.resize((C + 1) * L);
     Pd.resize((C + 1) * L);
     a.resize(L);
     RZ.resize(2 * L * E);
     N.resize(L);
     Bv.resize(L);
-    Nst.resize(T_ * L);
-    gwst.resize(T_ * L);
-    sst.resize(T_);
+    Nck.resize(((T_ + C - 1) / C) * L);
+    Nc.resize(C * L);
+    gwc.resize(C * L);
+    if (!gw_in_grad_q) gwst.resize(T_ * L);
+    sst.resize(C);
     Q.resize(C * L);
     Qp.resize(C * L);
     Qs.resize(C * L);
@@ -357,7 +366,11 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
                    T* dv_out /* [T × E] when Hv == 1, else null */, double* da /* [L] */) {
   const Problem& p = g.p;
   const int64_t L = p.L, E = p.E, T_ = p.T;
-  w.size(T_, L, E, C);
+  // gw_t is needed in reverse order; it is parked in grad_q's own memory when grad_q holds T's
+  // values exactly (float32 / float64), else in a [T × L] buffer.
+  const bool gw_in_grad_q = (p.dtype == DType::float32 && sizeof(T) == 4) || (p.dtype == DType::float64 && sizeof(T) == 8);
+  w.size(T_, L, E, C, gw_in_grad_q);
+  auto gw_offset = [&](int64_t t) { return b * g.grad_q_stride[0] + h * g.grad_q_stride[1] + t * g.grad_q_stride[2]; };
   decay_tables(g.decay, p.decay_dtype, g.decay_stride, h, L, C, w.P.data(), w.Pd.data(), w.a.data(), w.scratch);
   const T* P = w.P.data();
   const T* Pd = w.Pd.data();
@@ -395,11 +408,12 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
     gemm(false, true, n, n, E, T(1), w.G.data(), E, w.V.data(), E, T(0), w.M.data(), n);
   };
 
-  // Pass 1, forward in time: N_t and s_t stored, chunk-start states recomputed, gw_t stored.
+  // Pass 1, forward in time: N at chunk starts stored, chunk-start states recomputed, gw_t stored.
   for (int64_t t0 = 0; t0 < T_; t0 += C) {
     const int64_t n = std::min(C, T_ - t0);
     pack_chunk(t0, n);
-    normaliser_scan(n, L, w.Q.data(), a, N, w.Qp.data(), w.sst.data() + t0, w.Nst.data() + t0 * L);
+    std::memcpy(w.Nck.data() + (t0 / C) * L, N, static_cast<size_t>(L) * sizeof(T));
+    normaliser_scan(n, L, w.Q.data(), a, N, w.Qp.data(), w.sst.data(), w.Nc.data());
     // Per latent tile (kept in L2): P23[i] = [R_c G_i ; Z_c G_i], then
     // Z = a^n ⊙ Z + n·a^(n-1) ⊙ R_c and R = a^n ⊙ R + sum_j (q_j ⊙ a^(n-1-j)) ⊗ v_j.
     for (int64_t j = 0; j < n; ++j) {
@@ -426,7 +440,7 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
       }
       gemm(true, false, rows, E, n, T(1), w.Qu.data() + l0, L, w.V.data(), E, T(1), R + l0 * E, E);
     }
-    T* gw = w.gwst.data() + t0 * L;
+    T* gw = w.gwc.data();
     chunk_mix_earlier(n, L, w.Q.data(), w.M.data(), P, gw, w.Qs.data(), w.P1.data());
     for (int64_t i = 0; i < n; ++i) {
       const T* rg = w.P23.data() + i * 2 * L;
@@ -434,13 +448,15 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
       const T* pi = P + i * L;
       const T* pdi = Pd + i * L;
       const T* qp = w.Qp.data() + i * L;
-      const T* nt = w.Nst.data() + (t0 + i) * L;
+      const T* nt = w.Nc.data() + i * L;
       T* gwi = gw + i * L;
       for (int64_t l = 0; l < L; ++l) {
         gwi[l] = (pi[l] * rg[l] + gwi[l]) / (nt[l] + static_cast<T>(kEps));
         // decay gradient: sum_u u·a^(u-1) q'_u (R_c G_u)  +  <W_c, Z_c> = sum_u a^u q'_u (Z_c G_u)
         da[l] += static_cast<double>(qp[l] * (pdi[l] * rg[l] + pi[l] * zg[l]));
       }
+      if (gw_in_grad_q) store_row(gwi, g.grad_q, p.dtype, gw_offset(t0 + i), g.grad_q_stride[3], L);
+      else std::memcpy(w.gwst.data() + (t0 + i) * L, gwi, static_cast<size_t>(L) * sizeof(T));
     }
   }
 
@@ -472,12 +488,13 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
   for (int64_t c = nchunks - 1; c >= 0; --c) {
     const int64_t t0 = c * C, n = std::min(C, T_ - t0);
     pack_chunk(t0, n);
+    // N_t, s_t, q'_t of the chunk again from its stored start N (the same arithmetic as pass 1)
+    std::memcpy(N, w.Nck.data() + c * L, static_cast<size_t>(L) * sizeof(T));
+    normaliser_scan(n, L, w.Q.data(), a, N, w.Qp.data(), w.sst.data(), w.Nc.data());
     for (int64_t i = 0; i < n; ++i) {
-      const T* q = w.Q.data() + i * L;
-      const T* nt = w.Nst.data() + (t0 + i) * L;
-      const T inv_s = T(1) / w.sst[t0 + i];
-      T* qp = w.Qp.data() + i * L;
-      for (int64_t l = 0; l < L; ++l) qp[l] = q[l] * inv_s / (nt[l] + static_cast<T>(kEps));
+      T* gwi = w.gwc.data() + i * L;
+      if (gw_in_grad_q) load_row(gwi, g.grad_q, p.dtype, gw_offset(t0 + i), g.grad_q_stride[3], L);
+      else std::memcpy(gwi, w.gwst.data() + (t0 + i) * L, static_cast<size_t>(L) * sizeof(T));
     }
     chunk_scores(n, L, w.Qp.data(), w.Q.data(), P, w.S.data(), w.rows.data(), w.Qs.data());
     // Per latent tile of A (kept in L2): P1[i] = A_end v_i;
@@ -511,12 +528,12 @@ void backward_item(const BackwardParams& g, int64_t b, int64_t h, int64_t C, Bac
     for (int64_t i = n - 1; i >= 0; --i) {
       const T* q = w.Q.data() + i * L;
       const T* qp = w.Qp.data() + i * L;
-      const T* gw = w.gwst.data() + (t0 + i) * L;
-      const T* nt = w.Nst.data() + (t0 + i) * L;
+      const T* gw = w.gwc.data() + i * L;
+      const T* nt = w.Nc.data() + i * L;
       const T* p1 = w.P1.data() + i * L;
       const T* pe = P + (n - 1 - i) * L;
       const T* pde = Pd + (n - 1 - i) * L;
-      const T s = w.sst[t0 + i], inv_s = T(1) / s;
+      const T s = w.sst[i], inv_s = T(1) / s;
       double dot = 0;
       for (int64_t l = 0; l < L; ++l) dot += static_cast<double>(gw[l]) * static_cast<double>(q[l] * inv_s);
       const T gw_dot_w = static_cast<T>(dot);
@@ -592,27 +609,29 @@ void backward_all(const BackwardParams& g) {
 // ---------------------------------------------------------------------------------------------
 // Step: one token, in place, one pass over the state: read row l, then update it.
 
-template <class S>
-struct StepBuffers {
-  std::vector<S> q, v, c, a;
-};
+// v and the context accumulator live on the stack up to this E (SPEC.md's E is 64…1024), so a
+// step allocates nothing, on whichever pool thread its items land; wider E uses thread-local
+// buffers that grow once per thread.
+constexpr int64_t kStepStackE = 2048;
 
 template <class S>
-void step_item(const StepParams& sp, int64_t b, int64_t h, StepBuffers<S>& buf) {
+void step_item(const StepParams& sp, int64_t b, int64_t h) {
   const Problem& p = sp.p;
   const int64_t L = p.L, E = p.E;
-  // thread-local buffers grow on first use only: no allocation per call afterwards
-  if (static_cast<int64_t>(buf.q.size()) < L) buf.q.resize(L), buf.a.resize(L);
-  if (static_cast<int64_t>(buf.v.size()) < E) buf.v.resize(E), buf.c.resize(E);
-  S* q = buf.q.data();
-  S* v = buf.v.data();
-  S* c = buf.c.data();
-  S* a = buf.a.data();
-  load_row(q, sp.q, p.dtype, b * sp.q_stride[0] + h * sp.q_stride[1], sp.q_stride[2], L);
+  S v_stack[kStepStackE], c_stack[kStepStackE];
+  thread_local std::vector<S> v_heap, c_heap;
+  S* v = v_stack;
+  S* c = c_stack;
+  if (E > kStepStackE) {
+    if (static_cast<int64_t>(v_heap.size()) < E) v_heap.resize(E), c_heap.resize(E);
+    v = v_heap.data();
+    c = c_heap.data();
+  }
   load_row(v, sp.v, p.dtype, b * sp.v_stride[0] + h * sp.v_stride[1], sp.v_stride[2], E);
-  load_row(a, sp.decay, p.decay_dtype, h * sp.decay_stride[0], sp.decay_stride[1], L);
+  const int64_t q0 = b * sp.q_stride[0] + h * sp.q_stride[1], ql_stride = sp.q_stride[2];
+  const int64_t a0 = h * sp.decay_stride[0], al_stride = sp.decay_stride[1];
   double s = kEps;
-  for (int64_t l = 0; l < L; ++l) s += q[l];
+  for (int64_t l = 0; l < L; ++l) s += load_as_double(sp.q, p.dtype, q0 + l * ql_stride);
   const S inv_s = static_cast<S>(1.0 / s);
   std::fill(c, c + E, S(0));
   S* R = static_cast<S*>(sp.rho) + b * sp.rho_stride[0] + h * sp.rho_stride[1];
@@ -620,9 +639,10 @@ void step_item(const StepParams& sp, int64_t b, int64_t h, StepBuffers<S>& buf) 
   const int64_t rl = sp.rho_stride[2], re = sp.rho_stride[3], nl = sp.rho_norm_stride[2];
   for (int64_t l = 0; l < L; ++l) {
     S* r = R + l * rl;
+    const S ql = static_cast<S>(load_as_double(sp.q, p.dtype, q0 + l * ql_stride));
+    const S al = static_cast<S>(load_as_double(sp.decay, p.decay_dtype, a0 + l * al_stride));
     const S n_old = N[l * nl];
-    const S coef = q[l] * inv_s / (n_old + static_cast<S>(kEps));
-    const S al = a[l], ql = q[l];
+    const S coef = ql * inv_s / (n_old + static_cast<S>(kEps));
     if (re == 1) {
       for (int64_t e = 0; e < E; ++e) {
         c[e] += coef * r[e];
@@ -647,8 +667,7 @@ void step_all(const StepParams& sp) {
   const int use = p.B * p.H * p.L * p.E < (int64_t(1) << 16) ? 1 : threads;
   // A capture of one pointer fits std::function's local storage: no allocation per call.
   parallel_for(p.B * p.H, use, [params = &sp](int64_t bh, int) {
-    thread_local StepBuffers<S> buf;
-    step_item<S>(*params, bh / params->p.H, bh % params->p.H, buf);
+    step_item<S>(*params, bh / params->p.H, bh % params->p.H);
   });
 }
 
@@ -660,16 +679,36 @@ class CpuFastBackend final : public BackendImpl {
   Device device() const override { return Device::cpu; }
 
   void forward(const ForwardParams& f) const override {
-    if (f.p.dtype == DType::float64) forward_all<double>(f);
-    else forward_all<float>(f);
+    guarded("forward", f.p, [&] {
+      if (f.p.dtype == DType::float64) forward_all<double>(f);
+      else forward_all<float>(f);
+    });
   }
   void backward(const BackwardParams& g) const override {
-    if (g.p.dtype == DType::float64) backward_all<double>(g);
-    else backward_all<float>(g);
+    guarded("backward", g.p, [&] {
+      if (g.p.dtype == DType::float64) backward_all<double>(g);
+      else backward_all<float>(g);
+    });
   }
   void step(const StepParams& s) const override {
-    if (s.p.state_dtype == DType::float64) step_all<double>(s);
-    else step_all<float>(s);
+    guarded("step", s.p, [&] {
+      if (s.p.state_dtype == DType::float64) step_all<double>(s);
+      else step_all<float>(s);
+    });
+  }
+
+ private:
+  // Workspace that cannot be allocated is the caller's out_of_memory, not a std::bad_alloc.
+  template <class F>
+  static void guarded(const char* op, const Problem& p, F&& body) {
+    try {
+      body();
+    } catch (const std::bad_alloc&) {
+      throw Error(ErrorKind::out_of_memory,
+                  std::string("rhoscan.") + op + " (cpu backend): cannot allocate the workspace for B=" +
+                      std::to_string(p.B) + " H=" + std::to_string(p.H) + " T=" + std::to_string(p.T) +
+                      " L=" + std::to_string(p.L) + " E=" + std::to_string(p.E));
+    }
   }
 };
 

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One device call: build, CUDA tests, compute-sanitizer, benchmarks. Logs and JSON go to $OUT.
+# usage (on the GPU machine, in the source root): scripts/cuda_device_run.sh [stages...]
+#   stages: build test sanitize bench (default: all)
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+B=/tmp/b
+stages=${*:-build test sanitize bench}
+commit=${RHOSCAN_COMMIT:-unknown}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/gpu.txt" 2>&1
+for s in $stages; do
+  case $s in
+    build)
+      # The GPU image may lack googletest: build the copy carried in gtest-src/ when present.
+      if [ -d gtest-src ]; then
+        (cmake -S gtest-src -B /tmp/gtb -G Ninja -DCMAKE_INSTALL_PREFIX=/tmp/gtinst -DCMAKE_BUILD_TYPE=Release \
+          > $OUT/gtest.log 2>&1 && cmake --build /tmp/gtb -j16 --target install >> $OUT/gtest.log 2>&1) || echo "gtest build failed"
+      fi
+      { time (cmake -S . -B $B -G Ninja -DRHOSCAN_VULKAN=OFF -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=/tmp/gtinst \
+          -DCMAKE_CUDA_FLAGS="-Xptxas -v" > $OUT/configure.log 2>&1 && cmake --build $B -j16 > $OUT/build.log 2>&1); } 2>&1 | tail -3
+      grep -E "error|spill|Used [0-9]+ registers" $OUT/build.log | grep -E "error|[1-9][0-9]* bytes spill" | head -20
+      [ -x $B/tests/test_cuda ] || { echo "BUILD FAILED"; tail -30 $OUT/build.log; exit 1; } ;;
+    test)
+      (cd $B && timeout 240 ctest -j8 --output-on-failure ${CTEST_ARGS:-} > $OUT/ctest.log 2>&1); echo "ctest rc=$?"
+      grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" $OUT/ctest.log | head -40 ;;
+    sanitize)
+      timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_cuda \
+        --gtest_filter='Cuda.BackwardIsBitwiseDeterministic:Cuda.TailChunkAndHvEqualsH:Cuda.SequenceFirstLayout:Cuda.StepMatchesForward' \
+        > $OUT/memcheck.log 2>&1; echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck.log | head -5
+      timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_backends --gtest_filter='*cuda*bfloat16*' \
+        > $OUT/memcheck_harness.log 2>&1; echo "memcheck harness rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck_harness.log | head -5
+      timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/test_cuda \
+        --gtest_filter='Cuda.TailChunkAndHvEqualsH:Cuda.StepMatchesForward' > $OUT/racecheck.log 2>&1
+      echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log | head -5 ;;
+    bench)
+      timeout 240 $B/tools/rhoscan bench --device cuda --backward --repeats 5 --json $OUT/bench.jsonl --commit "$commit" 2>&1 | tee $OUT/bench.log ;;
+    profile)
+      # Per-kernel durations (no replay of the clocks: --clock-control none) for one forward+backward
+      # of each benchmark case.
+      for c in ${PROFILE_CASES:-BDH-8k BDH-base long-T8192}; do
+        timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+          $B/tools/rhoscan bench --device cuda --cases $c --backward --repeats 1 > $OUT/ncu-$c.csv 2>&1
+        echo "profile $c rc=$?"
+      done ;;
+    ncu)
+      # Speed-of-light, occupancy and stall reasons of one launch of each heavy kernel at BDH-8k.
+      for k in chunk_states_kernel chunk_output_kernel chunk_scores_kernel bwd_local_kernel norm_scan_kernel; do
+        timeout 90 ncu --clock-control none -k regex:$k -c 1 --section SpeedOfLight --section Occupancy \
+          --section WarpStateStats --section MemoryWorkloadAnalysis \
+          $B/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 1 > $OUT/ncu-$k.txt 2>&1
+        echo "== $k"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Block Limit|Stall|L1/TEX Hit|DRAM Throughput" $OUT/ncu-$k.txt | head -16
+      done ;;
+  esac
+done

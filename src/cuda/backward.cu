@@ -1,0 +1,424 @@
+// The CUDA backward (plain FFMA version 1).
+// Per batch of (b, h) pairs (bounded by options.max_workspace_bytes):
+//   1. the forward's scan, scores P (and M[i][j] = G_i·v_j), chunk-start states H_c, and the
+//      context c_t in float32, from which gc_t = G_t·c_t (= sum_l gw_t[l] w_t[l]);
+//   2. chunk-end states of the reverse recurrence A (chunk_states<reverse>), dR_0 = A_0;
+//   3. dv_t = (q_t a^(Cn-1-i))·A_end + sum_{k>i} P[k][i] G_k (chunk_output<dv>);
+//   4. per (chunk, 16 latents): gw_t, sum_e A_{t+1} v_t, the normaliser gradient inside the
+//      chunk, the partial dq, and the chunk's share of da (bwd_local_kernel);
+//   5. the normaliser gradient across chunks (bscan_kernel), dN_0 = B_0, and dq.
+// Reductions over heads (dv when Hv = 1) and over batch rows and chunks (da) are sums in a fixed
+// order in one thread each: no atomics, so two runs give bitwise-identical gradients.
+//
+// Inside a chunk of length Cn, with local indices i, j, k:
+//   R_i     = a^i H + sum_{j<i} a^(i-1-j) q_j ⊗ v_j
+//   A_{i+1} = a^(Cn-1-i) A_end + sum_{k>i} a^(k-i-1) Qp_k ⊗ G_k
+//   gw_i (N_i + eps) = a^i (H G_i) + sum_{j<i} a^(i-1-j) q_j M[i][j]
+//   (A_{i+1} v_i)    = a^(Cn-1-i) (A_end v_i) + sum_{k>i} a^(k-i-1) Qp_k M[k][i]
+//   da = sum_i <A_{i+1}, R_i> = f(Cn)<A_end, H> + sum_j q_j (A_end v_j) f(Cn-1-j)
+//        + sum_k Qp_k (H G_k) f(k) + sum_{j<k} Qp_k q_j M[k][j] f(k-j-1),   f(n) = n a^(n-1).
+#include "cuda/chunk_kernels.cuh"
+#include "cuda/ops.h"
+#include "cuda/workspace.h"
+
+namespace rhoscan::cuda_detail {
+namespace {
+
+Str4 str4(const void* p, const int64_t* s) {
+  Str4 r;
+  r.p = p;
+  for (int i = 0; i < 4; ++i) r.s[i] = s[i];
+  return r;
+}
+Str3 str3(const void* p, const int64_t* s) {
+  Str3 r;
+  r.p = p;
+  for (int i = 0; i < 3; ++i) r.s[i] = s[i];
+  return r;
+}
+
+// gc_t = sum_e G_t[e] c_t[e]: one warp per (bh, t).
+template <typename T>
+__global__ void gc_kernel(Dims d, Str4 g, const float* cf, float* gc) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t w = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; w < d.nbh * d.T; w += warps) {
+    const int64_t bh = w / d.T, t = w % d.T, b = d.b_of(bh), h = d.h_of(bh);
+    float acc = 0.0f;
+    for (int64_t e = lane; e < d.E; e += 32) acc += load<T>(g.p, g.at(b, h, t, e)) * cf[w * d.E + e];
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) gc[w] = acc;
+  }
+}
+
+// One block per (bh, chunk, 16 latents); 256 threads = 16 latents × 16 token groups, each
+// thread owns tokens i = ig + 16 r (r < 4) of latent l.
+constexpr int kLocalThreads = 256;
+constexpr int kLocalLT = 16, kLocalET = 32;
+struct LocalSmem {
+  float qs[64][kLocalLT], qps[64][kLocalLT], ns[64][kLocalLT], dn[64][kLocalLT];
+  float ms[64][64];
+  // E tiles, rows padded by 4 floats: 16-byte reads stay aligned and spread over the banks
+  __align__(16) float hs[kLocalLT][kLocalET + 4];
+  __align__(16) float dhs[kLocalLT][kLocalET + 4];
+  __align__(16) float gs[64][kLocalET + 4];
+  __align__(16) float vs[64][kLocalET + 4];
+  float red[3][16][kLocalLT];
+  float hdh[kLocalLT];
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
+    Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
+    const float* Hs, const float* dHs, const float* M, const float* gc, float* dqp, float* dap, float* Bsum,
+    float* Zs) {
+  constexpr int LT = kLocalLT, ET = kLocalET, RPT = 4;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  LocalSmem& S = *reinterpret_cast<LocalSmem*>(smem_raw);
+  auto& qs = S.qs;
+  auto& qps = S.qps;
+  auto& ns = S.ns;
+  auto& dn = S.dn;
+  auto& ms = S.ms;
+  auto& red = S.red;
+  const int C = static_cast<int>(d.C);
+  const int ll = threadIdx.x % LT, ig = threadIdx.x / LT;
+  const int64_t nlt = (d.L + LT - 1) / LT;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * nlt), c = (item / nlt) % d.nC, lt = item % nlt;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, l0 = lt * LT, l = l0 + ll;
+    const int Cn = static_cast<int>(d.chunk_len(c));
+    const bool lok = l < d.L;
+    const float a = lok ? a32[h * d.L + l] : 0.0f;
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 64 * LT; idx += blockDim.x) {
+      const int i = idx / LT, x = idx % LT;
+      const int64_t lx = l0 + x;
+      const bool ok = i < Cn && lx < d.L;
+      qs[i][x] = ok ? load<T>(q.p, q.at(b, h, t0 + i, lx)) : 0.0f;
+      qps[i][x] = ok ? Qp[(bh * d.T + t0 + i) * d.L + lx] : 0.0f;
+    }
+    for (int idx = threadIdx.x; idx < 64 * 64; idx += blockDim.x) {
+      const int i = idx / 64, j = idx % 64;
+      float m = 0.0f;
+      if (i < Cn && j < i) m = M[(bh * d.nC + c) * d.nsplit * C * C + i * C + j];  // split 0: the sum
+      ms[i][j] = m;
+    }
+    __syncthreads();
+    if (threadIdx.x < LT) {
+      float N = lok ? Nc[(bh * (d.nC + 1) + c) * d.L + l] : 0.0f;
+      for (int i = 0; i < Cn; ++i) {
+        ns[i][ll] = N;
+        N = a * N + qs[i][ll];
+      }
+    }
+    // W_i = H_c[l,:]·G_i and U_i = A_end[l,:]·v_i, over E in tiles of 32, 16-byte shared reads.
+    float W[RPT] = {}, U[RPT] = {}, HdH = 0.0f;
+    for (int64_t e0 = 0; e0 < d.E; e0 += ET) {
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < LT * ET; idx += blockDim.x) {
+        const int x = idx / ET, ee = idx % ET;
+        const int64_t lx = l0 + x, e = e0 + ee;
+        const bool ok = lx < d.L && e < d.E;
+        S.hs[x][ee] = ok ? Hs[((bh * d.nC + c) * d.L + lx) * d.E + e] : 0.0f;
+        S.dhs[x][ee] = ok ? dHs[((bh * d.nC + c) * d.L + lx) * d.E + e] : 0.0f;
+      }
+      for (int idx = threadIdx.x; idx < 64 * ET; idx += blockDim.x) {
+        const int i = idx / ET, ee = idx % ET;
+        const int64_t e = e0 + ee;
+        const bool ok = i < Cn && e < d.E;
+        S.gs[i][ee] = ok ? load<T>(g.p, g.at(b, h, t0 + i, e)) : 0.0f;
+        S.vs[i][ee] = ok ? load<T>(v.p, v.at(b, h, t0 + i, e)) : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int ee = 0; ee < ET; ee += 4) {
+        const float4 hv = *reinterpret_cast<const float4*>(&S.hs[ll][ee]);
+        const float4 dv = *reinterpret_cast<const float4*>(&S.dhs[ll][ee]);
+#pragma unroll
+        for (int r = 0; r < RPT; ++r) {
+          const int i = ig + 16 * r;
+          const float4 gv = *reinterpret_cast<const float4*>(&S.gs[i][ee]);
+          const float4 vv = *reinterpret_cast<const float4*>(&S.vs[i][ee]);
+          W[r] += hv.x * gv.x + hv.y * gv.y + hv.z * gv.z + hv.w * gv.w;
+          U[r] += dv.x * vv.x + dv.y * vv.y + dv.z * vv.z + dv.w * vv.w;
+        }
+        if (ig == 0) HdH += hv.x * dv.x + hv.y * dv.y + hv.z * dv.z + hv.w * dv.w;
+      }
+    }
+    __syncthreads();  // ns complete
+    float gw[RPT], av[RPT], term4[RPT];
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      const int i = ig + 16 * r;
+      gw[r] = av[r] = term4[r] = 0.0f;
+      if (i < Cn) {
+        // j < i: a^(i-1-j) for the read of R_i, f(i-1-j) for da's pair term
+        float gwn = ipow(a, i) * W[r], t4 = 0.0f, pw = 1.0f, pwm1 = 0.0f;  // pw = a^n, pwm1 = a^(n-1)
+        for (int j = i - 1, n = 0; j >= 0; --j, ++n) {
+          gwn += pw * qs[j][ll] * ms[i][j];
+          t4 += n * pwm1 * qs[j][ll] * ms[i][j];
+          pwm1 = pw;
+          pw *= a;
+        }
+        term4[r] = qps[i][ll] * t4;
+        gw[r] = gwn / (ns[i][ll] + kEpsF);
+        float avs = ipow(a, Cn - 1 - i) * U[r];
+        pw = 1.0f;
+        for (int k = i + 1; k < Cn; ++k) {
+          avs += pw * qps[k][ll] * ms[k][i];
+          pw *= a;
+        }
+        av[r] = avs;
+        dn[i][ll] = -qps[i][ll] * gw[r];
+      }
+    }
+    __syncthreads();
+    float da_part = 0.0f, bsum_part = 0.0f, z_part = 0.0f;
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      const int i = ig + 16 * r;
+      if (i < Cn) {
+        float ib = 0.0f, pw = 1.0f;
+        for (int k = i + 1; k < Cn; ++k) {
+          ib += pw * dn[k][ll];
+          pw *= a;
+        }
+        const int64_t t = t0 + i;
+        if (lok) dqp[(bh * d.T + t) * d.L + l] = (gw[r] - gc[bh * d.T + t]) / s[bh * d.T + t] + av[r] + ib;
+        da_part += qs[i][ll] * U[r] * dpow(a, Cn - 1 - i) + qps[i][ll] * W[r] * dpow(a, i) + term4[r] +
+                   ib * ns[i][ll];
+        bsum_part += ipow(a, i) * dn[i][ll];
+        z_part += ipow(a, Cn - 1 - i) * ns[i][ll];
+      }
+    }
+    red[0][ig][ll] = da_part;
+    red[1][ig][ll] = bsum_part;
+    red[2][ig][ll] = z_part;
+    if (ig == 0) S.hdh[ll] = HdH;
+    __syncthreads();
+    if (threadIdx.x < LT && lok) {
+      float x0 = dpow(a, Cn) * S.hdh[ll], x1 = 0.0f, x2 = 0.0f;
+      for (int k = 0; k < 16; ++k) {
+        x0 += red[0][k][ll];
+        x1 += red[1][k][ll];
+        x2 += red[2][k][ll];
+      }
+      const int64_t o = (bh * d.nC + c) * d.L + l;
+      dap[o] = x0;
+      Bsum[o] = x1;
+      Zs[o] = x2;
+    }
+  }
+}
+
+// The normaliser gradient across chunks, one thread per (bh, l), reverse over chunks:
+// Bend_c = B at the end of chunk c; B_start = a^Cn Bend + Bsum. Writes dN_0 and da's B·N share.
+__global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsum, const float* Zs, float* Bend,
+                             float* daB, Str3 dn0) {
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < d.nbh * d.L; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t bh = x / d.L, l = x % d.L, b = d.b_of(bh), h = d.h_of(bh);
+    const float a = a32[h * d.L + l];
+    float Bc = gn.p ? static_cast<const float*>(gn.p)[gn.at(b, h, l)] : 0.0f, da = 0.0f;
+    for (int64_t c = d.nC - 1; c >= 0; --c) {
+      const int64_t o = (bh * d.nC + c) * d.L + l;
+      Bend[o] = Bc;
+      da += Bc * Zs[o];
+      Bc = ipow(a, static_cast<int>(d.chunk_len(c))) * Bc + Bsum[o];
+    }
+    daB[x] = da;
+    if (dn0.p) const_cast<float*>(static_cast<const float*>(dn0.p))[dn0.at(b, h, l)] = Bc;
+  }
+}
+
+// dq_t[l] = partial + a^(Cn-1-i) Bend_c[l].
+template <typename T>
+__global__ void dq_final_kernel(Dims d, const float* a32, const float* dqp, const float* Bend, Str4 dq) {
+  const int64_t n = d.nbh * d.T * d.L;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t l = x % d.L, t = (x / d.L) % d.T, bh = x / (d.L * d.T);
+    const int64_t c = t / d.C, i = t % d.C, b = d.b_of(bh), h = d.h_of(bh);
+    const float a = a32[h * d.L + l];
+    const float val = dqp[x] + ipow(a, static_cast<int>(d.chunk_len(c) - 1 - i)) * Bend[(bh * d.nC + c) * d.L + l];
+    store<T>(const_cast<void*>(dq.p), dq.at(b, h, t, l), val);
+  }
+}
+
+// dv_acc[b, hv, t, e] += the partials of this batch's (b, h) pairs that read v[b, hv] (every h
+// when Hv = 1), in increasing h: the same order of additions whatever the batching.
+__global__ void dv_accumulate_kernel(Dims d, int64_t Hv, const float* dvp, float* dv_acc) {
+  const int64_t b_first = d.bh0 / d.H, b_last = (d.bh0 + d.nbh - 1) / d.H;
+  const int64_t n = (b_last - b_first + 1) * Hv * d.T * d.E;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = x % d.E, t = (x / d.E) % d.T, hv = (x / (d.E * d.T)) % Hv, b = b_first + x / (d.E * d.T * Hv);
+    const int64_t o = ((b * Hv + hv) * d.T + t) * d.E + e;
+    float acc = dv_acc[o];
+    for (int64_t h = (Hv == 1 ? 0 : hv); h < (Hv == 1 ? d.H : hv + 1); ++h) {
+      const int64_t bh = b * d.H + h - d.bh0;
+      if (bh >= 0 && bh < d.nbh) acc += dvp[(bh * d.T + t) * d.E + e];
+    }
+    dv_acc[o] = acc;
+  }
+}
+
+template <typename T>
+__global__ void dv_store_kernel(int64_t B, int64_t Hv, int64_t nT, int64_t E, const float* dv_acc, Str4 gv) {
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < B * Hv * nT * E; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = x % E, t = (x / E) % nT, hv = (x / (E * nT)) % Hv, b = x / (E * nT * Hv);
+    store<T>(const_cast<void*>(gv.p), gv.at(b, hv, t, e), dv_acc[x]);
+  }
+}
+
+// da_acc[h][l] += this batch's pairs of head h, in increasing b: sum_c dap + daB.
+__global__ void da_accumulate_kernel(Dims d, const float* dap, const float* daB, double* da_acc) {
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < d.H * d.L; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t h = x / d.L, l = x % d.L;
+    double acc = da_acc[x];
+    for (int64_t bh = 0; bh < d.nbh; ++bh) {
+      if (d.h_of(bh) != h) continue;
+      double row = daB[bh * d.L + l];
+      for (int64_t c = 0; c < d.nC; ++c) row += dap[(bh * d.nC + c) * d.L + l];
+      acc += row;
+    }
+    da_acc[x] = acc;
+  }
+}
+
+__global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void* out, int64_t s0, int64_t s1,
+                                bool is_f64) {
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < H * L; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = (x / L) * s0 + (x % L) * s1;
+    if (is_f64) static_cast<double*>(out)[o] = da_acc[x];
+    else static_cast<float*>(out)[o] = static_cast<float>(da_acc[x]);
+  }
+}
+
+template <typename T>
+void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
+  const detail::Problem& p = g.p;
+  Dims d;
+  d.H = p.H, d.T = p.T, d.L = p.L, d.E = p.E;
+  d.C = g.options.chunk_size > 0 ? std::min<int64_t>(g.options.chunk_size, kMaxChunk) : kDefaultChunk;
+  d.nC = (p.T + d.C - 1) / d.C;
+  const int64_t nT = p.T, L = p.L, E = p.E, nC = d.nC, C = d.C;
+  const int64_t shared = Workspace::floats(p.H * L) + Workspace::doubles(p.H * L) +
+                         Workspace::floats(p.B * p.Hv * nT * E);
+  // Per (b, h) pair: what the forward recomputes, both chunk-state sets, and the
+  // backward's per-token float32 partials (dq, dv) and per-chunk vectors.
+  const int64_t per_bh = Workspace::floats(nT) * 2 + Workspace::floats(nT * L) * 2 + Workspace::floats((nC + 1) * L) +
+                         Workspace::floats(nC * 16 * C * C) * 2 + Workspace::floats(nC * L * E) * 2 +
+                         Workspace::floats(nT * E) * 2 + Workspace::floats(nC * L) * 4 + Workspace::floats(L);
+  const int64_t cap = workspace_cap(g.options.max_workspace_bytes);
+  if (shared + per_bh > cap)
+    throw Error(ErrorKind::out_of_memory,
+                "rhoscan.backward (cuda): one (batch, head) pair needs " + std::to_string(shared + per_bh) +
+                    " bytes of workspace (B=" + std::to_string(p.B) + ", T=" + std::to_string(nT) +
+                    ", L=" + std::to_string(L) + ", E=" + std::to_string(E) + "), over the cap of " +
+                    std::to_string(cap) + " bytes: raise options.max_workspace_bytes");
+  const int64_t BH = p.B * p.H;
+  const int64_t per_batch = std::min<int64_t>(BH, std::max<int64_t>(1, (cap - shared) / per_bh));
+  Workspace ws(shared + per_batch * per_bh, stream);
+  float* a32 = ws.take_floats(p.H * L);
+  double* da_acc = ws.take_doubles(p.H * L);
+  float* dv_acc = ws.take_floats(p.B * p.Hv * nT * E);
+  decay_to_f32_kernel<<<grid_for(p.H * L, 256), 256, 0, stream>>>(a32, g.decay, g.decay_stride[0], g.decay_stride[1],
+                                                                 p.H, L, p.decay_dtype == DType::float64);
+  RHOSCAN_CUDA_LAUNCHED("decay_to_f32_kernel");
+  RHOSCAN_CUDA_CHECK(cudaMemsetAsync(da_acc, 0, sizeof(double) * p.H * L, stream));
+  RHOSCAN_CUDA_CHECK(cudaMemsetAsync(dv_acc, 0, sizeof(float) * p.B * p.Hv * nT * E, stream));
+
+  const Str4 q = str4(g.q, g.q_stride), v = str4(g.v, g.v_stride), gctx = str4(g.grad_context, g.grad_context_stride);
+  const Str4 rho0 = str4(g.rho0, g.rho0_stride), gr = str4(g.grad_rho_out, g.grad_rho_out_stride);
+  const Str3 n0 = str3(g.rho_norm0, g.rho_norm0_stride), gn = str3(g.grad_rho_norm_out, g.grad_rho_norm_out_stride);
+  const Str4 dq = str4(g.grad_q, g.grad_q_stride), dv = str4(g.grad_v, g.grad_v_stride);
+  const Str4 dr0 = str4(g.grad_rho0, g.grad_rho0_stride);
+  const Str3 dn0 = str3(g.grad_rho_norm0, g.grad_rho_norm0_stride);
+  const int64_t net = (E + 63) / 64;
+  for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
+    ws.reset();
+    ws.take_floats(p.H * L);
+    ws.take_doubles(p.H * L);
+    ws.take_floats(p.B * p.Hv * nT * E);
+    d.bh0 = bh0;
+    d.nbh = std::min(per_batch, BH - bh0);
+    d.nsplit = score_splits(d.nbh, nC, L);
+    const int64_t n = d.nbh;
+    float* s = ws.take_floats(n * nT);
+    float* gc = ws.take_floats(n * nT);
+    float* Qp = ws.take_floats(n * nT * L);
+    float* dqp = ws.take_floats(n * nT * L);
+    float* Nc = ws.take_floats(n * (nC + 1) * L);
+    float* P = ws.take_floats(n * nC * d.nsplit * C * C);
+    float* M = ws.take_floats(n * nC * d.nsplit * C * C);
+    float* Hs = ws.take_floats(n * nC * L * E);
+    float* dHs = ws.take_floats(n * nC * L * E);
+    float* cf = ws.take_floats(n * nT * E);
+    float* dvp = ws.take_floats(n * nT * E);
+    float* dap = ws.take_floats(n * nC * L);
+    float* Bsum = ws.take_floats(n * nC * L);
+    float* Zs = ws.take_floats(n * nC * L);
+    float* Bend = ws.take_floats(n * nC * L);
+    float* daB = ws.take_floats(n * L);
+
+    token_sum_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, q, s);
+    RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
+    norm_scan_kernel<T><<<grid_for(n * L, 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, Str3{});
+    RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
+    chunk_scores_kernel<T><<<grid_for(n * nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, gctx, a32, Qp, P, M);
+    RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
+    if (d.nsplit > 1) {
+      reduce_splits_kernel<<<grid_for(n * nC * C * C, 256), 256, 0, stream>>>(d, P);
+      reduce_splits_kernel<<<grid_for(n * nC * C * C, 256), 256, 0, stream>>>(d, M);
+      RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
+    }
+    const int64_t state_items = n * ((L + kStateLT - 1) / kStateLT) * ((E + kStateET - 1) / kStateET);
+    chunk_states_kernel<T, false><<<grid_for(state_items), kStateThreads, 0, stream>>>(d, q, v, a32, Qp, rho0, Hs,
+                                                                                       Str4{});
+    RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel<forward>");
+    chunk_output_kernel<T, float, false><<<grid_for(n * nC * net), kOutThreads, 0, stream>>>(d, q, v, a32, Qp, Hs,
+                                                                                             P, Str4{}, cf);
+    RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel<context>");
+    gc_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, gctx, cf, gc);
+    RHOSCAN_CUDA_LAUNCHED("gc_kernel");
+    chunk_states_kernel<T, true><<<grid_for(state_items), kStateThreads, 0, stream>>>(d, q, gctx, a32, Qp, gr, dHs,
+                                                                                      dr0);
+    RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel<reverse>");
+    chunk_output_kernel<T, float, true><<<grid_for(n * nC * net), kOutThreads, 0, stream>>>(d, q, gctx, a32, Qp,
+                                                                                            dHs, P, Str4{}, dvp);
+    RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel<dv>");
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(sizeof(LocalSmem))));
+    bwd_local_kernel<T><<<grid_for(n * nC * ((L + kLocalLT - 1) / kLocalLT)), kLocalThreads, sizeof(LocalSmem), stream>>>(
+        d, q, v, gctx, a32, Qp, s, Nc, Hs, dHs, M, gc, dqp, dap, Bsum, Zs);
+    RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");
+    bscan_kernel<<<grid_for(n * L, 256), 256, 0, stream>>>(d, a32, gn, Bsum, Zs, Bend, daB, dn0);
+    RHOSCAN_CUDA_LAUNCHED("bscan_kernel");
+    dq_final_kernel<T><<<grid_for(n * nT * L, 256), 256, 0, stream>>>(d, a32, dqp, Bend, dq);
+    RHOSCAN_CUDA_LAUNCHED("dq_final_kernel");
+    dv_accumulate_kernel<<<grid_for(((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT * E, 256), 256, 0, stream>>>(
+        d, p.Hv, dvp, dv_acc);
+    RHOSCAN_CUDA_LAUNCHED("dv_accumulate_kernel");
+    da_accumulate_kernel<<<grid_for(p.H * L, 256), 256, 0, stream>>>(d, dap, daB, da_acc);
+    RHOSCAN_CUDA_LAUNCHED("da_accumulate_kernel");
+  }
+  dv_store_kernel<T><<<grid_for(p.B * p.Hv * nT * E, 256), 256, 0, stream>>>(p.B, p.Hv, nT, E, dv_acc, dv);
+  RHOSCAN_CUDA_LAUNCHED("dv_store_kernel");
+  da_store_kernel<<<grid_for(p.H * L, 256), 256, 0, stream>>>(p.H, L, da_acc, g.grad_decay, g.grad_decay_stride[0],
+                                                             g.grad_decay_stride[1], p.decay_dtype == DType::float64);
+  RHOSCAN_CUDA_LAUNCHED("da_store_kernel");
+}
+
+}  // namespace
+
+void run_backward(const detail::BackwardParams& g) {
+  DeviceGuard guard(g.p.device_index);
+  cudaStream_t stream = static_cast<cudaStream_t>(g.options.stream);
+  switch (g.p.dtype) {
+    case DType::float32: backward_typed<float>(g, stream); break;
+    case DType::bfloat16: backward_typed<__nv_bfloat16>(g, stream); break;
+    case DType::float16: backward_typed<__half>(g, stream); break;
+    default: throw Error(ErrorKind::unsupported, "rhoscan.backward (cuda): float64 inputs are not supported");
+  }
+}
+
+}  // namespace rhoscan::cuda_detail

@@ -1,0 +1,462 @@
+// The chunked kernels shared by the forward and the backward (plain FFMA version 1).
+//
+// Per (b, h) the sequence is cut into chunks of C <= 64 tokens; chunk c covers tokens
+// [c·C, c·C + Cn). With Qp_t[l] = q_t[l] / (s_t (N_t[l] + eps)) (the normalised read weights):
+//   chunk-start state   H_c = R_{c·C}           (chunk_states, forward order, in workspace)
+//   intra-chunk scores  P[i][j] = sum_l Qp_i[l] a_l^(i-1-j) q_j[l]     (j < i; chunk_scores)
+//   context             c_i = sum_l Qp_i[l] a_l^i H_c[l,:] + sum_{j<i} P[i][j] v_j  (chunk_output)
+// Every decay factor is a^n with n >= 0 (ipow), so nothing overflows for any a in [0, 1].
+// Work items are looped over with grid strides: no grid dimension depends on B·T or B·T·L.
+#pragma once
+
+#include "cuda/common.cuh"
+
+namespace rhoscan::cuda_detail {
+
+// A strided tensor of up to four logical dims (b, h, t or l, x).
+struct Str4 {
+  const void* p = nullptr;
+  int64_t s[4] = {};
+  __device__ __forceinline__ int64_t at(int64_t a, int64_t b, int64_t c, int64_t d) const {
+    return a * s[0] + b * s[1] + c * s[2] + d * s[3];
+  }
+};
+struct Str3 {
+  const void* p = nullptr;
+  int64_t s[3] = {};
+  __device__ __forceinline__ int64_t at(int64_t a, int64_t b, int64_t c) const {
+    return a * s[0] + b * s[1] + c * s[2];
+  }
+};
+
+// Sizes of one batch of (b, h) pairs: local pair index bh in [0, nbh) is b = b0 + bh / H,
+// h = bh % H (a batch is a run of whole batch rows, or of (b, h) pairs with H_step = 1).
+struct Dims {
+  int64_t H = 0, T = 0, L = 0, E = 0, C = 0, nC = 0;
+  int64_t bh0 = 0;  // global (b·H + h) index of local pair 0
+  int64_t nbh = 0;
+  int64_t nsplit = 1;  // chunk_scores: partial sums over this many slices of L (and of E)
+  __device__ __forceinline__ int64_t b_of(int64_t bh) const { return (bh0 + bh) / H; }
+  __device__ __forceinline__ int64_t h_of(int64_t bh) const { return (bh0 + bh) % H; }
+  __device__ __forceinline__ int64_t chunk_len(int64_t c) const {
+    int64_t n = T - c * C;
+    return n < C ? n : C;
+  }
+};
+
+// How many slices of L chunk_scores splits each (b, h, chunk) into: enough blocks to fill the
+// GPU (about 4 per multiprocessor on 132), at most 16, and no slice narrower than 32 latents.
+inline int64_t score_splits(int64_t nbh, int64_t nC, int64_t L) {
+  const int64_t items = nbh * nC > 0 ? nbh * nC : 1;
+  int64_t n = (528 + items - 1) / items;
+  n = n < 16 ? n : 16;
+  const int64_t by_l = (L + 31) / 32;
+  n = n < by_l ? n : by_l;
+  return n > 0 ? n : 1;
+}
+
+// f(n) = d/da a^n = n a^(n-1), with f(0) = 0 (no a^(-1)).
+__device__ __forceinline__ float dpow(float a, int n) { return n == 0 ? 0.0f : n * ipow(a, n - 1); }
+
+// ---- decay to float32 [H][L] ---------------------------------------------------------------
+static __global__ void decay_to_f32_kernel(float* a32, const void* decay, int64_t s0, int64_t s1, int64_t H,
+                                    int64_t L, bool is_f64) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < H * L; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t h = i / L, l = i % L;
+    a32[i] = is_f64 ? load<double>(decay, h * s0 + l * s1) : load<float>(decay, h * s0 + l * s1);
+  }
+}
+
+// ---- s_t = eps + sum_l q_t[l]: one warp per (bh, t) -----------------------------------------
+template <typename T>
+__global__ void token_sum_kernel(Dims d, Str4 q, float* s) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  for (int64_t w = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; w < d.nbh * d.T; w += warps) {
+    const int64_t bh = w / d.T, t = w % d.T, b = d.b_of(bh), h = d.h_of(bh);
+    float acc = 0.0f;
+    for (int64_t l = lane; l < d.L; l += 32) acc += load<T>(q.p, q.at(b, h, t, l));
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) s[w] = acc + kEpsF;
+  }
+}
+
+// ---- normaliser scan: one thread per (bh, l), sequential over t ------------------------------
+// Writes Qp[bh][t][l], N at every chunk start Nc[bh][c][l] (c = 0..nC, the last is N_T), and the
+// final rho_norm when n_out is given. n0 (float32 state) may alias n_out: each thread reads its
+// element before it writes it.
+template <typename T>
+__global__ void norm_scan_kernel(Dims d, Str4 q, const float* a32, Str3 n0, const float* s, float* Qp,
+                                 float* Nc, Str3 n_out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.L; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t bh = i / d.L, l = i % d.L, b = d.b_of(bh), h = d.h_of(bh);
+    const float a = a32[h * d.L + l];
+    float N = n0.p ? static_cast<const float*>(n0.p)[n0.at(b, h, l)] : 0.0f;
+    const int64_t qbase = b * q.s[0] + h * q.s[1] + l * q.s[3];
+    for (int64_t t0 = 0; t0 < d.T; t0 += 8) {
+      // eight independent loads in flight before the dependent chain
+      float qv[8], sv[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const bool ok = t0 + k < d.T;
+        qv[k] = ok ? load<T>(q.p, qbase + (t0 + k) * q.s[2]) : 0.0f;
+        sv[k] = ok ? s[bh * d.T + t0 + k] : 1.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int64_t t = t0 + k;
+        if (t < d.T) {
+          if (t % d.C == 0) Nc[(bh * (d.nC + 1) + t / d.C) * d.L + l] = N;
+          Qp[(bh * d.T + t) * d.L + l] = (qv[k] / sv[k]) / (N + kEpsF);
+          N = a * N + qv[k];
+        }
+      }
+    }
+    Nc[(bh * (d.nC + 1) + d.nC) * d.L + l] = N;
+    if (n_out.p) const_cast<float*>(static_cast<const float*>(n_out.p))[n_out.at(b, h, l)] = N;
+  }
+}
+
+// ---- intra-chunk scores: one block (256 threads) per (bh, c) ---------------------------------
+// P[bh][c][split][i][j] = sum_l Qp_i[l] a^(i-1-j) q_j[l] over the split's slice of L for j < i,
+// else 0. With G given (backward), also M[bh][c][split][i][j] = sum_e G_i[e] v_j[e] over the
+// split's slice of E. Consumers add the d.nsplit partials in increasing split order.
+constexpr int kScoreThreads = 256;
+template <typename T>
+__global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str4 q, Str4 v, Str4 g,
+                                                                     const float* a32, const float* Qp,
+                                                                     float* P, float* M) {
+  constexpr int LT = 32;
+  __shared__ float qs[64][LT + 1], qps[64][LT + 1], apow[64][LT + 1];
+  const int C = static_cast<int>(d.C);
+  const int64_t lslice = (d.L + d.nsplit * LT - 1) / (d.nsplit * LT) * LT;
+  const int64_t eslice = (d.E + d.nsplit * LT - 1) / (d.nsplit * LT) * LT;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * d.nsplit; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * d.nsplit), c = (item / d.nsplit) % d.nC, sp = item % d.nsplit;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh);
+    const int64_t t0 = c * d.C;
+    const int64_t l_end = min(d.L, (sp + 1) * lslice), e_end = min(d.E, (sp + 1) * eslice);
+    const int Cn = static_cast<int>(d.chunk_len(c));
+    float acc[16], acc2[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) acc[r] = acc2[r] = 0.0f;
+    for (int64_t l0 = sp * lslice; l0 < l_end; l0 += LT) {
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < 64 * LT; idx += blockDim.x) {
+        const int i = idx / LT, ll = idx % LT;
+        const int64_t l = l0 + ll;
+        const bool ok = i < Cn && l < l_end;
+        qs[i][ll] = ok ? load<T>(q.p, q.at(b, h, t0 + i, l)) : 0.0f;
+        qps[i][ll] = ok ? Qp[(bh * d.T + t0 + i) * d.L + l] : 0.0f;
+      }
+      if (threadIdx.x < LT) {  // a^k, k < C, by repeated multiplication along k
+        const int64_t l = l0 + threadIdx.x;
+        const float al = l < l_end ? a32[h * d.L + l] : 0.0f;
+        float pw = 1.0f;
+        for (int k = 0; k < C; ++k) {
+          apow[k][threadIdx.x] = pw;
+          pw *= al;
+        }
+      }
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < 16; ++r) {
+        const int p = threadIdx.x + r * kScoreThreads;
+        const int i = p / C, j = p % C;
+        if (p < C * C && j < i && i < Cn) {
+          float x = 0.0f;
+#pragma unroll 8
+          for (int ll = 0; ll < LT; ++ll) x += qps[i][ll] * apow[i - 1 - j][ll] * qs[j][ll];
+          acc[r] += x;
+        }
+      }
+    }
+    if (M != nullptr) {
+      for (int64_t e0 = sp * eslice; e0 < e_end; e0 += LT) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < 64 * LT; idx += blockDim.x) {
+          const int i = idx / LT, ee = idx % LT;
+          const int64_t e = e0 + ee;
+          const bool ok = i < Cn && e < e_end;
+          qs[i][ee] = ok ? load<T>(g.p, g.at(b, h, t0 + i, e)) : 0.0f;
+          qps[i][ee] = ok ? load<T>(v.p, v.at(b, h, t0 + i, e)) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < 16; ++r) {
+          const int p = threadIdx.x + r * kScoreThreads;
+          const int i = p / C, j = p % C;
+          if (p < C * C && j < i && i < Cn) {
+            float x = 0.0f;
+#pragma unroll 8
+            for (int ee = 0; ee < LT; ++ee) x += qs[i][ee] * qps[j][ee];
+            acc2[r] += x;
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      const int p = threadIdx.x + r * kScoreThreads;
+      if (p < C * C) {
+        P[((bh * d.nC + c) * d.nsplit + sp) * C * C + p] = acc[r];
+        if (M != nullptr) M[((bh * d.nC + c) * d.nsplit + sp) * C * C + p] = acc2[r];
+      }
+    }
+  }
+}
+
+// Adds the d.nsplit partials of each (bh, chunk) score matrix into split 0, in split order.
+static __global__ void reduce_splits_kernel(Dims d, float* X) {
+  const int64_t CC = d.C * d.C, n = d.nbh * d.nC * CC;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    float* base = X + (x / CC) * d.nsplit * CC + x % CC;
+    float acc = base[0];
+    for (int64_t sp = 1; sp < d.nsplit; ++sp) acc += base[sp * CC];
+    base[0] = acc;
+  }
+}
+
+// ---- chunk-boundary states: one block per (bh, 64 rows of l, 128 columns of e) ---------------
+// Forward (kReverse = false): S_{c+1} = a^Cn ⊙ S_c + sum_i (q_i a^(Cn-1-i)) ⊗ v_i, from the
+//   initial state; stores S_c (before chunk c) as Hs[bh][c][l][e]; writes the final state.
+// Backward (kReverse = true): A_start = a^Cn ⊙ A_end + sum_i (Qp_i a^i) ⊗ G_i, from the upstream
+//   gradient of the final state; stores A_end of chunk c as Hs[bh][c]; writes dR_0.
+// The state tile lives in registers (8 rows × 4 columns per thread: 32 accumulators, so each
+// shared-memory read feeds several FMAs), so the whole sequence costs one pass over q, v and one
+// write of each chunk state.
+constexpr int kStateThreads = 256;
+constexpr int kStateLT = 64, kStateET = 128;
+template <typename T, bool kReverse>
+__global__ void __launch_bounds__(kStateThreads) chunk_states_kernel(Dims d, Str4 key, Str4 val,
+                                                                     const float* a32, const float* Qp,
+                                                                     Str4 init, float* Hs, Str4 out) {
+  constexpr int LT = kStateLT, ET = kStateET, RPT = 8, CPT = 4;
+  __shared__ __align__(16) float keys[64][LT];
+  __shared__ __align__(16) float vals[64][ET];
+  const int64_t nlt = (d.L + LT - 1) / LT, net = (d.E + ET - 1) / ET;
+  const int tc = threadIdx.x % 32, tr = threadIdx.x / 32;  // columns tc*4.., rows tr*8..
+  float* init_p = const_cast<float*>(static_cast<const float*>(init.p));
+  float* out_p = const_cast<float*>(static_cast<const float*>(out.p));
+  for (int64_t item = blockIdx.x; item < d.nbh * nlt * net; item += gridDim.x) {
+    const int64_t bh = item / (nlt * net), lt = (item / net) % nlt, et = item % net;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh), l0 = lt * LT, e0 = et * ET + tc * CPT;
+    float st[RPT][CPT], a[RPT];
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      const int64_t l = l0 + tr * RPT + r;
+      a[r] = l < d.L ? a32[h * d.L + l] : 0.0f;
+#pragma unroll
+      for (int k = 0; k < CPT; ++k) {
+        const int64_t e = e0 + k;
+        st[r][k] = (init_p && l < d.L && e < d.E) ? init_p[init.at(b, h, l, e)] : 0.0f;
+      }
+    }
+    for (int64_t step = 0; step < d.nC; ++step) {
+      const int64_t c = kReverse ? d.nC - 1 - step : step;
+      const int64_t t0 = c * d.C;
+      const int Cn = static_cast<int>(d.chunk_len(c));
+      float* Hc = Hs + (bh * d.nC + c) * d.L * d.E;
+      // 16-byte stores when every row starts 16-byte aligned (E % 4 == 0): one transaction per lane
+      const bool vec = (d.E % 4 == 0) && e0 + CPT <= d.E;
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) {
+        const int64_t l = l0 + tr * RPT + r;
+        if (l >= d.L) continue;
+        if (vec) {
+          *reinterpret_cast<float4*>(&Hc[l * d.E + e0]) = make_float4(st[r][0], st[r][1], st[r][2], st[r][3]);
+        } else {
+#pragma unroll
+          for (int k = 0; k < CPT; ++k)
+            if (e0 + k < d.E) Hc[l * d.E + e0 + k] = st[r][k];
+        }
+      }
+      __syncthreads();
+      {  // keys: thread (ll, 16 consecutive tokens); the powers of a by one multiplication each
+        const int ll = threadIdx.x % LT, i0 = (threadIdx.x / LT) * 16;
+        const int64_t l = l0 + ll;
+        const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
+        if (kReverse) {  // Qp_i a^i, i increasing
+          float pw = ipow(al, i0);
+#pragma unroll 4
+          for (int k = 0; k < 16; ++k) {
+            const int i = i0 + k;
+            keys[i][ll] = (i < Cn && l < d.L) ? Qp[(bh * d.T + t0 + i) * d.L + l] * pw : 0.0f;
+            pw *= al;
+          }
+        } else {  // q_i a^(Cn-1-i): from the last token of the group backwards
+          const int last = min(i0 + 15, Cn - 1);
+          float pw = last >= i0 ? ipow(al, Cn - 1 - last) : 0.0f;
+          for (int i = i0 + 15; i > last; --i) keys[i][ll] = 0.0f;
+#pragma unroll 4
+          for (int i = last; i >= i0; --i) {
+            keys[i][ll] = l < d.L ? load<T>(key.p, key.at(b, h, t0 + i, l)) * pw : 0.0f;
+            pw *= al;
+          }
+        }
+      }
+      for (int idx = threadIdx.x; idx < 64 * ET; idx += blockDim.x) {
+        const int i = idx / ET, ee = idx % ET;
+        const int64_t ex = et * ET + ee;
+        vals[i][ee] = (i < Cn && ex < d.E) ? load<T>(val.p, val.at(b, h, t0 + i, ex)) : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) {
+        const float f = ipow(a[r], Cn);
+#pragma unroll
+        for (int k = 0; k < CPT; ++k) st[r][k] *= f;
+      }
+      for (int i = 0; i < Cn; ++i) {
+        const float4 vv = *reinterpret_cast<const float4*>(&vals[i][tc * CPT]);
+        const float4 k0 = *reinterpret_cast<const float4*>(&keys[i][tr * RPT]);
+        const float4 k1 = *reinterpret_cast<const float4*>(&keys[i][tr * RPT + 4]);
+        const float kk[RPT] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+        const float vk[CPT] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+        for (int r = 0; r < RPT; ++r)
+#pragma unroll
+          for (int k = 0; k < CPT; ++k) st[r][k] += kk[r] * vk[k];
+      }
+    }
+    if (out_p) {
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) {
+        const int64_t l = l0 + tr * RPT + r;
+#pragma unroll
+        for (int k = 0; k < CPT; ++k)
+          if (l < d.L && e0 + k < d.E) out_p[out.at(b, h, l, e0 + k)] = st[r][k];
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// ---- chunk outputs: one block per (bh, c, 64 columns of e) -----------------------------------
+// out[i][e] = sum_l X[i][l] S[l][e] + sum_j Pm[i][j] Y[j][e]
+// Forward (kDv = false): X = Qp_i a^i, S = H_c, Pm = P (j < i), Y = v.
+// dv (kDv = true):       X = q_i a^(Cn-1-i), S = A_end of chunk c, Pm = P^T (j > i), Y = G.
+// The result goes to `out` in OutT with strides (b, h, t, e), or to a float workspace
+// [bh][t][e] when out_ws is given.
+constexpr int kOutThreads = 256;
+template <typename T, typename OutT, bool kDv>
+__global__ void __launch_bounds__(kOutThreads, 3) chunk_output_kernel(Dims d, Str4 q, Str4 y,
+                                                                   const float* a32, const float* Qp,
+                                                                   const float* Hs, const float* P,
+                                                                   Str4 out, float* out_ws) {
+  constexpr int LT = 32, ET = 64;
+  // The L loop's tiles and the intra-chunk operands are never live together: one union.
+  union Smem {
+    struct {
+      __align__(16) float xt[LT][64 + 4];  // padded: the transposed stores spread over banks
+      __align__(16) float ss[LT][ET];
+    } l;
+    struct {
+      __align__(16) float pt[64][64];  // pt[j][i] = Pm[i][j]
+      __align__(16) float ys[64][ET];
+    } c;
+  };
+  __shared__ Smem sm;
+  auto& xt = sm.l.xt;
+  auto& ss = sm.l.ss;
+  auto& pt = sm.c.pt;
+  auto& ys = sm.c.ys;
+  const int C = static_cast<int>(d.C);
+  const int64_t net = (d.E + ET - 1) / ET;
+  const int gi = threadIdx.x / 16, ge = threadIdx.x % 16;
+  const int xl = threadIdx.x % LT, xi0 = (threadIdx.x / LT) * 8;  // X: one latent, 8 tokens
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * net; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * net), c = (item / net) % d.nC, et = item % net;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, e0 = et * ET;
+    const int Cn = static_cast<int>(d.chunk_len(c));
+    const float* Hc = Hs + (bh * d.nC + c) * d.L * d.E;
+    float acc[4][4] = {};
+    float xr[8], sr[8];  // the next tile, fetched while the current one is multiplied
+    auto fetch = [&](int64_t l0) {
+      const int64_t l = l0 + xl;
+      const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
+      // exponents increase with k: i for the forward, Cn-1-i (tokens taken backwards) for dv
+      float pw = ipow(al, kDv ? max(Cn - 1 - (xi0 + 7), 0) : xi0);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int i = kDv ? xi0 + 7 - k : xi0 + k;
+        float x = 0.0f;
+        if (i < Cn && l < d.L) {
+          x = kDv ? load<T>(q.p, q.at(b, h, t0 + i, l)) : Qp[(bh * d.T + t0 + i) * d.L + l];
+          x *= pw;
+          pw *= al;
+        }
+        xr[kDv ? 7 - k : k] = x;
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int idx = threadIdx.x + k * kOutThreads;
+        const int64_t lx = l0 + idx / ET, e = e0 + idx % ET;
+        sr[k] = (lx < d.L && e < d.E) ? Hc[lx * d.E + e] : 0.0f;
+      }
+    };
+    fetch(0);
+    for (int64_t l0 = 0; l0 < d.L; l0 += LT) {
+      __syncthreads();
+      *reinterpret_cast<float4*>(&xt[xl][xi0]) = make_float4(xr[0], xr[1], xr[2], xr[3]);
+      *reinterpret_cast<float4*>(&xt[xl][xi0 + 4]) = make_float4(xr[4], xr[5], xr[6], xr[7]);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int idx = threadIdx.x + k * kOutThreads;
+        ss[idx / ET][idx % ET] = sr[k];
+      }
+      __syncthreads();
+      if (l0 + LT < d.L) fetch(l0 + LT);
+#pragma unroll 8
+      for (int ll = 0; ll < LT; ++ll) {
+        const float4 xv = *reinterpret_cast<const float4*>(&xt[ll][gi * 4]);
+        const float4 sv = *reinterpret_cast<const float4*>(&ss[ll][ge * 4]);
+        const float xa[4] = {xv.x, xv.y, xv.z, xv.w}, sa[4] = {sv.x, sv.y, sv.z, sv.w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) acc[r][k] += xa[r] * sa[k];
+      }
+    }
+    __syncthreads();
+    const float* Pc = P + (bh * d.nC + c) * d.nsplit * C * C;
+    for (int idx = threadIdx.x; idx < 64 * 64; idx += blockDim.x) {
+      const int j = idx / 64, i = idx % 64;
+      float pm = 0.0f;
+      if (i < Cn && j < Cn && (kDv ? j > i : j < i)) {
+        const int o = kDv ? j * C + i : i * C + j;
+        pm = Pc[o];  // split 0 holds the sum (reduce_splits_kernel)
+      }
+      pt[j][i] = pm;
+    }
+    for (int idx = threadIdx.x; idx < 64 * ET; idx += blockDim.x) {
+      const int j = idx / ET, ee = idx % ET;
+      const int64_t e = e0 + ee;
+      ys[j][ee] = (j < Cn && e < d.E) ? load<T>(y.p, y.at(b, h, t0 + j, e)) : 0.0f;
+    }
+    __syncthreads();
+    for (int j = 0; j < Cn; ++j) {
+      const float4 pv = *reinterpret_cast<const float4*>(&pt[j][gi * 4]);
+      const float4 yv = *reinterpret_cast<const float4*>(&ys[j][ge * 4]);
+      const float pa[4] = {pv.x, pv.y, pv.z, pv.w}, ya[4] = {yv.x, yv.y, yv.z, yv.w};
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc[r][k] += pa[r] * ya[k];
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int i = gi * 4 + r;
+      if (i >= Cn) continue;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t e = e0 + ge * 4 + k;
+        if (e >= d.E) continue;
+        if (out_ws) out_ws[(bh * d.T + t0 + i) * d.E + e] = acc[r][k];
+        else store<OutT>(const_cast<void*>(out.p), out.at(b, h, t0 + i, e), acc[r][k]);
+      }
+    }
+  }
+}
+
+}  // namespace rhoscan::cuda_detail

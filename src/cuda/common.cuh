@@ -1,0 +1,63 @@
+// Shared device helpers of the CUDA backend: dtype loads and stores, launch sizing, error checks.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "rhoscan/rhoscan.h"
+
+namespace rhoscan::cuda_detail {
+
+constexpr float kEpsF = static_cast<float>(kEps);
+
+// Throws Error(internal) naming the failed call; every CUDA call goes through it.
+void check_cuda(cudaError_t status, const char* what);
+#define RHOSCAN_CUDA_CHECK(call) ::rhoscan::cuda_detail::check_cuda((call), #call)
+// After a launch: the launch's own error (bad configuration) as an internal error.
+#define RHOSCAN_CUDA_LAUNCHED(name) ::rhoscan::cuda_detail::check_cuda(cudaGetLastError(), name)
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(double x) { return static_cast<float>(x); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T from_float(float x);
+template <> __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <> __device__ __forceinline__ double from_float<double>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+
+template <typename T>
+__device__ __forceinline__ float load(const void* base, int64_t offset) {
+  return to_float(__ldg(static_cast<const T*>(base) + offset));
+}
+template <typename T>
+__device__ __forceinline__ void store(void* base, int64_t offset, float x) {
+  static_cast<T*>(base)[offset] = from_float<T>(x);
+}
+
+// a^n for n >= 0 by repeated squaring: never a negative power, 0^0 = 1.
+__device__ __forceinline__ float ipow(float a, int n) {
+  float r = 1.0f, b = a;
+  while (n > 0) {
+    if (n & 1) r *= b;
+    b *= b;
+    n >>= 1;
+  }
+  return r;
+}
+
+// Block counts for grid-stride loops: every kernel loops over its work items, so no launch
+// dimension grows with B·T or B·T·L (grid.x stays far under 2^31 - 1, y and z are 1).
+inline unsigned grid_for(int64_t items, int64_t per_block = 1, int64_t max_blocks = 1 << 16) {
+  int64_t blocks = (items + per_block - 1) / per_block;
+  if (blocks < 1) blocks = 1;
+  if (blocks > max_blocks) blocks = max_blocks;
+  return static_cast<unsigned>(blocks);
+}
+
+}  // namespace rhoscan::cuda_detail

@@ -1,0 +1,101 @@
+// The CUDA forward: normaliser scan, intra-chunk scores, chunk-start states, chunk outputs.
+// See chunk_kernels.cuh for the formulas. The chunk-start states of a batch of (b, h) pairs live
+// in a workspace bounded by options.max_workspace_bytes (default 2 GiB): when all pairs do not
+// fit at once, the pairs are processed in consecutive batches.
+#include "cuda/chunk_kernels.cuh"
+#include "cuda/ops.h"
+#include "cuda/workspace.h"
+
+namespace rhoscan::cuda_detail {
+namespace {
+
+Str4 str4(const void* p, const int64_t* s) {
+  Str4 r;
+  r.p = p;
+  for (int i = 0; i < 4; ++i) r.s[i] = s[i];
+  return r;
+}
+Str3 str3(const void* p, const int64_t* s) {
+  Str3 r;
+  r.p = p;
+  for (int i = 0; i < 3; ++i) r.s[i] = s[i];
+  return r;
+}
+
+template <typename T>
+void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
+  const detail::Problem& p = f.p;
+  Dims d;
+  d.H = p.H, d.T = p.T, d.L = p.L, d.E = p.E;
+  d.C = f.options.chunk_size > 0 ? std::min<int64_t>(f.options.chunk_size, kMaxChunk) : kDefaultChunk;
+  d.nC = (p.T + d.C - 1) / d.C;
+  const int64_t BH = p.B * p.H;
+  const int64_t shared = Workspace::floats(p.H * p.L);
+  const int64_t per_bh = Workspace::floats(p.T) + Workspace::floats(p.T * p.L) +
+                         Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
+                         Workspace::floats(d.nC * p.L * p.E);
+  const int64_t cap = workspace_cap(f.options.max_workspace_bytes);
+  if (shared + per_bh > cap)
+    throw Error(ErrorKind::out_of_memory,
+                "rhoscan.forward (cuda): one (batch, head) pair needs " + std::to_string(shared + per_bh) +
+                    " bytes of chunk workspace (T=" + std::to_string(p.T) + ", L=" + std::to_string(p.L) +
+                    ", E=" + std::to_string(p.E) + "), over the cap of " + std::to_string(cap) +
+                    " bytes: raise options.max_workspace_bytes");
+  const int64_t per_batch = std::min<int64_t>(BH, std::max<int64_t>(1, (cap - shared) / per_bh));
+  Workspace ws(shared + per_batch * per_bh, stream);
+  float* a32 = ws.take_floats(p.H * p.L);
+  decay_to_f32_kernel<<<grid_for(p.H * p.L, 256), 256, 0, stream>>>(
+      a32, f.decay, f.decay_stride[0], f.decay_stride[1], p.H, p.L, p.decay_dtype == DType::float64);
+  RHOSCAN_CUDA_LAUNCHED("decay_to_f32_kernel");
+
+  const Str4 q = str4(f.q, f.q_stride), v = str4(f.v, f.v_stride);
+  const Str4 rho0 = str4(f.rho0, f.rho0_stride), rho_out = str4(f.rho, f.rho_stride);
+  const Str3 n0 = str3(f.rho_norm0, f.rho_norm0_stride), n_out = str3(f.rho_norm, f.rho_norm_stride);
+  const Str4 ctx = str4(f.context, f.context_stride);
+  for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
+    d.bh0 = bh0;
+    d.nbh = std::min(per_batch, BH - bh0);
+    d.nsplit = score_splits(d.nbh, d.nC, p.L);
+    float* s = ws.take_floats(d.nbh * p.T);
+    float* Qp = ws.take_floats(d.nbh * p.T * p.L);
+    float* Nc = ws.take_floats(d.nbh * (d.nC + 1) * p.L);
+    float* P = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
+    float* Hs = ws.take_floats(d.nbh * d.nC * p.L * p.E);
+    token_sum_kernel<T><<<grid_for(d.nbh * p.T, 8), 256, 0, stream>>>(d, q, s);
+    RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
+    norm_scan_kernel<T><<<grid_for(d.nbh * p.L, 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, n_out);
+    RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
+    chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, Str4{}, a32, Qp, P,
+                                                                                   nullptr);
+    RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
+    if (d.nsplit > 1) {
+      reduce_splits_kernel<<<grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream>>>(d, P);
+      RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
+    }
+    const int64_t state_items = d.nbh * ((p.L + kStateLT - 1) / kStateLT) * ((p.E + kStateET - 1) / kStateET);
+    chunk_states_kernel<T, false><<<grid_for(state_items), kStateThreads, 0, stream>>>(d, q, v, a32, Qp, rho0,
+                                                                                       Hs, rho_out);
+    RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel");
+    const int64_t out_items = d.nbh * d.nC * ((p.E + 63) / 64);
+    chunk_output_kernel<T, T, false><<<grid_for(out_items), kOutThreads, 0, stream>>>(d, q, v, a32, Qp, Hs, P,
+                                                                                      ctx, nullptr);
+    RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel");
+    ws.reset();
+    ws.take_floats(p.H * p.L);  // a32 stays at the front
+  }
+}
+
+}  // namespace
+
+void run_forward(const detail::ForwardParams& f) {
+  DeviceGuard guard(f.p.device_index);
+  cudaStream_t stream = static_cast<cudaStream_t>(f.options.stream);
+  switch (f.p.dtype) {
+    case DType::float32: forward_typed<float>(f, stream); break;
+    case DType::bfloat16: forward_typed<__nv_bfloat16>(f, stream); break;
+    case DType::float16: forward_typed<__half>(f, stream); break;
+    default: throw Error(ErrorKind::unsupported, "rhoscan.forward (cuda): float64 inputs are not supported");
+  }
+}
+
+}  // namespace rhoscan::cuda_detail

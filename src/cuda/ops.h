@@ -1,0 +1,27 @@
+// Host entry points of the CUDA backend (implemented in the .cu files beside this one).
+// They receive validated params (core/params.h) whose tensors live in CUDA memory.
+#pragma once
+
+#include <cstdint>
+
+#include "core/params.h"
+
+namespace rhoscan::cuda_detail {
+
+void run_forward(const detail::ForwardParams& params);
+void run_backward(const detail::BackwardParams& params);
+void run_step(const detail::StepParams& params);
+// Whether every element of a device tensor is finite (and in [0, 1] when unit_interval).
+bool run_values_satisfy(const TensorView& view, bool unit_interval);
+// Why the kernels cannot run here ("" when they can): no driver, no device, no kernel image
+// for this device's architecture.
+std::string runtime_unavailable_reason();
+
+// Chunk length used when options.chunk_size is 0, and the largest accepted (larger requests
+// are clamped: the in-block tiles hold at most 64 tokens).
+inline constexpr int64_t kDefaultChunk = 64;
+inline constexpr int64_t kMaxChunk = 64;
+// Default cap of the device workspace one call may allocate (options.max_workspace_bytes = 0).
+inline constexpr int64_t kDefaultWorkspaceCap = int64_t{2} << 30;
+
+}  // namespace rhoscan::cuda_detail

@@ -1,0 +1,204 @@
+// CUDA-specific checks beyond the cross-backend harness: determinism of the backward, very large
+// L, tails, the [B,T,H,L] layout, step against forward, and the workspace cap. Without a usable
+// GPU every test skips with the backend's reason (the one allowed skip).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "support/device_memory.h"
+#include "support/problem.h"
+
+namespace rhoscan::testing {
+namespace {
+
+class Cuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why = backend_unavailable_reason(Backend::cuda);
+    if (!why.empty()) GTEST_SKIP() << "CUDA backend not available: " << why;
+    if (!device_memory_available(Device::cuda)) GTEST_SKIP() << "CUDA backend: tests cannot allocate device memory";
+  }
+  static Options cuda(int64_t chunk = 0, int64_t cap = 0) {
+    Options o;
+    o.backend = Backend::cuda;
+    o.chunk_size = chunk;
+    o.max_workspace_bytes = cap;
+    return o;
+  }
+};
+
+ProblemSpec spec(int64_t B, int64_t H, int64_t Hv, int64_t T, int64_t L, int64_t E, DType dtype) {
+  ProblemSpec s;
+  s.B = B, s.H = H, s.Hv = Hv, s.T = T, s.L = L, s.E = E;
+  s.dtype = dtype;
+  s.state_dtype = DType::float32;
+  return s;
+}
+
+bool same_bytes(const HostTensor& a, const HostTensor& b) {
+  return a.bytes() == b.bytes() && std::memcmp(a.data(), b.data(), a.bytes()) == 0;
+}
+
+// Forward and backward on the device against the float64 reference.
+void check_against_reference(const ProblemSpec& s, const Options& o) {
+  Problem p(s);
+  Problem ref = p.as_float64();
+  Options r;
+  r.backend = Backend::reference;
+  forward(ref.forward_args(), r);
+  backward(ref.backward_args(), r);
+  {
+    MirroredProblem m(p, Device::cuda);
+    forward(m.forward_args(), o);
+    backward(m.backward_args(), o);
+    m.copy_outputs_to_host();
+  }
+  const double ft = forward_tolerance(s.dtype), gt = gradient_tolerance(s.dtype);
+  EXPECT_LE(rms_rel(p.context.values(), ref.context.values()), ft) << "context";
+  EXPECT_LE(rms_rel(p.rho_out.values(), ref.rho_out.values()), ft) << "rho";
+  EXPECT_LE(rms_rel(p.rho_norm_out.values(), ref.rho_norm_out.values()), ft) << "rho_norm";
+  EXPECT_LE(rms_rel(p.grad_q.values(), ref.grad_q.values()), gt) << "grad_q";
+  EXPECT_LE(rms_rel(p.grad_v.values(), ref.grad_v.values()), gt) << "grad_v";
+  EXPECT_LE(rms_rel(p.grad_decay.values(), ref.grad_decay.values()), gt) << "grad_decay";
+  EXPECT_LE(rms_rel(p.grad_rho.values(), ref.grad_rho.values()), gt) << "grad_rho";
+  EXPECT_LE(rms_rel(p.grad_rho_norm.values(), ref.grad_rho_norm.values()), gt) << "grad_rho_norm";
+}
+
+TEST_F(Cuda, BackwardIsBitwiseDeterministic) {
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    ProblemSpec s = spec(3, 4, 1, 150, 200, 48, dtype);
+    s.initial_rho = s.initial_rho_norm = s.grad_rho_out = s.grad_rho_norm_out = true;
+    Problem p1(s), p2(s);
+    for (Problem* p : {&p1, &p2}) {
+      MirroredProblem m(*p, Device::cuda);
+      backward(m.backward_args(), cuda());
+      m.copy_outputs_to_host();
+    }
+    EXPECT_TRUE(same_bytes(p1.grad_q, p2.grad_q)) << dtype_name(dtype);
+    EXPECT_TRUE(same_bytes(p1.grad_v, p2.grad_v)) << dtype_name(dtype);
+    EXPECT_TRUE(same_bytes(p1.grad_decay, p2.grad_decay)) << dtype_name(dtype);
+    EXPECT_TRUE(same_bytes(p1.grad_rho, p2.grad_rho)) << dtype_name(dtype);
+    EXPECT_TRUE(same_bytes(p1.grad_rho_norm, p2.grad_rho_norm)) << dtype_name(dtype);
+  }
+}
+
+TEST_F(Cuda, LargeLatentSmallT) {
+  ProblemSpec s = spec(1, 2, 1, 3, 65536, 32, DType::float32);
+  s.initial_rho = s.initial_rho_norm = s.grad_rho_out = true;
+  check_against_reference(s, cuda());
+}
+
+TEST_F(Cuda, TailChunkAndHvEqualsH) {
+  for (DType dtype : {DType::float32, DType::float16}) {
+    ProblemSpec s = spec(2, 2, 2, 100, 96, 40, dtype);  // 100 = 64 + 36
+    s.initial_rho_norm = s.grad_rho_norm_out = true;
+    s.initial_rho = dtype == DType::float32;
+    check_against_reference(s, cuda());
+  }
+}
+
+TEST_F(Cuda, SequenceFirstLayout) {
+  ProblemSpec s = spec(2, 3, 1, 130, 80, 72, DType::bfloat16);
+  s.bthl_layout = true;
+  s.initial_rho = s.initial_rho_norm = s.grad_rho_out = true;
+  check_against_reference(s, cuda(32));
+}
+
+TEST_F(Cuda, LargeEmbedding) {
+  ProblemSpec s = spec(1, 1, 1, 70, 64, 1024, DType::float32);
+  s.grad_rho_out = true;
+  check_against_reference(s, cuda());
+}
+
+// T tokens through step() equal one forward over the T tokens, on the device.
+TEST_F(Cuda, StepMatchesForward) {
+  const int64_t T = 5;
+  ProblemSpec s = spec(2, 3, 1, T, 300, 70, DType::float32);
+  s.initial_rho = s.initial_rho_norm = true;
+  Problem p(s);
+  {
+    MirroredProblem m(p, Device::cuda);
+    forward(m.forward_args(), cuda());
+    m.copy_outputs_to_host();
+  }
+  HostTensor rho = *p.rho, norm = *p.rho_norm;
+  std::vector<double> q = p.q.values(), v = p.v.values(), streamed;
+  std::vector<double> ctx_all(p.context.numel());
+  for (int64_t t = 0; t < T; ++t) {
+    ProblemSpec one = s;
+    one.T = 1;
+    Problem tok(one);
+    std::vector<double> qs, vs;
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+      for (int64_t l = 0; l < s.L; ++l) qs.push_back(q[(bh * T + t) * s.L + l]);
+    for (int64_t bh = 0; bh < s.B * s.Hv; ++bh)
+      for (int64_t e = 0; e < s.E; ++e) vs.push_back(v[(bh * T + t) * s.E + e]);
+    tok.q.set_values(qs);
+    tok.v.set_values(vs);
+    tok.decay = p.decay;
+    *tok.rho = rho;
+    *tok.rho_norm = norm;
+    MirroredProblem m(tok, Device::cuda);
+    ForwardArgs f = m.forward_args();
+    auto squeeze = [](TensorView x) {
+      x.rank = 3;
+      x.shape[2] = x.shape[3];
+      x.strides[2] = x.strides[3];
+      return x;
+    };
+    step({squeeze(f.q), squeeze(f.v), f.decay, *f.rho, *f.rho_norm, squeeze(f.context)}, cuda());
+    m.copy_back(tok.context);
+    m.copy_back(*tok.rho);
+    m.copy_back(*tok.rho_norm);
+    std::vector<double> c = tok.context.values();
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+      for (int64_t e = 0; e < s.E; ++e) ctx_all[(bh * T + t) * s.E + e] = c[bh * s.E + e];
+    rho = *tok.rho;
+    norm = *tok.rho_norm;
+  }
+  EXPECT_LE(rms_rel(ctx_all, p.context.values()), 1e-5) << "context";
+  EXPECT_LE(rms_rel(rho.values(), p.rho_out.values()), 1e-5) << "rho";
+  EXPECT_LE(rms_rel(norm.values(), p.rho_norm_out.values()), 1e-5) << "rho_norm";
+}
+
+// A cap that fits one batch row at a time gives bitwise the same results as no cap; a cap that
+// fits nothing is an out_of_memory error that names the option.
+TEST_F(Cuda, WorkspaceCapBatchesWithoutChangingResults) {
+  ProblemSpec s = spec(4, 2, 1, 130, 128, 64, DType::float32);
+  s.initial_rho = s.initial_rho_norm = s.grad_rho_out = s.grad_rho_norm_out = true;
+  Problem a(s), b(s);
+  const int64_t small_cap = 3 << 20;  // one or a few (b, h) pairs per batch
+  for (auto [p, cap] : {std::pair{&a, int64_t{0}}, std::pair{&b, small_cap}}) {
+    MirroredProblem m(*p, Device::cuda);
+    forward(m.forward_args(), cuda(0, cap));
+    backward(m.backward_args(), cuda(0, cap));
+    m.copy_outputs_to_host();
+  }
+  EXPECT_TRUE(same_bytes(a.context, b.context));
+  EXPECT_TRUE(same_bytes(a.rho_out, b.rho_out));
+  EXPECT_TRUE(same_bytes(a.grad_q, b.grad_q));
+  EXPECT_TRUE(same_bytes(a.grad_v, b.grad_v));
+  EXPECT_TRUE(same_bytes(a.grad_decay, b.grad_decay));
+  MirroredProblem m(a, Device::cuda);
+  try {
+    forward(m.forward_args(), cuda(0, 1024));
+    ADD_FAILURE() << "a 1 KiB workspace cap should be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::out_of_memory);
+    EXPECT_NE(std::string(e.what()).find("max_workspace_bytes"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Cuda, Float64InputsAreUnsupported) {
+  Problem p(spec(1, 1, 1, 4, 8, 4, DType::float64));
+  MirroredProblem m(p, Device::cuda);
+  try {
+    forward(m.forward_args(), cuda());
+    ADD_FAILURE() << "float64 should be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace rhoscan::testing
