@@ -33,7 +33,8 @@ missing=()
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
-[ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
+# zlib reads the default (gzip-compressed) corpus; a corpus given with --data may be plain text.
+[ "$corpus_given" = 1 ] || [ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
 plot_python=""
 for candidate in /usr/bin/python3 "$(command -v python3 || true)"; do
   if [ -n "$candidate" ] && "$candidate" -c 'import matplotlib' >/dev/null 2>&1; then

@@ -1,8 +1,12 @@
 #include "corpus.h"
 
+#ifdef BDH_HAVE_ZLIB
 #include <zlib.h>
+#endif
 
 #include <array>
+#include <fstream>
+#include <iterator>
 #include <cmath>
 #include <stdexcept>
 
@@ -10,6 +14,7 @@ namespace bdh {
 
 namespace {
 
+#ifdef BDH_HAVE_ZLIB
 std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
   // gzread reads plain files unchanged, so one reader covers both.
   gzFile file = gzopen(path.c_str(), "rb");
@@ -30,6 +35,17 @@ std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
   gzclose(file);
   return bytes;
 }
+#else
+std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open corpus '" + path + "'");
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b)
+    throw std::runtime_error("corpus '" + path + "' is gzip-compressed and this build has no "
+                             "zlib: decompress it (zcat) or build with zlib1g-dev");
+  return bytes;
+}
+#endif
 
 }  // namespace
 
