@@ -6,9 +6,10 @@
 #   bash scripts/gpu_integrated_run.sh build-test   # build; CUDA + Vulkan tests; PyTorch GPU tests
 #   bash scripts/gpu_integrated_run.sh bench        # CUDA and Vulkan benchmarks; BDH GPU preset
 #
-# Needs, carried from the build machine: gtest-src/ (googletest sources: the GPU image has none),
-# .gl/ and .vkbench/ (Vulkan loader packages, headers and SPIR-V: scripts/bench_vulkan_gpu.sh
-# --prepare). Logs and JSON lines go to $OUT.
+# Needs, carried from the build machine: .gpucarry/gtest-src (googletest sources: the GPU image has
+# none) and .gpucarry/jargon.txt (the BDH corpus, uncompressed), .gl/ and .vkbench/ (Vulkan loader
+# packages, headers and SPIR-V: scripts/bench_vulkan_gpu.sh --prepare). Logs and JSON lines go
+# to $OUT.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -28,7 +29,7 @@ icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 case $stage in
   build-test)
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-    (cmake -S gtest-src -B /tmp/gtb -G Ninja -DCMAKE_INSTALL_PREFIX=/tmp/gtinst -DCMAKE_BUILD_TYPE=Release &&
+    (cmake -S .gpucarry/gtest-src -B /tmp/gtb -G Ninja -DCMAKE_INSTALL_PREFIX=/tmp/gtinst -DCMAKE_BUILD_TYPE=Release &&
        cmake --build /tmp/gtb -j16 --target install) > "$OUT/gtest.log" 2>&1 || echo "googletest build failed"
     torch_prefix=$(cd / && python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
     echo "torch $(cd / && python3 -c 'import torch; print(torch.__version__, torch.version.cuda)')"
@@ -61,8 +62,9 @@ case $stage in
       echo "bench vulkan rc=$?"; cat "$OUT/vulkan-h200.jsonl"; tail -5 "$OUT/bench_vulkan.log"
     fi
     if [ -x $B/examples/bdh/bdh ]; then
-      timeout ${BDH_SECONDS:-150} $B/examples/bdh/bdh train ${BDH_ARGS:---preset gpu --steps 60} \
-        --out /tmp/bdh-gpu > "$OUT/bdh_gpu.log" 2>&1
+      timeout 150 $B/examples/bdh/bdh train --preset gpu --device cuda --data .gpucarry/jargon.txt \
+        --steps 40 --time-limit 100 --eval-every 20 --eval-batches 2 --out /tmp/bdh-gpu \
+        --bench-json "$OUT/bdh-gpu.jsonl" > "$OUT/bdh_gpu.log" 2>&1
       echo "bdh gpu rc=$?"; tail -15 "$OUT/bdh_gpu.log"
     fi
     ;;
