@@ -207,7 +207,9 @@ class Buffers {
 // The buffers of the last call, kept for the next one of the same shape: allocating (and, for the
 // staging memory, pinning) gigabytes costs more than a BDH-8k forward. A call of another shape
 // frees them before allocating its own. Guarded by the context's mutex.
-std::unique_ptr<Buffers> g_cached;
+// Heap-held and never destroyed at exit, like the Context: a static destructor would free Vulkan
+// memory after the driver's own teardown (NVIDIA's driver then crashes the exiting process).
+std::unique_ptr<Buffers>& g_cached = *new std::unique_ptr<Buffers>();
 
 Buffers& buffers_for(Context& ctx, const Sizes& z, int64_t g, int64_t staging_floats) {
   if (g_cached && g_cached->fits(z, g, staging_floats)) return *g_cached;
