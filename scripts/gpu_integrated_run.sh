@@ -61,8 +61,8 @@ case $stage in
         > "$OUT/vulkan-h200.jsonl" 2> "$OUT/bench_vulkan.log"
       echo "bench vulkan rc=$?"; cat "$OUT/vulkan-h200.jsonl"; tail -5 "$OUT/bench_vulkan.log"
     fi
-    if [ -x $B/examples/bdh/bdh ]; then
-      timeout 150 $B/examples/bdh/bdh train --preset gpu --device cuda --data .gpucarry/jargon.txt \
+    if [ -x $B/examples/bdh ]; then
+      timeout 150 $B/examples/bdh train --preset gpu --device cuda --data .gpucarry/jargon.txt \
         --steps 40 --time-limit 100 --eval-every 20 --eval-batches 2 --out /tmp/bdh-gpu \
         --bench-json "$OUT/bdh-gpu.jsonl" > "$OUT/bdh_gpu.log" 2>&1
       echo "bdh gpu rc=$?"; tail -15 "$OUT/bdh_gpu.log"
