@@ -21,9 +21,11 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include <torch/version.h>
+
 #include <optional>
-#include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rhoscan/rhoscan.h"
@@ -44,12 +46,59 @@ OptTensor optional_of(const Tensor& t) { return t.defined() ? OptTensor(t) : Opt
 
 // ---- argument checks that rhoscan cannot do (it never sees torch types) ---------------------
 
+// Error messages are built by plain string concatenation and thrown as c10 errors directly,
+// never through a std::ostream written from this library (TORCH_CHECK builds its message with
+// one, and c10's operator<< for SymInt or Device writes into it): against PyTorch 2.11's wheel
+// such a stream crashed inside libstdc++'s locale facets (docs/PYTORCH.md, "Known problems").
+std::string piece(const char* s) { return s; }
+std::string piece(const std::string& s) { return s; }
+std::string piece(std::string_view s) { return std::string(s); }
+std::string piece(int64_t x) { return std::to_string(x); }
+std::string piece(int x) { return std::to_string(x); }
+std::string piece(at::ScalarType t) { return c10::toString(t); }
+std::string piece(const c10::Device& d) { return d.str(); }
+std::string piece(at::Layout l) {
+  switch (l) {
+    case at::kStrided: return "Strided";
+    case at::kSparse: return "Sparse";
+    default: return "non-strided (" + std::to_string(static_cast<int>(l)) + ")";
+  }
+}
+std::string piece(at::IntArrayRef sizes) {
+  std::string s = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+  return s + "]";
+}
+template <typename... Parts>
+std::string cat(const Parts&... parts) {
+  std::string s;
+  ((s += piece(parts)), ...);
+  return s;
+}
+
+#define RHOSCAN_SOURCE_LOCATION \
+  c10::SourceLocation { __func__, __FILE__, static_cast<uint32_t>(__LINE__) }
+// Throws c10::ERROR_TYPE (ValueError -> Python ValueError, ...) when `cond` is false; the
+// message is only built then.
+#define RHOSCAN_CHECK(ERROR_TYPE, cond, ...) \
+  do {                                       \
+    if (!(cond)) throw ::c10::ERROR_TYPE(RHOSCAN_SOURCE_LOCATION, cat(__VA_ARGS__)); \
+  } while (false)
+
+// One size, as text: concrete sizes as numbers, symbolic ones (under tracing) as "?".
+std::string size_text(const c10::SymInt& s) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (auto v = s.maybe_as_int()) return std::to_string(*v);
+  return "?";
+#else
+  return s.is_symbolic() ? "?" : std::to_string(s.as_int_unchecked());
+#endif
+}
+
 std::string shape_string(const Tensor& t) {
-  std::ostringstream s;
-  s << "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s << (i ? ", " : "") << t.sym_size(i);
-  s << "]";
-  return s.str();
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + size_text(t.sym_size(i));
+  return s + "]";
 }
 
 std::optional<DType> rhoscan_dtype(at::ScalarType s) {
@@ -69,7 +118,7 @@ Layout parse_layout(c10::string_view layout, const char* op) {
   const std::string s(layout.data(), layout.size());
   if (s == "bhtl") return Layout::bhtl;
   if (s == "bthl") return Layout::bthl;
-  TORCH_CHECK_VALUE(false, "rhoscan.", op, ": layout must be \"bhtl\" (q [B, H, T, L]) or \"bthl\" ",
+  RHOSCAN_CHECK(ValueError, false, "rhoscan.", op, ": layout must be \"bhtl\" (q [B, H, T, L]) or \"bthl\" ",
                     "(q [B, T, H, L]), got \"", s, "\"");
   return Layout::bhtl;  // not reached
 }
@@ -77,12 +126,12 @@ Layout parse_layout(c10::string_view layout, const char* op) {
 // What every kernel (Meta included) needs before it can read sizes: a dense tensor of a
 // floating dtype rhoscan knows, with the rank its role requires.
 void check_arg(const char* op, const char* name, const Tensor& t, int64_t rank_lo, int64_t rank_hi) {
-  TORCH_CHECK_VALUE(t.defined(), "rhoscan.", op, ": ", name, " is an undefined tensor");
-  TORCH_CHECK_VALUE(t.layout() == at::kStrided, "rhoscan.", op, ": ", name,
+  RHOSCAN_CHECK(ValueError, t.defined(), "rhoscan.", op, ": ", name, " is an undefined tensor");
+  RHOSCAN_CHECK(ValueError, t.layout() == at::kStrided, "rhoscan.", op, ": ", name,
                     ": only dense (strided) tensors are supported, got layout ", t.layout());
-  TORCH_CHECK_VALUE(rhoscan_dtype(t.scalar_type()).has_value(), "rhoscan.", op, ": ", name, ": dtype ",
+  RHOSCAN_CHECK(ValueError, rhoscan_dtype(t.scalar_type()).has_value(), "rhoscan.", op, ": ", name, ": dtype ",
                     t.scalar_type(), " is not supported (float64, float32, bfloat16, float16)");
-  TORCH_CHECK_VALUE(t.dim() >= rank_lo && t.dim() <= rank_hi, "rhoscan.", op, ": ", name,
+  RHOSCAN_CHECK(ValueError, t.dim() >= rank_lo && t.dim() <= rank_hi, "rhoscan.", op, ": ", name,
                     ": expected rank ", rank_lo, (rank_hi != rank_lo ? " or " + std::to_string(rank_hi) : ""),
                     ", got rank ", t.dim(), " with shape ", shape_string(t));
 }
@@ -147,7 +196,7 @@ Grads allocate_backward(const Tensor& q, const Tensor& v, const Tensor& decay, c
 // ---- torch::Tensor -> rhoscan::TensorView ---------------------------------------------------
 
 TensorView view_of(const char* op, const char* name, const Tensor& t, bool seq_first = false) {
-  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), "rhoscan.", op, ": ", name,
+  RHOSCAN_CHECK(ValueError, t.device().is_cpu() || t.device().is_cuda(), "rhoscan.", op, ": ", name,
                     " is on device ", t.device(), "; rhoscan takes cpu and cuda tensors");
   TensorView view;
   view.data = t.numel() > 0 ? t.data_ptr() : nullptr;
@@ -176,7 +225,7 @@ Options options_for(const Tensor& q, int64_t chunk_size) {
 #ifdef RHOSCAN_TORCH_CUDA
     options.stream = detail::current_cuda_stream(q.get_device());
 #else
-    TORCH_CHECK(false, "rhoscan: this extension was built against a PyTorch without CUDA; rebuild it "
+    RHOSCAN_CHECK(Error, false, "rhoscan: this extension was built against a PyTorch without CUDA; rebuild it "
                        "against a CUDA PyTorch to use CUDA tensors");
 #endif
   }
@@ -190,10 +239,10 @@ void call_rhoscan(F&& run) {
     run();
   } catch (const Error& e) {
     const ErrorKind kind = e.kind();
-    TORCH_CHECK_VALUE(kind != ErrorKind::invalid_argument && kind != ErrorKind::unsupported, e.what());
-    TORCH_CHECK_NOT_IMPLEMENTED(kind != ErrorKind::backend_unavailable, e.what());
-    TORCH_CHECK_WITH(OutOfMemoryError, kind != ErrorKind::out_of_memory, e.what());
-    TORCH_CHECK(false, e.what());  // io, internal
+    RHOSCAN_CHECK(ValueError, kind != ErrorKind::invalid_argument && kind != ErrorKind::unsupported, e.what());
+    RHOSCAN_CHECK(NotImplementedError, kind != ErrorKind::backend_unavailable, e.what());
+    RHOSCAN_CHECK(OutOfMemoryError, kind != ErrorKind::out_of_memory, e.what());
+    RHOSCAN_CHECK(Error, false, e.what());  // io, internal
   }
 }
 
@@ -293,13 +342,13 @@ Triple step_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, const 
       to.zero_();
       return;
     }
-    TORCH_CHECK_VALUE(from->sizes() == to.sizes(), "rhoscan.step: ", name, ": expected shape ", symbolic,
+    RHOSCAN_CHECK(ValueError, from->sizes() == to.sizes(), "rhoscan.step: ", name, ": expected shape ", symbolic,
                       " = ", to.sizes(), ", got ", from->sizes(), " (q is ", q.sizes(), ", v is ",
                       v.sizes(), ")");
-    TORCH_CHECK_VALUE(from->scalar_type() == to.scalar_type(), "rhoscan.step: ", name, ": dtype ",
+    RHOSCAN_CHECK(ValueError, from->scalar_type() == to.scalar_type(), "rhoscan.step: ", name, ": dtype ",
                       from->scalar_type(), " differs from ", to.scalar_type(),
                       ", the dtype of the other state tensor");
-    TORCH_CHECK_VALUE(from->device() == q.device(), "rhoscan.step: ", name, " is on ", from->device(),
+    RHOSCAN_CHECK(ValueError, from->device() == q.device(), "rhoscan.step: ", name, " is on ", from->device(),
                       " but q is on ", q.device(), "; all tensors must be on one device");
     to.copy_(*from);
   };
