@@ -118,9 +118,10 @@ class Validator {
   void check_no_self_overlap(const char* name, const TensorView& t) {
     std::pair<int64_t, int64_t> dims[kMaxRank];  // (stride, size) of dims with size > 1
     int n = 0;
-    for (int i = 0; i < t.rank; ++i)
+    for (int i = 0; i < t.rank && i < kMaxRank; ++i)  // rank was checked by check_view
       if (t.shape[i] > 1) dims[n++] = {t.strides[i], t.shape[i]};
-    std::sort(dims, dims + n);
+    for (int i = 1; i < n; ++i)  // insertion sort by stride: at most kMaxRank entries
+      for (int j = i; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
     int64_t needed = 1;
     for (int i = 0; i < n; ++i) {
       auto [stride, size] = dims[i];
