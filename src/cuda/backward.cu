@@ -24,18 +24,6 @@
 namespace rhoscan::cuda_detail {
 namespace {
 
-Str4 str4(const void* p, const int64_t* s) {
-  Str4 r;
-  r.p = p;
-  for (int i = 0; i < 4; ++i) r.s[i] = s[i];
-  return r;
-}
-Str3 str3(const void* p, const int64_t* s) {
-  Str3 r;
-  r.p = p;
-  for (int i = 0; i < 3; ++i) r.s[i] = s[i];
-  return r;
-}
 
 // gc_t = sum_e G_t[e] c_t[e]: one warp per (bh, t).
 template <typename T>

@@ -29,6 +29,20 @@ struct Str3 {
   }
 };
 
+// From a params struct's pointer and stride array (src/core/params.h).
+inline Str4 str4(const void* p, const int64_t* s) {
+  Str4 r;
+  r.p = p;
+  for (int i = 0; i < 4; ++i) r.s[i] = s[i];
+  return r;
+}
+inline Str3 str3(const void* p, const int64_t* s) {
+  Str3 r;
+  r.p = p;
+  for (int i = 0; i < 3; ++i) r.s[i] = s[i];
+  return r;
+}
+
 // Sizes of one batch of (b, h) pairs: local pair index bh in [0, nbh) is b = b0 + bh / H,
 // h = bh % H (a batch is a run of whole batch rows, or of (b, h) pairs with H_step = 1).
 struct Dims {

@@ -9,18 +9,6 @@
 namespace rhoscan::cuda_detail {
 namespace {
 
-Str4 str4(const void* p, const int64_t* s) {
-  Str4 r;
-  r.p = p;
-  for (int i = 0; i < 4; ++i) r.s[i] = s[i];
-  return r;
-}
-Str3 str3(const void* p, const int64_t* s) {
-  Str3 r;
-  r.p = p;
-  for (int i = 0; i < 3; ++i) r.s[i] = s[i];
-  return r;
-}
 
 template <typename T>
 void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {

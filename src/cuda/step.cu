@@ -91,12 +91,6 @@ __global__ void step_reduce_kernel(int64_t BH, int64_t H, int64_t L, int64_t E, 
   }
 }
 
-Str3 str3(const void* p, const int64_t* s) {
-  Str3 r;
-  r.p = p;
-  for (int i = 0; i < 3; ++i) r.s[i] = s[i];
-  return r;
-}
 
 template <typename T>
 void step_typed(const detail::StepParams& sp, cudaStream_t stream) {
