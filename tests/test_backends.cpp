@@ -208,13 +208,7 @@ TEST_P(Backends, StepStreamsTheForward) {
     *tok.rho_norm = norm;
     MirroredProblem m(tok, backend_device(GetParam().backend));
     ForwardArgs f = m.forward_args();  // views of q, v, decay, state and context
-    auto squeeze = [](TensorView x) {  // [B, H, 1, X] -> [B, H, X]
-      x.rank = 3;
-      x.shape[2] = x.shape[3];
-      x.strides[2] = x.strides[3];
-      return x;
-    };
-    StepArgs a{squeeze(f.q), squeeze(f.v), f.decay, *f.rho, *f.rho_norm, squeeze(f.context)};
+    StepArgs a{squeeze_time(f.q), squeeze_time(f.v), f.decay, *f.rho, *f.rho_norm, squeeze_time(f.context)};
     step(a, options());
     m.copy_back(tok.context);
     m.copy_back(*tok.rho);  // updated in place

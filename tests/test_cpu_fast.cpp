@@ -246,13 +246,7 @@ TEST(CpuFast, StepThreadCountDoesNotChangeResults) {
   auto run = [&](int threads) {
     Problem p(s);
     ForwardArgs f = p.forward_args();
-    auto squeeze = [](TensorView x) {
-      x.rank = 3;
-      x.shape[2] = x.shape[3];
-      x.strides[2] = x.strides[3];
-      return x;
-    };
-    for (int k = 0; k < 3; ++k) step({squeeze(f.q), squeeze(f.v), f.decay, *f.rho, *f.rho_norm, squeeze(f.context)}, fast(threads));
+    for (int k = 0; k < 3; ++k) step({squeeze_time(f.q), squeeze_time(f.v), f.decay, *f.rho, *f.rho_norm, squeeze_time(f.context)}, fast(threads));
     return p;
   };
   Problem a = run(1), b = run(4);
@@ -272,13 +266,7 @@ TEST(CpuFast, StepAllocatesNothingPerCall) {
     s.initial_rho = s.initial_rho_norm = true;
     Problem p(s);
     ForwardArgs f = p.forward_args();
-    auto squeeze = [](TensorView x) {
-      x.rank = 3;
-      x.shape[2] = x.shape[3];
-      x.strides[2] = x.strides[3];
-      return x;
-    };
-    const StepArgs a{squeeze(f.q), squeeze(f.v), f.decay, *f.rho, *f.rho_norm, squeeze(f.context)};
+    const StepArgs a{squeeze_time(f.q), squeeze_time(f.v), f.decay, *f.rho, *f.rho_norm, squeeze_time(f.context)};
     const detail::ValidatedStep v = detail::validate_step(a, fast(threads));
     ASSERT_EQ(v.backend->id(), Backend::cpu);
     for (int k = 0; k < 3; ++k) v.backend->step(v.params);  // warm: thread pool, thread-local buffers

@@ -140,13 +140,7 @@ TEST_F(Cuda, StepMatchesForward) {
     *tok.rho_norm = norm;
     MirroredProblem m(tok, Device::cuda);
     ForwardArgs f = m.forward_args();
-    auto squeeze = [](TensorView x) {
-      x.rank = 3;
-      x.shape[2] = x.shape[3];
-      x.strides[2] = x.strides[3];
-      return x;
-    };
-    step({squeeze(f.q), squeeze(f.v), f.decay, *f.rho, *f.rho_norm, squeeze(f.context)}, cuda());
+    step({squeeze_time(f.q), squeeze_time(f.v), f.decay, *f.rho, *f.rho_norm, squeeze_time(f.context)}, cuda());
     m.copy_back(tok.context);
     m.copy_back(*tok.rho);
     m.copy_back(*tok.rho_norm);

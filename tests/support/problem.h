@@ -78,6 +78,14 @@ struct Problem {
   BackwardArgs backward_args() const;
 };
 
+// A [B, H, 1, X] view as [B, H, X]: one token of a forward problem, as step() takes it.
+inline TensorView squeeze_time(TensorView x) {
+  x.rank = 3;
+  x.shape[2] = x.shape[3];
+  x.strides[2] = x.strides[3];
+  return x;
+}
+
 // ‖x − ref‖₂ / ‖ref‖₂; when ‖ref‖₂ is 0 it returns ‖x‖₂ (an absolute measure).
 double rms_rel(const std::vector<double>& x, const std::vector<double>& ref);
 
