@@ -48,13 +48,14 @@ class Error : public std::runtime_error {
 // Tensor views (non-owning)
 
 enum class DType : int { float64 = 0, float32 = 1, bfloat16 = 2, float16 = 3 };
-// Where a tensor's memory lives. The Vulkan backend reads and writes host (cpu) tensors and
-// moves them to its device itself.
-enum class Device : int { cpu = 0, cuda = 1 };
+// Where a tensor's memory lives. The Vulkan backend takes host (cpu) tensors, which it moves to
+// its device itself, and device-resident ones (vulkan: memory of a rhoscan::VulkanBuffer,
+// <rhoscan/vulkan.h>), which it uses in place.
+enum class Device : int { cpu = 0, cuda = 1, vulkan = 2 };
 
 const char* dtype_name(DType dtype) noexcept;    // "float64", "float32", "bfloat16", "float16"
 std::size_t dtype_size(DType dtype) noexcept;    // bytes per element
-const char* device_name(Device device) noexcept; // "cpu", "cuda"
+const char* device_name(Device device) noexcept; // "cpu", "cuda", "vulkan"
 
 inline constexpr int kMaxRank = 5;
 
@@ -92,7 +93,7 @@ enum class Backend : int {
   reference = 1,  // CPU, float64 arithmetic, evaluates SPEC.md step by step (the oracle)
   cpu = 2,        // CPU, chunked, multi-threaded
   cuda = 3,       // NVIDIA GPUs
-  vulkan = 4,     // any Vulkan 1.2 GPU (and Mesa's lavapipe); takes host tensors
+  vulkan = 4,     // any Vulkan 1.1 GPU (and Mesa's lavapipe); host or vulkan tensors
 };
 
 const char* backend_name(Backend backend) noexcept;  // "auto", "reference", "cpu", "cuda", "vulkan"

@@ -48,6 +48,7 @@ Backend resolve_backend(Backend requested, Device device) {
   if (requested != Backend::automatic) return requested;
   switch (device) {
     case Device::cuda: return Backend::cuda;
+    case Device::vulkan: return Backend::vulkan;
     case Device::cpu:
 #ifdef RHOSCAN_HAVE_CPU_FAST
       return Backend::cpu;

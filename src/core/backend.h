@@ -14,6 +14,12 @@ class BackendImpl {
 
   virtual Backend id() const = 0;
   virtual Device device() const = 0;  // where the tensors it accepts live
+  // Every device whose tensors it accepts (the Vulkan backend: host and Vulkan tensors).
+  virtual bool accepts(Device d) const { return d == device(); }
+  // Whether a view's memory is usable by this backend ("" when it is, else why): the Vulkan
+  // backend checks that a Vulkan tensor lies inside a live VulkanBuffer. Checked before anything
+  // is read or written.
+  virtual std::string memory_reason(const TensorView&) const { return ""; }
 
   // Runtime availability (driver, device). Returns "" when usable, else the reason.
   virtual std::string unavailable_reason() const { return ""; }

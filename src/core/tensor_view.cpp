@@ -29,6 +29,7 @@ const char* device_name(Device device) noexcept {
   switch (device) {
     case Device::cpu: return "cpu";
     case Device::cuda: return "cuda";
+    case Device::vulkan: return "vulkan";
   }
   return "unknown-device";
 }

@@ -32,7 +32,7 @@ class Validator {
     }
     if (static_cast<int>(t.dtype) < 0 || static_cast<int>(t.dtype) > 3)
       fail(std::string(name) + ": unsupported dtype code " + str(static_cast<int>(t.dtype)));
-    if (static_cast<int>(t.device) < 0 || static_cast<int>(t.device) > 1)
+    if (static_cast<int>(t.device) < 0 || static_cast<int>(t.device) > 2)
       fail(std::string(name) + ": unknown device code " + str(static_cast<int>(t.device)));
     int64_t count = 1, extent = 0;
     for (int i = 0; i < t.rank; ++i) {
@@ -101,6 +101,15 @@ class Validator {
         fail(std::string(name) + " is on " + device_name(t->device) + ":" + str(t->device_index) +
              " but " + first.name + " is on " + device_name(first.view->device) + ":" +
              str(first.view->device_index) + "; all tensors must be on one device");
+    }
+  }
+
+  // Every view's memory as the backend needs it (a Vulkan tensor inside its buffer).
+  void check_memory(const BackendImpl& backend) const {
+    for (int i = 0; i < view_count_; ++i) {
+      const auto& [name, t] = views_[i];
+      std::string why = backend.memory_reason(*t);
+      if (!why.empty()) fail(std::string(name) + " " + t->shape_string() + ": " + why);
     }
   }
 
@@ -269,10 +278,14 @@ const BackendImpl& select_backend(const char* op, Backend requested, Device devi
   if (!why.empty())
     fail(ErrorKind::backend_unavailable,
          std::string("backend ") + backend_name(id) + " is not available: " + why);
-  if (backend->device() != device)
-    fail(ErrorKind::invalid_argument,
-         std::string("the tensors are on ") + device_name(device) + " but backend " +
-             backend_name(id) + " takes " + device_name(backend->device()) + " tensors");
+  if (!backend->accepts(device)) {
+    std::string takes;
+    for (Device d : {Device::cpu, Device::cuda, Device::vulkan})
+      if (backend->accepts(d)) takes += std::string(takes.empty() ? "" : " or ") + device_name(d);
+    fail(ErrorKind::invalid_argument, std::string("the tensors are on ") + device_name(device) +
+                                          " but backend " + backend_name(id) + " takes " + takes +
+                                          " tensors");
+  }
   return *backend;
 }
 
@@ -315,6 +328,7 @@ ValidatedForward validate_forward(const ForwardArgs& a, const Options& options) 
   f.p = core.p;
   f.p.state_dtype = state_dtype;
   const BackendImpl& backend = select_backend("forward", options.backend, f.p.device);
+  check.check_memory(backend);
   check_supported(check, backend, f.p);
   if (options.chunk_size < 0) check.fail("options.chunk_size must be 0 (default) or positive");
   check_values(check, backend, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
@@ -392,6 +406,7 @@ ValidatedBackward validate_backward(const BackwardArgs& a, const Options& option
   b.p = core.p;
   b.p.state_dtype = state_dtype.value_or(DType::float32);
   const BackendImpl& backend = select_backend("backward", options.backend, b.p.device);
+  check.check_memory(backend);
   check_supported(check, backend, b.p);
   if (options.chunk_size < 0) check.fail("options.chunk_size must be 0 (default) or positive");
   check_values(check, backend, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
@@ -456,6 +471,7 @@ ValidatedStep validate_step(const StepArgs& a, const Options& options) {
   s.p = core.p;
   s.p.state_dtype = a.rho.dtype;
   const BackendImpl& backend = select_backend("step", options.backend, s.p.device);
+  check.check_memory(backend);
   check_supported(check, backend, s.p);
   check_values(check, backend, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
   if (options.check_finite) {

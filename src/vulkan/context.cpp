@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -128,6 +129,7 @@ Buffer::Buffer(Context& ctx, uint64_t bytes, bool host_visible) : ctx_(ctx), byt
 }
 
 Buffer::~Buffer() {
+  if (Context::exiting()) return;  // leaked on purpose: see Context::exiting()
   const Functions& vk = ctx_.vk();
   if (mapped_) vk.vkUnmapMemory(ctx_.device(), memory_);
   vk.vkDestroyBuffer(ctx_.device(), buffer_, nullptr);
@@ -205,7 +207,7 @@ void Recording::barrier() {
   ctx_.vk().vkCmdPipelineBarrier(cmd_, stages, stages, 0, 1, &b, 0, nullptr, 0, nullptr);
 }
 
-void Recording::dispatch(const char* shader, const std::vector<const Buffer*>& buffers,
+void Recording::dispatch(const char* shader, const std::vector<Slice>& buffers,
                          const uint32_t (&push)[kPushWords], uint32_t groups_x, uint32_t groups_y) {
   if (groups_x == 0 || groups_y == 0) return;
   const Functions& vk = ctx_.vk();
@@ -231,8 +233,8 @@ void Recording::dispatch(const char* shader, const std::vector<const Buffer*>& b
   VkDescriptorBufferInfo infos[kMaxBindings];
   VkWriteDescriptorSet writes[kMaxBindings];
   for (int i = 0; i < kMaxBindings; ++i) {
-    const Buffer* b = i < static_cast<int>(buffers.size()) && buffers[i] ? buffers[i] : &ctx_.dummy();
-    infos[i] = {b->handle(), 0, VK_WHOLE_SIZE};
+    const Slice b = i < static_cast<int>(buffers.size()) && buffers[i].buffer ? buffers[i] : Slice(&ctx_.dummy());
+    infos[i] = {b.buffer->handle(), b.offset, b.range};
     writes[i] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
     writes[i].dstSet = set;
     writes[i].dstBinding = static_cast<uint32_t>(i);
@@ -249,7 +251,7 @@ void Recording::dispatch(const char* shader, const std::vector<const Buffer*>& b
   stamp(shader);
 }
 
-void Recording::dispatch_linear(const char* shader, const std::vector<const Buffer*>& buffers,
+void Recording::dispatch_linear(const char* shader, const std::vector<Slice>& buffers,
                                 uint32_t (&push)[kPushWords], uint64_t groups) {
   if (groups == 0) return;
   const uint64_t x = std::min<uint64_t>(groups, 65535), y = (groups + x - 1) / x;
@@ -267,6 +269,13 @@ void Recording::copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, 
   ctx_.vk().vkCmdCopyBuffer(cmd_, src.handle(), dst.handle(), 1, &region);
   barrier();
   stamp("copy");
+}
+
+void Recording::fill_zero(const Buffer& dst, uint64_t bytes) {
+  if (bytes == 0) return;
+  ctx_.vk().vkCmdFillBuffer(cmd_, dst.handle(), 0, bytes, 0u);
+  barrier();
+  stamp("fill");
 }
 
 double Recording::submit_and_wait() {
@@ -305,7 +314,11 @@ std::once_flag g_once;
 Context* g_context = nullptr;  // never destroyed: tearing Vulkan down from static destructors
                                // races the driver's own (the process exit frees everything)
 std::string g_unavailable;
+std::atomic<bool> g_exiting{false};
+void mark_exiting() { g_exiting = true; }
 }  // namespace
+
+bool Context::exiting() { return g_exiting; }
 
 Context& Context::get() {
   std::call_once(g_once, [] {
@@ -482,6 +495,7 @@ void Context::create() {
   plci.pPushConstantRanges = &range;
   check(vk_.vkCreatePipelineLayout(device_, &plci, nullptr, &pipeline_layout_), "vkCreatePipelineLayout");
   dummy_ = std::make_unique<Buffer>(*this, 16, false);
+  std::atexit(mark_exiting);  // after the driver's own exit handlers: see exiting()
 }
 
 VkPipeline Context::pipeline(const char* shader) {

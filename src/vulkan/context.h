@@ -36,7 +36,7 @@ struct Functions {
   X(vkAllocateDescriptorSets) X(vkUpdateDescriptorSets) X(vkCreateCommandPool)                     \
   X(vkDestroyCommandPool) X(vkAllocateCommandBuffers) X(vkFreeCommandBuffers)                      \
   X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets)    \
-  X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer)                \
+  X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer) \
   X(vkCmdWriteTimestamp) X(vkCmdResetQueryPool) X(vkCreateQueryPool) X(vkDestroyQueryPool)         \
   X(vkGetQueryPoolResults) X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences)
 #define RHOSCAN_VK_DECLARE(name) PFN_##name name = nullptr;
@@ -75,6 +75,16 @@ class Buffer {
   void* mapped_ = nullptr;
 };
 
+// A buffer bound to a shader from byte `offset` (a multiple of the device's
+// minStorageBufferOffsetAlignment) for `range` bytes; a plain Buffer* binds all of it.
+struct Slice {
+  Slice(const Buffer* b = nullptr) : buffer(b) {}  // NOLINT: implicit, so that {b["q"], nullptr} works
+  Slice(const Buffer* b, uint64_t off, uint64_t bytes) : buffer(b), offset(off), range(bytes) {}
+  const Buffer* buffer = nullptr;
+  uint64_t offset = 0;
+  uint64_t range = VK_WHOLE_SIZE;
+};
+
 struct Pipeline {
   VkPipeline pipeline = VK_NULL_HANDLE;
 };
@@ -90,14 +100,15 @@ class Recording {
 
   // Binds buffers[i] at binding i, pushes `push`, dispatches groups_x * groups_y workgroups,
   // then a barrier so that the next command sees the results.
-  void dispatch(const char* shader, const std::vector<const Buffer*>& buffers,
+  void dispatch(const char* shader, const std::vector<Slice>& buffers,
                 const uint32_t (&push)[kPushWords], uint32_t groups_x, uint32_t groups_y);
   // A 1-D grid of `groups` workgroups spread over x and y (each at most 65535); the shader
   // recovers the index with linear_group() and ignores those >= push[11] (`total`).
-  void dispatch_linear(const char* shader, const std::vector<const Buffer*>& buffers,
+  void dispatch_linear(const char* shader, const std::vector<Slice>& buffers,
                        uint32_t (&push)[kPushWords], uint64_t groups);
   void copy(const Buffer& src, uint64_t src_offset, const Buffer& dst, uint64_t dst_offset,
             uint64_t bytes);
+  void fill_zero(const Buffer& dst, uint64_t bytes);  // the first `bytes` (a multiple of 4)
   // Submits, waits for completion, and returns the device time between begin and end in
   // milliseconds when timed (else 0). With RHOSCAN_VULKAN_PROFILE=1 in the environment, a timed
   // recording also prints each command's device time to stderr.
@@ -149,6 +160,11 @@ class Context {
   VkPipeline pipeline(const char* shader);
   // Serialises use of the queue and the pipeline cache between threads.
   std::mutex& mutex() { return mutex_; }
+  // True once the process has begun to exit (set by an atexit handler registered right after the
+  // driver was loaded, so it runs before the exit-time destructors of every object that existed
+  // before the driver). Vulkan objects destroyed after that are leaked: the driver's own teardown
+  // may already have run (NVIDIA's driver crashes the exiting process otherwise).
+  static bool exiting();
 
  private:
   Context() = default;

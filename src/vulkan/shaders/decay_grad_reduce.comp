@@ -2,9 +2,9 @@
 // The decay gradient of one group, summed in a fixed order (deterministic), in two passes:
 //   mode 0, per (bh, l):  da2[bh, l] += sum_k part[bh, k, l]   over k in [seg_begin, seg_end)
 //                         (k runs over chunks x embedding tiles; da2 starts as the normaliser's share)
-//   mode 1, per (h, l):   da[h, l] = (seg_begin > 0 ? da[h, l] : 0) + sum_bh da2[bh, l]
+//   mode 1, per (h, l):   da[h, l] = (seg_begin > 0 || flags & 1 ? da[h, l] : 0) + sum_bh da2[bh, l]
 //                         over the group's rows bh in [seg_begin, seg_end) of head h
-// Heads with no row in the group get 0; the host adds the groups in order.
+// flags bit 0: a later group, which adds to the earlier groups' sum (groups run in order).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 layout(local_size_x = 64) in;
@@ -22,7 +22,7 @@ void main() {
     da2[bh * pc.L + l] = acc;
   } else {
     uint h = gl_WorkGroupID.y;
-    float acc = pc.seg_begin > 0u ? da[h * pc.L + l] : 0.0;
+    float acc = pc.seg_begin > 0u || (pc.flags & 1u) != 0u ? da[h * pc.L + l] : 0.0;
     for (uint bh = pc.seg_begin; bh < pc.seg_end; ++bh)
       if (head(bh) == h) acc += da2[bh * pc.L + l];
     da[h * pc.L + l] = acc;
