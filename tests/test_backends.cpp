@@ -2,12 +2,15 @@
 // backend against the float64 reference, with SPEC.md's tolerances.
 //
 // A backend joins by being compiled in (available_backends() lists it) and by naming the
-// dtypes it promises in required_dtypes() below. A backend that is not available on this
+// dtypes it promises in required_dtypes() below, and the devices whose tensors it takes in
+// tensor_devices(): the Vulkan backend runs every case on host tensors and its float32 cases
+// again on Vulkan tensors (VulkanBuffer memory, the device-resident path). A backend that is not available on this
 // machine (no GPU, no Vulkan driver) produces no test cases, and its absence is printed.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <set>
 
 #include "support/device_memory.h"
 #include "support/problem.h"
@@ -25,10 +28,15 @@ std::vector<DType> required_dtypes(Backend b) {
   }
 }
 
-Device backend_device(Backend b) { return b == Backend::cuda ? Device::cuda : Device::cpu; }
+std::vector<Device> tensor_devices(Backend b, DType dtype) {
+  if (b == Backend::cuda) return {Device::cuda};
+  if (b == Backend::vulkan && dtype == DType::float32) return {Device::cpu, Device::vulkan};
+  return {Device::cpu};
+}
 
 struct Case {
   Backend backend;
+  Device device;  // where the tensors live
   ProblemSpec spec;
   int64_t chunk_size;  // 0: the backend's default
 };
@@ -38,6 +46,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 
 std::string case_name(const Case& c) {
   std::string s = std::string(backend_name(c.backend)) + "_" + c.spec.name();
+  if (c.backend == Backend::vulkan && c.device == Device::vulkan) s += "_vulkan_tensors";
   if (c.chunk_size) s += "_chunk" + std::to_string(c.chunk_size);
   return s;
 }
@@ -87,11 +96,8 @@ std::vector<std::pair<ProblemSpec, int64_t>> shapes() {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
+  std::set<std::pair<Backend, Device>> unallocatable;
   for (Backend b : available_backends()) {
-    if (!device_memory_available(backend_device(b))) {
-      std::printf("[harness] backend %s: available but tests cannot allocate its memory\n", backend_name(b));
-      continue;
-    }
     uint64_t seed = 100;
     for (auto [spec, chunk] : shapes())
       for (DType dtype : required_dtypes(b)) {
@@ -103,7 +109,12 @@ std::vector<Case> all_cases() {
         // the context rho / eps, far outside float16's range.
         if (dtype == DType::bfloat16 || dtype == DType::float16)
           if (s.initial_rho) s.initial_rho_norm = true;
-        cases.push_back({b, s, chunk});
+        for (Device d : tensor_devices(b, dtype)) {
+          if (device_memory_available(d)) cases.push_back({b, d, s, chunk});
+          else if (unallocatable.insert({b, d}).second)
+            std::printf("[harness] backend %s: available but tests cannot allocate %s memory\n", backend_name(b),
+                        device_name(d));
+        }
       }
   }
   for (Backend b : {Backend::cpu, Backend::cuda, Backend::vulkan}) {
@@ -151,7 +162,7 @@ TEST_P(Backends, ForwardMatchesReference) {
   Options r;
   r.backend = Backend::reference;
   forward(ref.forward_args(), r);
-  MirroredProblem m(p, backend_device(GetParam().backend));
+  MirroredProblem m(p, GetParam().device);
   forward(m.forward_args(), options());
   m.copy_outputs_to_host();
   const double tol = forward_tolerance(p.spec.dtype);
@@ -166,7 +177,7 @@ TEST_P(Backends, BackwardMatchesReference) {
   Options r;
   r.backend = Backend::reference;
   backward(ref.backward_args(), r);
-  MirroredProblem m(p, backend_device(GetParam().backend));
+  MirroredProblem m(p, GetParam().device);
   backward(m.backward_args(), options());
   m.copy_outputs_to_host();
   const double tol = gradient_tolerance(p.spec.dtype);
@@ -206,7 +217,7 @@ TEST_P(Backends, StepStreamsTheForward) {
     tok.decay = p.decay;
     *tok.rho = rho;
     *tok.rho_norm = norm;
-    MirroredProblem m(tok, backend_device(GetParam().backend));
+    MirroredProblem m(tok, GetParam().device);
     ForwardArgs f = m.forward_args();  // views of q, v, decay, state and context
     StepArgs a{squeeze_time(f.q), squeeze_time(f.v), f.decay, *f.rho, *f.rho_norm, squeeze_time(f.context)};
     step(a, options());

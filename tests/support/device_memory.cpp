@@ -3,6 +3,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "rhoscan/vulkan.h"
+
 #ifdef RHOSCAN_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -10,35 +12,40 @@
 namespace rhoscan::testing {
 namespace {
 
-void* device_alloc(Device device, size_t bytes) {
+// Device memory holding a copy of `bytes` bytes of `src`, and the handle that frees it.
+std::shared_ptr<void> device_copy(Device device, const void* src, size_t bytes, void** data) {
+  if (device == Device::vulkan) {
+    auto buffer = std::make_shared<VulkanBuffer>(bytes);
+    buffer->upload(src, bytes);
+    *data = buffer->data();
+    return buffer;
+  }
 #ifdef RHOSCAN_HAVE_CUDA
   if (device == Device::cuda) {
     void* p = nullptr;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
-    return p;
+    std::shared_ptr<void> owner(p, [](void* q) { cudaFree(q); });
+    if (cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice) != cudaSuccess) throw std::runtime_error("cudaMemcpy failed");
+    *data = p;
+    return owner;
   }
 #endif
-  (void)bytes;
+  (void)src, (void)bytes, (void)data;
   throw std::runtime_error(std::string("tests cannot allocate on ") + device_name(device));
 }
 
-void device_free(Device device, void* p) {
-#ifdef RHOSCAN_HAVE_CUDA
-  if (device == Device::cuda) cudaFree(p);
-#endif
-  (void)device;
-  (void)p;
-}
-
-void copy(Device device, void* dst, const void* src, size_t bytes, bool to_device) {
+void copy_to_host(Device device, void* dst, const std::shared_ptr<void>& owner, const void* src, size_t bytes) {
+  if (device == Device::vulkan) {
+    static_cast<const VulkanBuffer*>(owner.get())->download(dst, bytes);
+    return;
+  }
 #ifdef RHOSCAN_HAVE_CUDA
   if (device == Device::cuda) {
-    if (cudaMemcpy(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) != cudaSuccess)
-      throw std::runtime_error("cudaMemcpy failed");
+    if (cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) throw std::runtime_error("cudaMemcpy failed");
     return;
   }
 #endif
-  (void)device, (void)dst, (void)src, (void)bytes, (void)to_device;
+  (void)dst, (void)src, (void)bytes;
   throw std::runtime_error("no device copy");
 }
 
@@ -46,6 +53,7 @@ void copy(Device device, void* dst, const void* src, size_t bytes, bool to_devic
 
 bool device_memory_available(Device device) {
   if (device == Device::cpu) return true;
+  if (device == Device::vulkan) return backend_unavailable_reason(Backend::vulkan).empty();
 #ifdef RHOSCAN_HAVE_CUDA
   int count = 0;
   return device == Device::cuda && cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
@@ -56,21 +64,18 @@ bool device_memory_available(Device device) {
 
 MirroredProblem::MirroredProblem(Problem& host, Device device) : host_(host), device_(device) {}
 
-MirroredProblem::~MirroredProblem() {
-  for (const Buffer& b : buffers_) device_free(device_, b.device);
-}
+MirroredProblem::~MirroredProblem() = default;
 
 TensorView MirroredProblem::mirror(const HostTensor& t) const {
   TensorView v = t.view();
   if (device_ == Device::cpu) return v;
-  void* d = device_alloc(device_, t.bytes());
-  copy(device_, d, t.data(), t.bytes(), true);
-  buffers_.push_back({&t, d});
+  void* d = nullptr;
+  std::shared_ptr<void> owner = device_copy(device_, t.data(), t.bytes(), &d);
+  buffers_.push_back({&t, d, owner});
   v.data = d;
   v.device = device_;
   return v;
 }
-
 ForwardArgs MirroredProblem::forward_args() const {
   ForwardArgs a = host_.forward_args();
   if (device_ == Device::cpu) return a;
@@ -108,7 +113,7 @@ void MirroredProblem::copy_back(const HostTensor& t) {
   if (device_ == Device::cpu) return;
   for (auto it = buffers_.rbegin(); it != buffers_.rend(); ++it)
     if (it->host == &t) {
-      copy(device_, t.data(), it->device, t.bytes(), false);
+      copy_to_host(device_, t.data(), it->owner, it->device, t.bytes());
       return;
     }
 }

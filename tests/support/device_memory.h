@@ -30,12 +30,13 @@ class MirroredProblem {
   Device device_;
   struct Buffer {
     const HostTensor* host;
-    void* device;
+    void* device;                   // what views point at
+    std::shared_ptr<void> owner;    // frees the memory (cudaFree, or a rhoscan::VulkanBuffer)
   };
   mutable std::vector<Buffer> buffers_;
 };
 
-// Whether tests can allocate memory on `device` in this build and machine.
+// Whether tests can allocate memory on `device` (cuda, or vulkan tensors) in this build and machine.
 bool device_memory_available(Device device);
 
 }  // namespace rhoscan::testing
