@@ -1,15 +1,18 @@
 // Times the Vulkan backend on the cases and, when this build has a usable CUDA backend,
-// the CUDA backend on the same cases in the same run; prints one JSON line per (case, direction).
+// the CUDA backend on the same float32 problems in the same run; prints one JSON line per
+// (case, direction).
 //
-// The Vulkan backend takes host tensors, so its wall time (median_ms) includes packing the
-// strided host tensors, the PCIe transfers and unpacking; device_ms is its GPU time from Vulkan
-// timestamps (transfers between staging and device buffers included, host packing excluded), and
-// kernel_ms the compute kernels alone (what device-resident tensors would cost).
-// vs_cuda is CUDA's median time / Vulkan's (1.0 = as fast as CUDA; the target is >= 0.3)
-// on the end-to-end wall time; vs_cuda_kernels the same against kernel_ms. CUDA's tensors live on
-// the GPU, so vs_cuda charges Vulkan alone for the host interface.
+// median_ms: the Vulkan backend on Vulkan tensors (rhoscan::VulkanBuffer memory, as CUDA tensors
+// live in CUDA memory): wall time of the call, which returns after waiting on the device's fence,
+// median of --repeats after one untimed call. kernel_ms / device_ms: its GPU timestamps (compute
+// kernels alone; the whole command buffer, the on-device gathers and scatters included).
+// host_tensors_median_ms: the same call on host tensors, end to end (packing, PCIe transfers,
+// unpacking): what a caller with host memory pays. cuda_median_ms: the CUDA backend, float32
+// (no TF32), same problem, wall time after cudaDeviceSynchronize. ratio_vs_cuda = cuda_median_ms /
+// median_ms (1.0 = as fast as CUDA; the target is >= 0.3).
 //
-//   rhoscan_vulkan_bench [--cases BDH-8k,BDH-base] [--repeats N] [--peak-tflops X] [--commit SHA]
+//   rhoscan_vulkan_bench [--cases BDH-8k,BDH-base,small] [--repeats N] [--host-repeats N]
+//                        [--peak-tflops X] [--commit SHA]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "rhoscan/rhoscan.h"
+#include "rhoscan/vulkan.h"
 #include "vulkan/vulkan_backend.h"
 
 #ifdef RHOSCAN_BENCH_CUDA
@@ -40,6 +44,7 @@ const Case kCases[] = {
     {"BDH-base", 24, 4, 1, 512, 256, 256},
     {"small", 2, 4, 1, 256, 512, 128},  // a quick check that the program works (lavapipe)
 };
+constexpr double kTargetRatio = 0.3;  // the target: >= 0.3x CUDA's float32 speed
 
 // FLOPs of the chunked form at C = 64 (as the CLI's bench counts them), 3x for forward+backward.
 double flops(const Case& c, bool backward) {
@@ -74,28 +79,60 @@ struct Host {
     dv.resize(v.size());
     da.resize(a.size());
   }
+  std::vector<std::vector<float>*> all() { return {&q, &v, &a, &G, &ctx, &R, &N, &dq, &dv, &da}; }
+  unsigned long long bytes() {
+    unsigned long long n = 0;
+    for (auto* x : all()) n += x->size() * 4;
+    return n;
+  }
 };
 
-// Views of one case's tensors: pointers are host (Vulkan) or CUDA memory.
+// Views of one case's tensors: pointers are host, Vulkan-buffer or CUDA memory.
 struct Views {
   ForwardArgs f;
   BackwardArgs b;
-  Views(const Case& c, float* q, float* v, float* a, float* G, float* ctx, float* R, float* N, float* dq,
-        float* dv, float* da, Device d) {
-    auto T4 = [&](float* p, std::initializer_list<int64_t> s) { return TensorView::contiguous(p, DType::float32, s, d); };
-    f.q = T4(q, {c.B, c.H, c.T, c.L});
-    f.v = T4(v, {c.B, c.Hv, c.T, c.E});
-    f.decay = T4(a, {c.H, c.L});
-    f.context = T4(ctx, {c.B, c.H, c.T, c.E});
-    f.rho_out = T4(R, {c.B, c.H, c.L, c.E});
-    f.rho_norm_out = T4(N, {c.B, c.H, c.L});
+  // p: the addresses of Host::all()'s tensors in that order
+  Views(const Case& c, const std::vector<float*>& p, Device d) {
+    auto T4 = [&](float* x, std::initializer_list<int64_t> s) { return TensorView::contiguous(x, DType::float32, s, d); };
+    f.q = T4(p[0], {c.B, c.H, c.T, c.L});
+    f.v = T4(p[1], {c.B, c.Hv, c.T, c.E});
+    f.decay = T4(p[2], {c.H, c.L});
+    b.grad_context = T4(p[3], {c.B, c.H, c.T, c.E});
+    f.context = T4(p[4], {c.B, c.H, c.T, c.E});
+    f.rho_out = T4(p[5], {c.B, c.H, c.L, c.E});
+    f.rho_norm_out = T4(p[6], {c.B, c.H, c.L});
     b.q = f.q;
     b.v = f.v;
     b.decay = f.decay;
-    b.grad_context = T4(G, {c.B, c.H, c.T, c.E});
-    b.grad_q = T4(dq, {c.B, c.H, c.T, c.L});
-    b.grad_v = T4(dv, {c.B, c.Hv, c.T, c.E});
-    b.grad_decay = T4(da, {c.H, c.L});
+    b.grad_q = T4(p[7], {c.B, c.H, c.T, c.L});
+    b.grad_v = T4(p[8], {c.B, c.Hv, c.T, c.E});
+    b.grad_decay = T4(p[9], {c.H, c.L});
+  }
+};
+
+std::vector<float*> host_pointers(Host& h) {
+  std::vector<float*> p;
+  for (auto* x : h.all()) p.push_back(x->data());
+  return p;
+}
+
+// The case's tensors in Vulkan buffers (device-resident), uploaded from the host ones.
+struct VulkanTensors {
+  std::vector<VulkanBuffer> buffers;
+  explicit VulkanTensors(Host& h) {
+    for (auto* x : h.all()) {
+      buffers.emplace_back(x->size() * 4);
+      buffers.back().upload(x->data(), x->size() * 4);
+    }
+  }
+  std::vector<float*> pointers() const {
+    std::vector<float*> p;
+    for (const VulkanBuffer& b : buffers) p.push_back(static_cast<float*>(b.data()));
+    return p;
+  }
+  void download(Host& h) const {
+    auto all = h.all();
+    for (size_t i = 0; i < all.size(); ++i) buffers[i].download(all[i]->data(), all[i]->size() * 4);
   }
 };
 
@@ -107,19 +144,19 @@ double wall_ms(const std::function<void()>& fn) {
 
 struct Timing {
   double median_ms = 0, device_ms = 0, kernel_ms = 0;
-  unsigned long long bytes = 0;
+  unsigned long long bytes = 0;  // the backend's work buffers (Vulkan)
   std::string error;
 };
 
-Timing time_vulkan(const Case& c, Host& h, bool backward, int repeats) {
-  Views w(c, h.q.data(), h.v.data(), h.a.data(), h.G.data(), h.ctx.data(), h.R.data(), h.N.data(), h.dq.data(),
-          h.dv.data(), h.da.data(), Device::cpu);
+// The Vulkan backend on the views (host or Vulkan tensors): each call returns after the device's
+// fence, so the wall time is the call's whole cost.
+Timing time_vulkan(const Views& w, bool backward, int repeats) {
   Options o;
   o.backend = Backend::vulkan;
   Timing t;
   std::vector<double> wall, dev, ker;
   try {
-    for (int i = 0; i <= repeats; ++i) {  // the first call builds pipelines: not counted
+    for (int i = 0; i <= repeats; ++i) {  // the first call builds pipelines and buffers: not counted
       double d = 0, k = 0;
       double ms = wall_ms([&] {
         forward(w.f, o);
@@ -148,19 +185,17 @@ Timing time_cuda(const Case& c, Host& h, bool backward, int repeats) {
 #ifdef RHOSCAN_BENCH_CUDA
   t.error = backend_unavailable_reason(Backend::cuda);
   if (!t.error.empty()) return t;
-  std::vector<void*> ptrs;
-  auto up = [&](std::vector<float>& x) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, x.size() * 4) != cudaSuccess) throw Error(ErrorKind::out_of_memory, "cudaMalloc failed");
-    cudaMemcpy(p, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
-    ptrs.push_back(p);
-    return static_cast<float*>(p);
-  };
+  std::vector<float*> ptrs;
   try {
-    Views w(c, up(h.q), up(h.v), up(h.a), up(h.G), up(h.ctx), up(h.R), up(h.N), up(h.dq), up(h.dv), up(h.da),
-            Device::cuda);
+    for (auto* x : h.all()) {
+      void* p = nullptr;
+      if (cudaMalloc(&p, x->size() * 4) != cudaSuccess) throw Error(ErrorKind::out_of_memory, "cudaMalloc failed");
+      cudaMemcpy(p, x->data(), x->size() * 4, cudaMemcpyHostToDevice);
+      ptrs.push_back(static_cast<float*>(p));
+    }
+    Views w(c, ptrs, Device::cuda);
     Options o;
-    o.backend = Backend::cuda;
+    o.backend = Backend::cuda;  // float32 without TF32: plain FFMA, as the Vulkan shaders
     std::vector<double> wall;
     for (int i = 0; i <= repeats; ++i) {
       cudaDeviceSynchronize();
@@ -175,7 +210,7 @@ Timing time_cuda(const Case& c, Host& h, bool backward, int repeats) {
   } catch (const Error& e) {
     t.error = e.what();
   }
-  for (void* p : ptrs) cudaFree(p);
+  for (float* p : ptrs) cudaFree(p);
 #else
   (void)c, (void)h, (void)backward, (void)repeats;
   t.error = "this bench was built without CUDA";
@@ -193,30 +228,43 @@ double rms_rel(const std::vector<float>& x, const std::vector<float>& ref) {
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-// Before timing: the Vulkan backend against the float64 reference on a problem with several
-// chunks, a tail chunk and Hv = 1, on this machine's device. One JSON line; returns whether every
-// output is within SPEC.md's float32 bars (1e-5 forward, 1e-4 gradients).
+// Before timing: the Vulkan backend, on host tensors and on Vulkan tensors, against the float64
+// reference on a problem with several chunks, a tail chunk and Hv = 1, on this machine's device.
+// One JSON line per path; returns whether every output is within SPEC.md's float32 bars (1e-5
+// forward, 1e-4 gradients) on both.
 bool check_against_reference() {
   const Case c{"check", 2, 4, 1, 200, 512, 128};
-  Host v(c), r(c);
-  Views wv(c, v.q.data(), v.v.data(), v.a.data(), v.G.data(), v.ctx.data(), v.R.data(), v.N.data(), v.dq.data(),
-           v.dv.data(), v.da.data(), Device::cpu);
-  Views wr(c, r.q.data(), r.v.data(), r.a.data(), r.G.data(), r.ctx.data(), r.R.data(), r.N.data(), r.dq.data(),
-           r.dv.data(), r.da.data(), Device::cpu);
-  Options ov, orf;
-  ov.backend = Backend::vulkan;
+  Host r(c);
+  Options orf;
   orf.backend = Backend::reference;
-  forward(wv.f, ov);
-  backward(wv.b, ov);
+  Views wr(c, host_pointers(r), Device::cpu);
   forward(wr.f, orf);
   backward(wr.b, orf);
-  const double e[6] = {rms_rel(v.ctx, r.ctx), rms_rel(v.R, r.R), rms_rel(v.N, r.N),
-                       rms_rel(v.dq, r.dq), rms_rel(v.dv, r.dv), rms_rel(v.da, r.da)};
-  const bool ok = e[0] <= 1e-5 && e[1] <= 1e-5 && e[2] <= 1e-5 && e[3] <= 1e-4 && e[4] <= 1e-4 && e[5] <= 1e-4;
-  std::printf("{\"check\":\"vulkan vs float64 reference, B2 H4 Hv1 T200 L512 E128\",\"context\":%.3g,\"rho\":%.3g,"
-              "\"rho_norm\":%.3g,\"grad_q\":%.3g,\"grad_v\":%.3g,\"grad_decay\":%.3g,\"pass\":%s}\n",
-              e[0], e[1], e[2], e[3], e[4], e[5], ok ? "true" : "false");
-  std::fflush(stdout);
+  bool ok = true;
+  for (Device d : {Device::cpu, Device::vulkan}) {
+    Host v(c);
+    Options ov;
+    ov.backend = Backend::vulkan;
+    if (d == Device::cpu) {
+      Views wv(c, host_pointers(v), d);
+      forward(wv.f, ov);
+      backward(wv.b, ov);
+    } else {
+      VulkanTensors t(v);
+      Views wv(c, t.pointers(), d);
+      forward(wv.f, ov);
+      backward(wv.b, ov);
+      t.download(v);
+    }
+    const double e[6] = {rms_rel(v.ctx, r.ctx), rms_rel(v.R, r.R), rms_rel(v.N, r.N),
+                         rms_rel(v.dq, r.dq), rms_rel(v.dv, r.dv), rms_rel(v.da, r.da)};
+    const bool pass = e[0] <= 1e-5 && e[1] <= 1e-5 && e[2] <= 1e-5 && e[3] <= 1e-4 && e[4] <= 1e-4 && e[5] <= 1e-4;
+    std::printf("{\"check\":\"vulkan (%s tensors) vs float64 reference, B2 H4 Hv1 T200 L512 E128\",\"context\":%.3g,"
+                "\"rho\":%.3g,\"rho_norm\":%.3g,\"grad_q\":%.3g,\"grad_v\":%.3g,\"grad_decay\":%.3g,\"pass\":%s}\n",
+                device_name(d), e[0], e[1], e[2], e[3], e[4], e[5], pass ? "true" : "false");
+    std::fflush(stdout);
+    ok = ok && pass;
+  }
   return ok;
 }
 
@@ -229,11 +277,19 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
+// "null" or the number.
+std::string num(double x) {
+  if (!(x > 0)) return "null";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4f", x);
+  return b;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> names = {"BDH-8k", "BDH-base"};
-  int repeats = 5;
+  int repeats = 7, host_repeats = 3;
   double peak_tflops = 0;
   std::string commit = "unknown";
   for (int i = 1; i < argc; ++i) {
@@ -256,12 +312,17 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--repeats") {
       repeats = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--host-repeats") {
+      host_repeats = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--peak-tflops") {
       peak_tflops = std::atof(next().c_str());
     } else if (a == "--commit") {
       commit = next();
     } else {
-      std::fprintf(stderr, "usage: %s [--cases BDH-8k,BDH-base,small] [--repeats N] [--peak-tflops X] [--commit SHA]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--cases BDH-8k,BDH-base,small] [--repeats N] [--host-repeats N] [--peak-tflops X] "
+                   "[--commit SHA]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -281,29 +342,41 @@ int main(int argc, char** argv) {
       return 2;
     }
     Host h(*c);
+    std::unique_ptr<VulkanTensors> on_device;
+    std::string setup_error;
+    try {
+      on_device = std::make_unique<VulkanTensors>(h);
+    } catch (const Error& e) {
+      setup_error = e.what();
+    }
     for (bool backward : {false, true}) {
-      Timing v = time_vulkan(*c, h, backward, repeats);
-      Timing cu = time_cuda(*c, h, backward, repeats);
+      Timing v;
+      if (on_device) v = time_vulkan(Views(*c, on_device->pointers(), Device::vulkan), backward, repeats);
+      else v.error = setup_error;
+      const Timing host = time_vulkan(Views(*c, host_pointers(h), Device::cpu), backward, host_repeats);
+      const Timing cu = time_cuda(*c, h, backward, repeats);
       const double f = flops(*c, backward);
       const double tflops = v.median_ms > 0 ? f / (v.median_ms * 1e-3) / 1e12 : 0;
-      const double kernel_tflops = v.kernel_ms > 0 ? f / (v.kernel_ms * 1e-3) / 1e12 : 0;
+      const double ratio = cu.error.empty() && cu.median_ms > 0 && v.median_ms > 0 ? cu.median_ms / v.median_ms : 0;
       std::printf("{\"case\":\"%s\",\"B\":%lld,\"H\":%lld,\"Hv\":%lld,\"T\":%lld,\"L\":%lld,\"E\":%lld,"
-                  "\"dtype\":\"float32\",\"device\":\"vulkan\",\"vulkan_device\":\"%s\",\"direction\":\"%s\","
-                  "\"median_ms\":%.4f,\"device_ms\":%.4f,\"kernel_ms\":%.4f,\"tflops\":%.4f,\"kernel_tflops\":%.4f,",
+                  "\"dtype\":\"float32\",\"device\":\"vulkan\",\"tensors\":\"vulkan\",\"vulkan_device\":\"%s\","
+                  "\"direction\":\"%s\",\"median_ms\":%s,\"kernel_ms\":%s,\"device_ms\":%s,\"tflops\":%.4f,",
                   c->name, (long long)c->B, (long long)c->H, (long long)c->Hv, (long long)c->T, (long long)c->L,
                   (long long)c->E, json_escape(vulkan::device_description()).c_str(),
-                  backward ? "forward+backward" : "forward", v.median_ms, v.device_ms, v.kernel_ms, tflops, kernel_tflops);
+                  backward ? "forward+backward" : "forward", num(v.median_ms).c_str(), num(v.kernel_ms).c_str(),
+                  num(v.device_ms).c_str(), tflops);
       if (peak_tflops > 0)
         std::printf("\"limit_fraction\":%.4f,\"limit\":\"%.1f TFLOP/s float32 (given)\",", tflops / peak_tflops, peak_tflops);
       else
         std::printf("\"limit_fraction\":null,");
-      std::printf("\"peak_bytes\":%llu,\"commit\":\"%s\",", v.bytes, json_escape(commit).c_str());
-      if (cu.error.empty() && cu.median_ms > 0 && v.median_ms > 0)
-        std::printf("\"cuda_median_ms\":%.4f,\"vs_cuda\":%.4f,\"vs_cuda_kernels\":%.4f", cu.median_ms,
-                    cu.median_ms / v.median_ms, v.kernel_ms > 0 ? cu.median_ms / v.kernel_ms : 0.0);
-      else
-        std::printf("\"cuda_median_ms\":null,\"vs_cuda\":null,\"cuda_note\":\"%s\"", json_escape(cu.error).c_str());
+      std::printf("\"peak_bytes\":%llu,\"host_tensors_median_ms\":%s,\"cuda_median_ms\":%s,\"ratio_vs_cuda\":%s,"
+                  "\"target_ratio\":%.1f,\"meets_target\":%s,\"repeats\":%d,\"host_repeats\":%d,\"commit\":\"%s\"",
+                  v.bytes + h.bytes(), num(host.median_ms).c_str(), num(cu.median_ms).c_str(), num(ratio).c_str(),
+                  kTargetRatio, ratio >= kTargetRatio ? "true" : (ratio > 0 ? "false" : "null"), repeats,
+                  host_repeats, json_escape(commit).c_str());
+      if (!cu.error.empty()) std::printf(",\"cuda_note\":\"%s\"", json_escape(cu.error).c_str());
       if (!v.error.empty()) std::printf(",\"error\":\"%s\"", json_escape(v.error).c_str());
+      if (!host.error.empty()) std::printf(",\"host_tensors_error\":\"%s\"", json_escape(host.error).c_str());
       std::printf("}\n");
       std::fflush(stdout);
     }
