@@ -4,7 +4,10 @@
 //
 // median_ms: the Vulkan backend on Vulkan tensors (rhoscan::VulkanBuffer memory, as CUDA tensors
 // live in CUDA memory): wall time of the call, which returns after waiting on the device's fence,
-// median of --repeats after one untimed call. kernel_ms / device_ms: its GPU timestamps (compute
+// median of --repeats after --warmup-ms of untimed calls, in the process's second phase, once its
+// CUDA context exists (as when timing CUDA). vulkan_alone_median_ms: the same in the first phase,
+// before the process has touched CUDA (a Vulkan-only program): NVIDIA's driver may run the GPU
+// in a slower performance state then, which this pair shows. kernel_ms / device_ms: its GPU timestamps (compute
 // kernels alone; the whole command buffer, the on-device gathers and scatters included).
 // host_tensors_median_ms: the same call on host tensors, end to end (packing, PCIe transfers,
 // unpacking): what a caller with host memory pays. cuda_median_ms: the CUDA backend, float32
@@ -12,13 +15,14 @@
 // median_ms (1.0 = as fast as CUDA; the target is >= 0.3).
 //
 //   rhoscan_vulkan_bench [--cases BDH-8k,BDH-base,small] [--repeats N] [--host-repeats N]
-//                        [--peak-tflops X] [--commit SHA]
+//                        [--warmup-ms MS] [--peak-tflops X] [--commit SHA]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -150,13 +154,20 @@ struct Timing {
 
 // The Vulkan backend on the views (host or Vulkan tensors): each call returns after the device's
 // fence, so the wall time is the call's whole cost.
-Timing time_vulkan(const Views& w, bool backward, int repeats) {
+// Untimed calls first, for at least warmup_ms: pipelines and buffers are built by the first, and
+// the GPU's clocks rise only after some busy time.
+Timing time_vulkan(const Views& w, bool backward, int repeats, double warmup_ms) {
   Options o;
   o.backend = Backend::vulkan;
   Timing t;
   std::vector<double> wall, dev, ker;
   try {
-    for (int i = 0; i <= repeats; ++i) {  // the first call builds pipelines and buffers: not counted
+    const auto start = std::chrono::steady_clock::now();
+    do {
+      forward(w.f, o);
+      if (backward) rhoscan::backward(w.b, o);
+    } while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() < warmup_ms);
+    for (int i = 1; i <= repeats; ++i) {
       double d = 0, k = 0;
       double ms = wall_ms([&] {
         forward(w.f, o);
@@ -180,7 +191,16 @@ Timing time_vulkan(const Views& w, bool backward, int repeats) {
   return t;
 }
 
-Timing time_cuda(const Case& c, Host& h, bool backward, int repeats) {
+// Creates this process's CUDA context (when the build and machine have CUDA): true when it exists.
+bool create_cuda_context() {
+#ifdef RHOSCAN_BENCH_CUDA
+  return backend_unavailable_reason(Backend::cuda).empty() && cudaFree(nullptr) == cudaSuccess;
+#else
+  return false;
+#endif
+}
+
+Timing time_cuda(const Case& c, Host& h, bool backward, int repeats, double warmup_ms) {
   Timing t;
 #ifdef RHOSCAN_BENCH_CUDA
   t.error = backend_unavailable_reason(Backend::cuda);
@@ -197,7 +217,13 @@ Timing time_cuda(const Case& c, Host& h, bool backward, int repeats) {
     Options o;
     o.backend = Backend::cuda;  // float32 without TF32: plain FFMA, as the Vulkan shaders
     std::vector<double> wall;
-    for (int i = 0; i <= repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    do {
+      forward(w.f, o);
+      if (backward) rhoscan::backward(w.b, o);
+      cudaDeviceSynchronize();
+    } while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() < warmup_ms);
+    for (int i = 1; i <= repeats; ++i) {
       cudaDeviceSynchronize();
       double ms = wall_ms([&] {
         forward(w.f, o);
@@ -212,7 +238,7 @@ Timing time_cuda(const Case& c, Host& h, bool backward, int repeats) {
   }
   for (float* p : ptrs) cudaFree(p);
 #else
-  (void)c, (void)h, (void)backward, (void)repeats;
+  (void)c, (void)h, (void)backward, (void)repeats, (void)warmup_ms;
   t.error = "this bench was built without CUDA";
 #endif
   return t;
@@ -290,6 +316,7 @@ std::string num(double x) {
 int main(int argc, char** argv) {
   std::vector<std::string> names = {"BDH-8k", "BDH-base"};
   int repeats = 7, host_repeats = 3;
+  double warmup_ms = 1000;
   double peak_tflops = 0;
   std::string commit = "unknown";
   for (int i = 1; i < argc; ++i) {
@@ -314,14 +341,16 @@ int main(int argc, char** argv) {
       repeats = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--host-repeats") {
       host_repeats = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--warmup-ms") {
+      warmup_ms = std::max(0.0, std::atof(next().c_str()));
     } else if (a == "--peak-tflops") {
       peak_tflops = std::atof(next().c_str());
     } else if (a == "--commit") {
       commit = next();
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--cases BDH-8k,BDH-base,small] [--repeats N] [--host-repeats N] [--peak-tflops X] "
-                   "[--commit SHA]\n",
+                   "usage: %s [--cases BDH-8k,BDH-base,small] [--repeats N] [--host-repeats N] [--warmup-ms MS] "
+                   "[--peak-tflops X] [--commit SHA]\n",
                    argv[0]);
       return 2;
     }
@@ -333,6 +362,14 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "vulkan device: %s\n", vulkan::device_description().c_str());
   const bool checked = check_against_reference();
+  struct Work {
+    const Case* c;
+    std::unique_ptr<Host> host;
+    std::unique_ptr<VulkanTensors> device;
+    std::string setup_error;
+    Timing alone[2];  // phase 1, forward and forward+backward
+  };
+  std::vector<Work> work;
   for (const std::string& n : names) {
     const Case* c = nullptr;
     for (const Case& k : kCases)
@@ -341,23 +378,36 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown case %s\n", n.c_str());
       return 2;
     }
-    Host h(*c);
-    std::unique_ptr<VulkanTensors> on_device;
-    std::string setup_error;
+    Work w{c, std::make_unique<Host>(*c), nullptr, "", {}};
     try {
-      on_device = std::make_unique<VulkanTensors>(h);
+      w.device = std::make_unique<VulkanTensors>(*w.host);
     } catch (const Error& e) {
-      setup_error = e.what();
+      w.setup_error = e.what();
     }
+    work.push_back(std::move(w));
+  }
+  auto time_on_device = [&](Work& w, bool backward) {
+    Timing t;
+    if (w.device) t = time_vulkan(Views(*w.c, w.device->pointers(), Device::vulkan), backward, repeats, warmup_ms);
+    else t.error = w.setup_error;
+    return t;
+  };
+  // Phase 1: the Vulkan backend alone in the process (no CUDA context yet).
+  for (Work& w : work)
+    for (bool backward : {false, true}) w.alone[backward] = time_on_device(w, backward);
+  // Phase 2: with the CUDA context, Vulkan (Vulkan and host tensors) and CUDA, one after the other.
+  const bool cuda_context = create_cuda_context();
+  for (Work& w : work) {
+    const Case* c = w.c;
     for (bool backward : {false, true}) {
-      Timing v;
-      if (on_device) v = time_vulkan(Views(*c, on_device->pointers(), Device::vulkan), backward, repeats);
-      else v.error = setup_error;
-      const Timing host = time_vulkan(Views(*c, host_pointers(h), Device::cpu), backward, host_repeats);
-      const Timing cu = time_cuda(*c, h, backward, repeats);
+      const Timing v = time_on_device(w, backward);
+      const Timing host = time_vulkan(Views(*c, host_pointers(*w.host), Device::cpu), backward, host_repeats, 0);
+      const Timing cu = time_cuda(*c, *w.host, backward, repeats, warmup_ms);
+      const Timing& alone = w.alone[backward];
       const double f = flops(*c, backward);
       const double tflops = v.median_ms > 0 ? f / (v.median_ms * 1e-3) / 1e12 : 0;
-      const double ratio = cu.error.empty() && cu.median_ms > 0 && v.median_ms > 0 ? cu.median_ms / v.median_ms : 0;
+      auto ratio = [&](double vulkan_ms) { return cu.error.empty() && cu.median_ms > 0 && vulkan_ms > 0 ? cu.median_ms / vulkan_ms : 0; };
+      const double r = ratio(v.median_ms);
       std::printf("{\"case\":\"%s\",\"B\":%lld,\"H\":%lld,\"Hv\":%lld,\"T\":%lld,\"L\":%lld,\"E\":%lld,"
                   "\"dtype\":\"float32\",\"device\":\"vulkan\",\"tensors\":\"vulkan\",\"vulkan_device\":\"%s\","
                   "\"direction\":\"%s\",\"median_ms\":%s,\"kernel_ms\":%s,\"device_ms\":%s,\"tflops\":%.4f,",
@@ -369,11 +419,14 @@ int main(int argc, char** argv) {
         std::printf("\"limit_fraction\":%.4f,\"limit\":\"%.1f TFLOP/s float32 (given)\",", tflops / peak_tflops, peak_tflops);
       else
         std::printf("\"limit_fraction\":null,");
-      std::printf("\"peak_bytes\":%llu,\"host_tensors_median_ms\":%s,\"cuda_median_ms\":%s,\"ratio_vs_cuda\":%s,"
-                  "\"target_ratio\":%.1f,\"meets_target\":%s,\"repeats\":%d,\"host_repeats\":%d,\"commit\":\"%s\"",
-                  v.bytes + h.bytes(), num(host.median_ms).c_str(), num(cu.median_ms).c_str(), num(ratio).c_str(),
-                  kTargetRatio, ratio >= kTargetRatio ? "true" : (ratio > 0 ? "false" : "null"), repeats,
-                  host_repeats, json_escape(commit).c_str());
+      std::printf("\"peak_bytes\":%llu,\"cuda_median_ms\":%s,\"ratio_vs_cuda\":%s,\"target_ratio\":%.1f,\"meets_target\":%s,"
+                  "\"cuda_context\":%s,\"vulkan_alone_median_ms\":%s,\"vulkan_alone_kernel_ms\":%s,"
+                  "\"vulkan_alone_ratio_vs_cuda\":%s,\"host_tensors_median_ms\":%s,\"repeats\":%d,\"host_repeats\":%d,"
+                  "\"warmup_ms\":%.0f,\"commit\":\"%s\"",
+                  v.bytes + w.host->bytes(), num(cu.median_ms).c_str(), num(r).c_str(), kTargetRatio,
+                  r >= kTargetRatio ? "true" : (r > 0 ? "false" : "null"), cuda_context ? "true" : "false",
+                  num(alone.median_ms).c_str(), num(alone.kernel_ms).c_str(), num(ratio(alone.median_ms)).c_str(),
+                  num(host.median_ms).c_str(), repeats, host_repeats, warmup_ms, json_escape(commit).c_str());
       if (!cu.error.empty()) std::printf(",\"cuda_note\":\"%s\"", json_escape(cu.error).c_str());
       if (!v.error.empty()) std::printf(",\"error\":\"%s\"", json_escape(v.error).c_str());
       if (!host.error.empty()) std::printf(",\"host_tensors_error\":\"%s\"", json_escape(host.error).c_str());

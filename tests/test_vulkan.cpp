@@ -187,6 +187,21 @@ TEST(VulkanGroups, SmallWorkspaceSplitsRowsWithTheSameResults) {
   check_against_reference(s, o, 1e-5, 1e-4);
 }
 
+// Training alternates forward and backward of one shape: the backward's work buffers serve the
+// forward too, so neither call reallocates the other's (gigabytes at BDH's sizes).
+TEST(VulkanGroups, ForwardAndBackwardShareTheirWorkBuffers) {
+  if (!vulkan_available()) GTEST_SKIP() << backend_unavailable_reason(Backend::vulkan);
+  Problem p(f32({.B = 2, .H = 2, .Hv = 1, .T = 40, .L = 24, .E = 16, .seed = 9}));
+  Options o;
+  o.backend = Backend::vulkan;
+  backward(p.backward_args(), o);
+  const unsigned long long after_backward = vulkan::last_device_bytes();
+  forward(p.forward_args(), o);
+  EXPECT_EQ(vulkan::last_device_bytes(), after_backward) << "the forward allocated a set of its own";
+  backward(p.backward_args(), o);
+  EXPECT_EQ(vulkan::last_device_bytes(), after_backward);
+}
+
 // Chunk sizes the harness does not use: 1 (no intra-chunk pairs), 64 with T an exact multiple,
 // and one above the shaders' maximum (clamped to 64).
 TEST(VulkanChunks, OneExactAndOversizedChunks) {

@@ -171,21 +171,14 @@ void Recording::stamp(const char* label) {
                                 static_cast<uint32_t>(labels_.size()));
 }
 
-Recording::Recording(Context& ctx, bool timed) : ctx_(ctx) {
+Recording::Recording(Context& ctx, bool timed) : ctx_(ctx), kit_(ctx.take_kit()) {
   const Functions& vk = ctx.vk();
-  VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  info.commandPool = ctx.command_pool();
-  info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  info.commandBufferCount = 1;
-  check(vk.vkAllocateCommandBuffers(ctx.device(), &info, &cmd_), "vkAllocateCommandBuffers");
+  cmd_ = kit_.cmd;
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-  check(vk.vkBeginCommandBuffer(cmd_, &begin), "vkBeginCommandBuffer");
-  if (timed && ctx.timestamps()) {
-    VkQueryPoolCreateInfo q{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
-    q.queryType = VK_QUERY_TYPE_TIMESTAMP;
-    q.queryCount = kMaxQueries;
-    check(vk.vkCreateQueryPool(ctx.device(), &q, nullptr, &queries_), "vkCreateQueryPool");
+  check(vk.vkBeginCommandBuffer(cmd_, &begin), "vkBeginCommandBuffer");  // resets it (pool flag)
+  if (timed && kit_.queries) {
+    queries_ = kit_.queries;
     vk.vkCmdResetQueryPool(cmd_, queries_, 0, kMaxQueries);
     vk.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries_, 0);
   }
@@ -193,9 +186,38 @@ Recording::Recording(Context& ctx, bool timed) : ctx_(ctx) {
 
 Recording::~Recording() {
   const Functions& vk = ctx_.vk();
-  for (VkDescriptorPool p : pools_) vk.vkDestroyDescriptorPool(ctx_.device(), p, nullptr);
-  if (queries_) vk.vkDestroyQueryPool(ctx_.device(), queries_, nullptr);
-  vk.vkFreeCommandBuffers(ctx_.device(), ctx_.command_pool(), 1, &cmd_);
+  if (!reusable_ || Context::exiting()) return;  // leaked: the device is lost, or the process exits
+  for (size_t i = 0; i < pools_used_; ++i) vk.vkResetDescriptorPool(ctx_.device(), kit_.pools[i], 0);
+  if (submitted_) vk.vkResetFences(ctx_.device(), 1, &kit_.fence);
+  ctx_.give_back(std::move(kit_));
+}
+
+RecordingKit Context::take_kit() {
+  if (!spare_kits_.empty()) {
+    RecordingKit kit = std::move(spare_kits_.back());
+    spare_kits_.pop_back();
+    return kit;
+  }
+  RecordingKit kit;
+  VkCommandBufferAllocateInfo info{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  info.commandPool = command_pool_;
+  info.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  info.commandBufferCount = 1;
+  check(vk_.vkAllocateCommandBuffers(device_, &info, &kit.cmd), "vkAllocateCommandBuffers");
+  VkFenceCreateInfo finfo{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  VkResult r = vk_.vkCreateFence(device_, &finfo, nullptr, &kit.fence);
+  if (r == VK_SUCCESS && timestamps()) {
+    VkQueryPoolCreateInfo q{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+    q.queryType = VK_QUERY_TYPE_TIMESTAMP;
+    q.queryCount = kMaxQueries;
+    r = vk_.vkCreateQueryPool(device_, &q, nullptr, &kit.queries);
+  }
+  if (r != VK_SUCCESS) {
+    if (kit.fence) vk_.vkDestroyFence(device_, kit.fence, nullptr);
+    vk_.vkFreeCommandBuffers(device_, command_pool_, 1, &kit.cmd);
+    check(r, "creating a fence and a timestamp query pool");
+  }
+  return kit;
 }
 
 void Recording::barrier() {
@@ -211,20 +233,23 @@ void Recording::dispatch(const char* shader, const std::vector<Slice>& buffers,
                          const uint32_t (&push)[kPushWords], uint32_t groups_x, uint32_t groups_y) {
   if (groups_x == 0 || groups_y == 0) return;
   const Functions& vk = ctx_.vk();
-  if (pools_.empty() || sets_in_pool_ == kSetsPerPool) {
-    VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * kMaxBindings};
-    VkDescriptorPoolCreateInfo info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-    info.maxSets = kSetsPerPool;
-    info.poolSizeCount = 1;
-    info.pPoolSizes = &size;
-    VkDescriptorPool pool;
-    check(vk.vkCreateDescriptorPool(ctx_.device(), &info, nullptr, &pool), "vkCreateDescriptorPool");
-    pools_.push_back(pool);
+  if (pools_used_ == 0 || sets_in_pool_ == kSetsPerPool) {
+    if (pools_used_ == kit_.pools.size()) {
+      VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * kMaxBindings};
+      VkDescriptorPoolCreateInfo info{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+      info.maxSets = kSetsPerPool;
+      info.poolSizeCount = 1;
+      info.pPoolSizes = &size;
+      VkDescriptorPool pool;
+      check(vk.vkCreateDescriptorPool(ctx_.device(), &info, nullptr, &pool), "vkCreateDescriptorPool");
+      kit_.pools.push_back(pool);
+    }
+    ++pools_used_;
     sets_in_pool_ = 0;
   }
   VkDescriptorSetLayout layout = ctx_.set_layout();
   VkDescriptorSetAllocateInfo alloc{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-  alloc.descriptorPool = pools_.back();
+  alloc.descriptorPool = kit_.pools[pools_used_ - 1];
   alloc.descriptorSetCount = 1;
   alloc.pSetLayouts = &layout;
   VkDescriptorSet set;
@@ -283,15 +308,13 @@ double Recording::submit_and_wait() {
   const uint32_t last = static_cast<uint32_t>(labels_.size()) + 1;
   if (queries_) vk.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, last);
   check(vk.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
-  VkFenceCreateInfo finfo{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-  VkFence fence;
-  check(vk.vkCreateFence(ctx_.device(), &finfo, nullptr, &fence), "vkCreateFence");
   VkSubmitInfo submit{VK_STRUCTURE_TYPE_SUBMIT_INFO};
   submit.commandBufferCount = 1;
   submit.pCommandBuffers = &cmd_;
-  VkResult r = vk.vkQueueSubmit(ctx_.queue(), 1, &submit, fence);
-  if (r == VK_SUCCESS) r = vk.vkWaitForFences(ctx_.device(), 1, &fence, VK_TRUE, UINT64_MAX);
-  vk.vkDestroyFence(ctx_.device(), fence, nullptr);
+  VkResult r = vk.vkQueueSubmit(ctx_.queue(), 1, &submit, kit_.fence);
+  if (r == VK_SUCCESS) r = vk.vkWaitForFences(ctx_.device(), 1, &kit_.fence, VK_TRUE, UINT64_MAX);
+  submitted_ = true;
+  reusable_ = r == VK_SUCCESS;
   check(r, "running the compute work (vkQueueSubmit / vkWaitForFences)");
   if (!queries_) return 0.0;
   std::vector<uint64_t>& stamps = stamps_;

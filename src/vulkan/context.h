@@ -38,7 +38,7 @@ struct Functions {
   X(vkBeginCommandBuffer) X(vkEndCommandBuffer) X(vkCmdBindPipeline) X(vkCmdBindDescriptorSets)    \
   X(vkCmdPushConstants) X(vkCmdDispatch) X(vkCmdPipelineBarrier) X(vkCmdCopyBuffer) X(vkCmdFillBuffer) \
   X(vkCmdWriteTimestamp) X(vkCmdResetQueryPool) X(vkCreateQueryPool) X(vkDestroyQueryPool)         \
-  X(vkGetQueryPoolResults) X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences)
+  X(vkGetQueryPoolResults) X(vkQueueSubmit) X(vkCreateFence) X(vkDestroyFence) X(vkWaitForFences) X(vkResetFences)
 #define RHOSCAN_VK_DECLARE(name) PFN_##name name = nullptr;
   RHOSCAN_VK_FUNCTIONS(RHOSCAN_VK_DECLARE)
   RHOSCAN_VK_DEVICE_FUNCTIONS(RHOSCAN_VK_DECLARE)
@@ -89,6 +89,16 @@ struct Pipeline {
   VkPipeline pipeline = VK_NULL_HANDLE;
 };
 
+// The objects a recording needs (command buffer, fence, timestamp queries, descriptor pools),
+// kept by the context for the next recording: creating each is a call into the kernel driver,
+// slow under virtualisation (the H200 machine runs gVisor) and paid on every call otherwise.
+struct RecordingKit {
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  VkFence fence = VK_NULL_HANDLE;
+  VkQueryPool queries = VK_NULL_HANDLE;  // null when the queue has no timestamps
+  std::vector<VkDescriptorPool> pools;
+};
+
 // One command buffer being recorded: dispatches separated by full compute barriers, buffer
 // copies, then submit() and wait. Descriptor sets come from a pool owned by the recording.
 class Recording {
@@ -121,14 +131,16 @@ class Recording {
  private:
   void barrier();
   Context& ctx_;
+  RecordingKit kit_;
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
-  VkQueryPool queries_ = VK_NULL_HANDLE;
-  std::vector<VkDescriptorPool> pools_;
+  VkQueryPool queries_ = VK_NULL_HANDLE;  // kit_.queries when timed
+  size_t pools_used_ = 0;                 // of kit_.pools
   std::vector<std::string> labels_;  // one per timestamp after the first: a command's name or "" (a mark)
   std::vector<uint64_t> stamps_;
   void stamp(const char* label);
   uint32_t sets_in_pool_ = 0;
   bool submitted_ = false;
+  bool reusable_ = true;  // false after a failed submit: the kit is not given back
 };
 
 class Context {
@@ -158,8 +170,12 @@ class Context {
   bool loop_limited() const;
   // The pipeline for a shader of embedded_shaders(), built on first use.
   VkPipeline pipeline(const char* shader);
-  // Serialises use of the queue and the pipeline cache between threads.
+  // Serialises use of the queue, the pipeline cache and the recording kits between threads.
   std::mutex& mutex() { return mutex_; }
+  // A recording kit, spare or new (under mutex()); give_back returns one whose fence is unsignaled
+  // and whose descriptor pools are reset.
+  RecordingKit take_kit();
+  void give_back(RecordingKit kit) { spare_kits_.push_back(std::move(kit)); }
   // True once the process has begun to exit (set by an atexit handler registered right after the
   // driver was loaded, so it runs before the exit-time destructors of every object that existed
   // before the driver). Vulkan objects destroyed after that are leaked: the driver's own teardown
@@ -184,6 +200,7 @@ class Context {
   VkPipelineLayout pipeline_layout_ = VK_NULL_HANDLE;
   std::map<std::string, Pipeline> pipelines_;
   std::unique_ptr<Buffer> dummy_;
+  std::vector<RecordingKit> spare_kits_;
   std::mutex mutex_;
 };
 

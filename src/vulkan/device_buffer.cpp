@@ -42,12 +42,20 @@ std::string hex(const void* p) {
   return b;
 }
 
+// Transfers up to this size (the decay's range check reads [H, L] back on every call) reuse one
+// staging buffer: allocating host-visible memory is a call into the kernel driver.
+constexpr uint64_t kSmallTransfer = uint64_t{4} << 20;
+
 // A host-visible staging buffer and one copy between it and `buffer`, under the context's lock.
 void staged_copy(const Buffer& buffer, uint64_t offset, void* host, uint64_t bytes, bool to_device) {
   if (bytes == 0) return;
   Context& ctx = Context::get();
   std::lock_guard<std::mutex> lock(ctx.mutex());
-  Buffer staging(ctx, bytes, true);
+  static std::unique_ptr<Buffer>& small = *new std::unique_ptr<Buffer>();  // never destroyed (exit)
+  std::unique_ptr<Buffer> large;
+  if (bytes <= kSmallTransfer && !small) small = std::make_unique<Buffer>(ctx, kSmallTransfer, true);
+  if (bytes > kSmallTransfer) large = std::make_unique<Buffer>(ctx, bytes, true);
+  Buffer& staging = large ? *large : *small;
   if (to_device) std::memcpy(staging.mapped(), host, bytes);
   Recording rec(ctx);
   if (to_device) rec.copy(staging, 0, buffer, offset, bytes);

@@ -77,7 +77,7 @@ void record_pack(Recording& rec, uint32_t mode, const Slice& user, uint64_t base
                                static_cast<uint32_t>(s[1]), static_cast<uint32_t>(s[2]), static_cast<uint32_t>(s[3]),
                                static_cast<uint32_t>(base), mode, 0, static_cast<uint32_t>(row_stride),
                                static_cast<uint32_t>(offset)};
-  rec.dispatch_linear("pack", {user, &work}, push, (static_cast<uint64_t>(rows) * X * Y + 255) / 256);
+  rec.dispatch_linear("pack", {user, &work}, push, static_cast<uint64_t>(rows) * X);  // one workgroup per (row, x)
 }
 
 Transfer::Transfer(Context& ctx, Recording& rec, Buffer& staging, bool device)

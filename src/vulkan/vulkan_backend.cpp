@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstring>
 
 #include "core/backend.h"
@@ -76,8 +77,10 @@ Sizes buffer_sizes(const Shape& s, bool backward, bool head_sum) {
     z.per_row.push_back({"context", TE});
     z.staging_per_row = TL + TE + LE + s.L + TE + LE + s.L;
   } else {
+    // "context" is not the backward's: it is there so that a forward of the same shape, which
+    // training alternates with the backward, finds every buffer it needs in this set.
     for (auto x : std::vector<std::pair<const char*, int64_t>>{
-             {"Nt", TL}, {"G", TE}, {"GR", LE}, {"GN", s.L}, {"Ac", (s.NC + 1) * LE}, {"VG", CC},
+             {"context", TE}, {"Nt", TL}, {"G", TE}, {"GR", LE}, {"GN", s.L}, {"Ac", (s.NC + 1) * LE}, {"VG", CC},
              {"GRt", TL}, {"AV", TL}, {"dot", s.T}, {"dq", TL}, {"dN0", s.L}, {"da2", s.L},
              {"dv", TE}, {"part", s.NC * s.nE() * s.L}})
       z.per_row.push_back(x);
@@ -137,27 +140,34 @@ class Buffers {
   }
   uint64_t bytes() const { return bytes_; }
   const Buffer* operator[](const char* name) const {
-    for (auto& [n, b] : map_)
-      if (std::strcmp(n, name) == 0) return b.get();
+    if (const Buffer* b = find(name)) return b;
     throw Error(ErrorKind::internal, std::string("rhoscan vulkan: no buffer ") + name);
   }
   Buffer& staging() { return *staging_; }
-  bool fits(const Sizes& z, int64_t g, int64_t staging_floats) const {
-    if (map_.size() != z.per_row.size() + z.fixed.size() || staging_->bytes() < static_cast<uint64_t>(staging_floats) * 4)
-      return false;
-    size_t i = 0;
+  // How many rows this set holds for a call needing `z` (with the host staging when `host`): 0
+  // when a buffer is missing or a per-call one is too small.
+  int64_t rows_held(const Sizes& z, bool host) const {
+    int64_t rows = INT64_MAX;
     for (auto* list : {&z.per_row, &z.fixed})
       for (auto [name, n] : *list) {
-        const int64_t floats = list == &z.per_row ? g * n : n;
-        if (std::strcmp(map_[i].first, name) != 0 ||
-            map_[i].second->bytes() < static_cast<uint64_t>(std::max<int64_t>(floats * 4, 16)))
-          return false;
-        ++i;
+        const Buffer* b = find(name);
+        if (!b) return 0;
+        if (list == &z.fixed && b->bytes() < static_cast<uint64_t>(n) * 4) return 0;
+        if (list == &z.per_row && n > 0) rows = std::min<int64_t>(rows, b->bytes() / (n * 4));
       }
-    return true;
+    if (host) {
+      const int64_t floats = static_cast<int64_t>(staging_->bytes() / 4) - z.staging_fixed;
+      rows = floats < z.staging_per_row ? 0 : std::min<int64_t>(rows, floats / std::max<int64_t>(z.staging_per_row, 1));
+    }
+    return rows;
   }
 
  private:
+  const Buffer* find(const char* name) const {
+    for (auto& [n, b] : map_)
+      if (std::strcmp(n, name) == 0) return b.get();
+    return nullptr;
+  }
   void add(Context& ctx, const char* name, int64_t floats) {
     map_.emplace_back(name, std::make_unique<Buffer>(ctx, floats * 4, false));
     bytes_ += map_.back().second->bytes();
@@ -167,19 +177,14 @@ class Buffers {
   uint64_t bytes_ = 0;
 };
 
-// The buffers of the last call, kept for the next one of the same shape: allocating (and, for the
-// staging memory, pinning) gigabytes costs more than a BDH-8k forward. A call of another shape
-// frees them before allocating its own. Guarded by the context's mutex.
-// Heap-held and never destroyed at exit, like the Context: a static destructor would free Vulkan
-// memory after the driver's own teardown (NVIDIA's driver then crashes the exiting process).
+// The buffers of the last call, kept for the next ones: allocating (and, for the staging memory,
+// pinning) gigabytes costs more than a BDH-8k forward. The backward's set holds every buffer of
+// the forward of the same shape, so that training, which alternates the two, allocates once. A set
+// that holds at least half the rows a call plans is used as it is (twice the groups cost less
+// than reallocating); otherwise it is freed before the call allocates its own. Guarded by the
+// context's mutex. Heap-held and never destroyed at exit, like the Context: a static destructor
+// would free Vulkan memory after the driver's own teardown.
 std::unique_ptr<Buffers>& g_cached = *new std::unique_ptr<Buffers>();
-
-Buffers& buffers_for(Context& ctx, const Sizes& z, int64_t g, int64_t staging_floats) {
-  if (g_cached && g_cached->fits(z, g, staging_floats)) return *g_cached;
-  g_cached.reset();
-  g_cached = std::make_unique<Buffers>(ctx, z, g, staging_floats);
-  return *g_cached;
-}
 
 // The work buffers and group size of one call.
 struct Plan {
@@ -190,9 +195,15 @@ struct Plan {
 Plan plan(Context& ctx, const Shape& s, const Sizes& z, bool host, const Options& opt) {
   const int64_t budget = opt.max_workspace_bytes > 0 ? opt.max_workspace_bytes : default_budget(ctx);
   const int64_t g_max = plan_group(ctx, s, z, host, budget);
-  const int64_t staging = host ? g_max * z.staging_per_row + z.staging_fixed : 0;
-  return {&buffers_for(ctx, z, g_max, staging), g_max};
+  if (g_cached) {
+    const int64_t held = g_cached->rows_held(z, host);
+    if (held >= g_max || (held >= 1 && 2 * held >= g_max)) return {g_cached.get(), std::min(held, g_max)};
+  }
+  g_cached.reset();
+  g_cached = std::make_unique<Buffers>(ctx, z, g_max, host ? g_max * z.staging_per_row + z.staging_fixed : 0);
+  return {g_cached.get(), g_max};
 }
+
 struct Push {
   uint32_t w[kPushWords] = {};
   Push(const Shape& s, int64_t g, int64_t bh0) {

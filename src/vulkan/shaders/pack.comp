@@ -8,8 +8,9 @@
 //   mode 2 (store summing heads, for dv when Hv = 1): for each batch b of the group's rows,
 //           user(b, 0, x, y) = (the group holds head 0 of b ? 0 : user(b, 0, x, y))
 //                              + sum over the group's rows of batch b, in order, of work(i, x, y)
-// One element per invocation. Indices are computed modulo 2^32, which is exact: the host binds a
-// window of the user's buffer (< 4 GiB) that holds every element the view reaches.
+// One workgroup per (row, x), its invocations along y (consecutive addresses when sy = 1).
+// Indices are computed modulo 2^32, which is exact: the host binds a window of the user's buffer
+// (< 4 GiB) that holds every element the view reaches.
 layout(local_size_x = 256) in;
 layout(push_constant) uniform Push {
   uint g, X, Y, H, bh0, sb, sh, sx, sy, base, mode, total, prow, poff;
@@ -19,23 +20,24 @@ layout(std430, binding = 1) buffer Wb { float work[]; };
 
 void main() {
   uint group = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;  // linear (host splits x, y)
-  if (group >= pc.total) return;
-  uint k = group * 256u + gl_LocalInvocationID.x, per = pc.X * pc.Y;
-  uint first_b = pc.bh0 / pc.H;
-  uint rows = pc.mode == 2u ? (pc.bh0 + pc.g - 1u) / pc.H - first_b + 1u : pc.g;
-  if (k >= rows * per) return;
-  uint i = k / per, xy = k - i * per, x = xy / pc.Y, y = xy - x * pc.Y;
+  if (group >= pc.total) return;  // total = rows * X
+  uint i = group / pc.X, x = group - i * pc.X;
   if (pc.mode == 2u) {
-    uint b = first_b + i, lo = max(b * pc.H, pc.bh0), hi = min((b + 1u) * pc.H, pc.bh0 + pc.g);
-    uint at = pc.base + b * pc.sb + x * pc.sx + y * pc.sy;
-    float acc = lo == b * pc.H ? 0.0 : user[at];
-    for (uint r = lo; r < hi; ++r) acc += work[pc.poff + (r - pc.bh0) * pc.prow + xy];
-    user[at] = acc;
+    uint b = pc.bh0 / pc.H + i, lo = max(b * pc.H, pc.bh0), hi = min((b + 1u) * pc.H, pc.bh0 + pc.g);
+    uint row = pc.base + b * pc.sb + x * pc.sx;
+    for (uint y = gl_LocalInvocationID.x; y < pc.Y; y += 256u) {
+      uint at = row + y * pc.sy;
+      float acc = lo == b * pc.H ? 0.0 : user[at];
+      for (uint r = lo; r < hi; ++r) acc += work[pc.poff + (r - pc.bh0) * pc.prow + x * pc.Y + y];
+      user[at] = acc;
+    }
     return;
   }
   uint bh = pc.bh0 + i, b = bh / pc.H, h = bh - b * pc.H;
-  uint at = pc.base + b * pc.sb + h * pc.sh + x * pc.sx + y * pc.sy;
-  uint w = pc.poff + i * pc.prow + xy;
-  if (pc.mode == 0u) work[w] = user[at];
-  else user[at] = work[w];
+  uint row = pc.base + b * pc.sb + h * pc.sh + x * pc.sx, w = pc.poff + i * pc.prow + x * pc.Y;
+  if (pc.mode == 0u) {
+    for (uint y = gl_LocalInvocationID.x; y < pc.Y; y += 256u) work[w + y] = user[row + y * pc.sy];
+  } else {
+    for (uint y = gl_LocalInvocationID.x; y < pc.Y; y += 256u) user[row + y * pc.sy] = work[w + y];
+  }
 }
