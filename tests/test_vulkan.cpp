@@ -215,6 +215,19 @@ TEST(VulkanChunks, OneExactAndOversizedChunks) {
   }
 }
 
+// Wide L with few (row, chunk) pairs: the intra-chunk scores are summed over 2 and 4 slices of
+// the latents (uneven last slices), then added in order.
+TEST(VulkanChunks, ScoresSplitOverLatentSlices) {
+  if (!vulkan_available()) GTEST_SKIP() << backend_unavailable_reason(Backend::vulkan);
+  for (int64_t L : {600, 1100}) {
+    SCOPED_TRACE("L " + std::to_string(L));
+    ProblemSpec s = f32({.B = 1, .H = 2, .Hv = 1, .T = 70, .L = L, .E = 8, .seed = static_cast<uint64_t>(L)});
+    Options o;
+    o.chunk_size = 16;
+    check_against_reference(s, o, 1e-5, 1e-4);
+  }
+}
+
 // bfloat16 and float16 q / v / context: converted on the host, computed in float32.
 TEST(VulkanDtypes, SixteenBitInputs) {
   if (!vulkan_available()) GTEST_SKIP() << backend_unavailable_reason(Backend::vulkan);

@@ -56,6 +56,14 @@ Shape make_shape(const Problem& p, int64_t chunk_size) {
   return s;
 }
 
+// Slices of the forward's intra-chunk scores (chunk_pairs over L) for a group of `rows` rows:
+// enough workgroups to fill a large GPU (about 2048) when the group has few (row, chunk) pairs,
+// each slice at least 256 latents, at most 8 slices (their partial sums are kept).
+int64_t pair_slices(const Shape& s, int64_t rows) {
+  const int64_t by_size = std::min<int64_t>(8, std::max<int64_t>(1, s.L / 256));
+  return std::clamp<int64_t>(2048 / std::max<int64_t>(1, rows * s.NC), 1, by_size);
+}
+
 // Float counts of every work buffer: per (batch, head) row, and once per call.
 struct Sizes {
   std::vector<std::pair<const char*, int64_t>> per_row, fixed;
@@ -70,7 +78,8 @@ Sizes buffer_sizes(const Shape& s, bool backward, bool head_sum) {
   const int64_t TL = s.T * s.L, TE = s.T * s.E, LE = s.L * s.E, CC = s.NC * s.C * s.C;
   Sizes z;
   z.per_row = {{"q", TL}, {"qp", TL}, {"v", TE}, {"s", s.T}, {"N0", s.L}, {"Nfinal", s.L},
-               {"R0", LE}, {"Rc", (s.NC + 1) * LE}, {"S", CC}};
+               {"R0", LE}, {"Rc", (s.NC + 1) * LE}, {"S", CC},
+               {"Sparts", pair_slices(s, 1) > 1 ? pair_slices(s, 1) * CC : 0}};
   z.fixed = {{"a", s.H * s.L}, {"P", s.H * (s.C + 1) * s.L}};
   z.staging_fixed = s.H * s.L;
   if (!backward) {
@@ -272,8 +281,17 @@ void record_forward_state(Recording& rec, const Buffers& b, const Shape& s, int6
     rec.dispatch_linear("state_scan", {b["q"], b["v"], b["P"], b["R0"], b["Rc"]}, x.w, g * s.nL() * s.nE());
   });
   Push c(s, g, bh0);
-  if (s.C > 1)  // with one step per chunk there are no intra-chunk pairs (the readouts skip S)
+  if (s.C == 1) return;  // with one step per chunk there are no intra-chunk pairs (the readouts skip S)
+  const int64_t slices = pair_slices(s, g);
+  c.w[10] = static_cast<uint32_t>(slices);
+  if (slices == 1) {
     rec.dispatch_linear("chunk_pairs", {b["qp"], b["q"], b["P"], b["S"]}, c.mode(0).w, g * s.NC);
+    return;
+  }
+  rec.dispatch_linear("chunk_pairs", {b["qp"], b["q"], b["P"], b["Sparts"]}, c.mode(0).w, g * s.NC * slices);
+  const uint64_t pairs = static_cast<uint64_t>(g) * s.NC * s.C * s.C;
+  uint32_t sum[kPushWords] = {static_cast<uint32_t>(pairs), static_cast<uint32_t>(slices)};
+  rec.dispatch_linear("sum_parts", {b["Sparts"], b["S"]}, sum, (pairs + 255) / 256);
 }
 
 // The forward on tensors seen as [B, H, T, *]; used by forward() and step().

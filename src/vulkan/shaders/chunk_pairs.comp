@@ -5,6 +5,9 @@
 //                     (X = q', Y = q, dimension L; t-1-j >= 0: never a negative power)
 //   mode 1 (gram):    M[t, j] = sum_e X_t[e] Y_j[e]  for all t, j  (X = dcontext, Y = v)
 // out is [BH, NC, C, C]; entries outside the chunk's length are 0.
+// With tiles = n > 1 the contraction is split in n consecutive slices, one workgroup each (more
+// workgroups when a group has few chunks: BDH-8k has 256 (bh, chunk) pairs for 132 SMs), and out
+// is [n, BH, NC, C, C], partial sums that sum_parts.comp adds in slice order (deterministic).
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 layout(local_size_x = 16, local_size_y = 16) in;
@@ -21,20 +24,24 @@ shared float Ps[65][KB + 1u];
 void main() {
   uint g = linear_group();
   if (g >= pc.total) return;
+  uint parts = max(pc.tiles, 1u), part = g % parts;
+  g /= parts;
   uint c = g % pc.NC, bh = g / pc.NC, h = head(bh);
   uint t0 = c * pc.C, Cc = min(pc.C, pc.T - t0);
   uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, tid = ty * 16u + tx;
   bool scores = pc.mode == 0u;
   uint D = scores ? pc.L : pc.E;
+  uint span = ((D + parts - 1u) / parts + KB - 1u) / KB * KB;  // whole tiles per slice
+  uint d_begin = min(D, part * span), d_end = min(D, d_begin + span);
 
   float acc[4][4];
   for (uint i = 0; i < 4u; ++i)
     for (uint j = 0; j < 4u; ++j) acc[i][j] = 0.0;
 
-  for (uint d0 = 0; d0 < D; d0 += KB) {
+  for (uint d0 = d_begin; d0 < d_end; d0 += KB) {
     for (uint r = 0; r < 4u; ++r) {  // 64 rows x 16 columns: 1024 values per operand
       uint idx = tid + 256u * r, row = idx / KB, k = idx % KB, d = d0 + k;
-      bool ok = row < Cc && d < D;
+      bool ok = row < Cc && d < d_end;
       uint src = (bh * pc.T + t0 + row) * D + d;
       Xs[row][k] = ok ? X[src] : 0.0;
       Ys[row][k] = ok ? Y[src] : 0.0;
@@ -42,7 +49,7 @@ void main() {
     if (scores)
       for (uint idx = tid; idx < (pc.C + 1u) * KB; idx += 256u) {
         uint p = idx / KB, k = idx % KB, d = d0 + k;
-        Ps[p][k] = d < D ? POW(P, h, p, d) : 0.0;
+        Ps[p][k] = d < d_end ? POW(P, h, p, d) : 0.0;
       }
     barrier();
     for (uint k = 0; k < KB; ++k)
@@ -62,6 +69,7 @@ void main() {
   for (uint i = 0; i < 4u; ++i)
     for (uint j = 0; j < 4u; ++j) {
       uint t = ty + 16u * i, s = tx + 16u * j;
-      if (t < pc.C && s < pc.C) O[((bh * pc.NC + c) * pc.C + t) * pc.C + s] = (t < Cc && s < Cc) ? acc[i][j] : 0.0;
+      if (t < pc.C && s < pc.C)
+        O[(((part * pc.BH + bh) * pc.NC + c) * pc.C + t) * pc.C + s] = (t < Cc && s < Cc) ? acc[i][j] : 0.0;
     }
 }
