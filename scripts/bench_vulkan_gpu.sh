@@ -92,7 +92,7 @@ commit="${RHOSCAN_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unkno
 # 67 TFLOP/s: the H200's float32 rate without tensor cores (the shaders use plain FMAs).
 timeout 200 "$build"/bench/rhoscan_vulkan_bench --cases "$cases" --repeats 7 --host-repeats 3 --peak-tflops 67 --commit "$commit" | tee "$out/vulkan_h200.jsonl" ||
   echo "bench rc=$? (3: the check against the reference failed)"
-RHOSCAN_VULKAN_PROFILE=1 timeout 100 "$build"/bench/rhoscan_vulkan_bench --cases "${cases%%,*}" --repeats 1 --host-repeats 1 \
+RHOSCAN_VULKAN_PROFILE=1 timeout 100 "$build"/bench/rhoscan_vulkan_bench --cases "${cases%%,*}" --repeats 1 --host-repeats 1 --warmup-ms 300 \
   --commit "$commit" >/dev/null 2>"$out/vulkan_profile.txt" || true
 # every call of that run (check, Vulkan and host tensors, forward and backward), summed per command
 awk '/profile\]/ {a[$4]+=$5; n[$4]++} END {for (k in a) printf "%-18s %10.3f ms  %d\n", k, a[k], n[k]}' "$out/vulkan_profile.txt" | sort -k2 -n -r
