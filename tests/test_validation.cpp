@@ -156,6 +156,33 @@ TEST(Validation, UnsupportedDtypes) {
 
 TEST(Validation, TensorsOnDifferentDevices) {
   expect_rejected([](auto& a) { a.v.device = Device::cuda; }, {"v is on cuda:0", "q is on cpu"});
+  expect_rejected([](auto& a) { a.decay.device = Device::vulkan; }, {"decay is on vulkan", "q is on cpu"});
+  expect_rejected([](auto& a) { a.q.device = static_cast<Device>(3); }, {"q: unknown device code 3"});
+}
+
+// Host tensors pretending to be Vulkan tensors: without a Vulkan backend (not compiled, no device)
+// the call says so; with one, their addresses are in no VulkanBuffer. Nothing is written.
+TEST(Validation, VulkanTensorsOutsideAnyVulkanBuffer) {
+  Problem p(base_spec());
+  fill_outputs(p);
+  ForwardArgs f = p.forward_args();
+  for (TensorView* t : {&f.q, &f.v, &f.decay, &*f.rho, &*f.rho_norm, &f.context, &f.rho_out, &f.rho_norm_out})
+    t->device = Device::vulkan;
+  try {
+    forward(f);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    if (backend_unavailable_reason(Backend::vulkan).empty()) {
+      EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+      EXPECT_NE(m.find("q [2, 3, 4, 5]: address"), std::string::npos) << m;
+      EXPECT_NE(m.find("no live rhoscan::VulkanBuffer"), std::string::npos) << m;
+    } else {
+      EXPECT_EQ(e.kind(), ErrorKind::backend_unavailable) << m;
+      EXPECT_NE(m.find("vulkan"), std::string::npos) << m;
+    }
+  }
+  expect_outputs_untouched(p);
 }
 
 TEST(Validation, SizesThatOverflowTheIndexType) {
