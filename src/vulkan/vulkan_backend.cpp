@@ -8,7 +8,8 @@
 // heads when Hv = 1, the decay gradient over the batch) are accumulated on the device in group
 // order, so results are deterministic. Kernels, in order:
 //   forward:  decay_powers (first group) -> row_reduce (s_t) -> norm_scan (q', N) -> state_scan
-//             (chunk-start R) -> chunk_pairs (intra-chunk scores S) -> chunk_readout (context)
+//             (chunk-start R) -> chunk_pairs (intra-chunk scores S, split over L with sum_parts
+//             when the group has few chunks) -> chunk_readout (context)
 //   backward: the forward's first five, state_scan reverse (chunk-end adjoints A), chunk_pairs
 //             (dcontext.v gram) -> chunk_readout_l (G.R_t and A_{t+1}.v_t per latent) ->
 //             row_reduce (sum gw w) -> dq_scan (dq, dN_0) -> chunk_readout (dv) ->
