@@ -1,12 +1,15 @@
-// The CUDA backward (plain FFMA version 1).
+// The CUDA backward. Chunk states and dv on tensor cores for 16-bit inputs (chunk_products.cuh),
+// FFMA for float32; scores and bwd_local in FFMA.
 // Per batch of (b, h) pairs (bounded by options.max_workspace_bytes):
-//   1. the forward's scan, scores P (and M[i][j] = G_i·v_j), chunk-start states H_c, and the
-//      context c_t in float32, from which gc_t = G_t·c_t (= sum_l gw_t[l] w_t[l]);
+//   1. the forward's scan, scores P (and M[i][j] = G_i·v_j), chunk-start states H_c (float32);
 //   2. chunk-end states of the reverse recurrence A (chunk_states<reverse>), dR_0 = A_0;
 //   3. dv_t = (q_t a^(Cn-1-i))·A_end + sum_{k>i} P[k][i] G_k (chunk_output<dv>);
 //   4. per (chunk, 16 latents): gw_t, sum_e A_{t+1} v_t, the normaliser gradient inside the
-//      chunk, the partial dq, and the chunk's share of da (bwd_local_kernel);
+//      chunk, the partial dq, the chunk's share of da, and the block's share of
+//      gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t) (bwd_local_kernel, then gc_reduce_kernel);
 //   5. the normaliser gradient across chunks (bscan_kernel), dN_0 = B_0, and dq.
+// gc comes from the same gw that dq subtracts it from, so the difference gw - gc, which is small
+// where the read weights are spread evenly, carries no error of a separately computed context.
 // Reductions over heads (dv when Hv = 1) and over batch rows and chunks (da) are sums in a fixed
 // order in one thread each: no atomics, so two runs give bitwise-identical gradients.
 //
@@ -17,7 +20,7 @@
 //   (A_{i+1} v_i)    = a^(Cn-1-i) (A_end v_i) + sum_{k>i} a^(k-i-1) Qp_k M[k][i]
 //   da = sum_i <A_{i+1}, R_i> = f(Cn)<A_end, H> + sum_j q_j (A_end v_j) f(Cn-1-j)
 //        + sum_k Qp_k (H G_k) f(k) + sum_{j<k} Qp_k q_j M[k][j] f(k-j-1),   f(n) = n a^(n-1).
-#include "cuda/chunk_kernels.cuh"
+#include "cuda/chunk_products.cuh"
 #include "cuda/ops.h"
 #include "cuda/workspace.h"
 
@@ -25,24 +28,22 @@ namespace rhoscan::cuda_detail {
 namespace {
 
 
-// gc_t = sum_e G_t[e] c_t[e]: one warp per (bh, t).
-template <typename T>
-__global__ void gc_kernel(Dims d, Str4 g, const float* cf, float* gc) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  for (int64_t w = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; w < d.nbh * d.T; w += warps) {
-    const int64_t bh = w / d.T, t = w % d.T, b = d.b_of(bh), h = d.h_of(bh);
+constexpr int kLocalThreads = 256;
+constexpr int kLocalLT = 16, kLocalET = 32;
+
+// gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t): the partial sums of bwd_local's latent blocks, added
+// in block order by one thread per (bh, t).
+__global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
+  const int64_t nlt = (d.L + kLocalLT - 1) / kLocalLT;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < d.nbh * d.T; x += int64_t(gridDim.x) * blockDim.x) {
     float acc = 0.0f;
-    for (int64_t e = lane; e < d.E; e += 32) acc += load<T>(g.p, g.at(b, h, t, e)) * cf[w * d.E + e];
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) gc[w] = acc;
+    for (int64_t lt = 0; lt < nlt; ++lt) acc += gcp[x * nlt + lt];
+    gc[x] = acc;
   }
 }
 
 // One block per (bh, chunk, 16 latents); 256 threads = 16 latents × 16 token groups, each
 // thread owns tokens i = ig + 16 r (r < 4) of latent l.
-constexpr int kLocalThreads = 256;
-constexpr int kLocalLT = 16, kLocalET = 32;
 struct LocalSmem {
   float qs[64][kLocalLT], qps[64][kLocalLT], ns[64][kLocalLT], dn[64][kLocalLT];
   float ms[64][64];
@@ -58,7 +59,7 @@ struct LocalSmem {
 template <typename T>
 __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
-    const float* Hs, const float* dHs, const float* M, const float* gc, float* dqp, float* dap, float* Bsum,
+    const float* Hs, const float* dHs, const float* M, float* gcp, float* dqp, float* dap, float* Bsum,
     float* Zs) {
   constexpr int LT = kLocalLT, ET = kLocalET, RPT = 4;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -108,8 +109,8 @@ __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
         const int x = idx / ET, ee = idx % ET;
         const int64_t lx = l0 + x, e = e0 + ee;
         const bool ok = lx < d.L && e < d.E;
-        S.hs[x][ee] = ok ? Hs[((bh * d.nC + c) * d.L + lx) * d.E + e] : 0.0f;
-        S.dhs[x][ee] = ok ? dHs[((bh * d.nC + c) * d.L + lx) * d.E + e] : 0.0f;
+        S.hs[x][ee] = ok ? Hs[((bh * d.nC + c) * d.Lp + lx) * d.Ep + e] : 0.0f;
+        S.dhs[x][ee] = ok ? dHs[((bh * d.nC + c) * d.Lp + lx) * d.Ep + e] : 0.0f;
       }
       for (int idx = threadIdx.x; idx < 64 * ET; idx += blockDim.x) {
         const int i = idx / ET, ee = idx % ET;
@@ -161,6 +162,15 @@ __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
         dn[i][ll] = -qps[i][ll] * gw[r];
       }
     }
+    // gcp[bh][t][lt] = sum over this block's 16 latents of gw_t[l] w_t[l] (w = q / s): the 16
+    // threads of one token group are one half-warp, summed by a fixed shuffle tree.
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      const int i = ig + 16 * r;
+      float x = i < Cn ? gw[r] * qs[i][ll] : 0.0f;
+      for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+      if (ll == 0 && i < Cn) gcp[(bh * d.T + t0 + i) * nlt + lt] = x / s[bh * d.T + t0 + i];
+    }
     __syncthreads();
     float da_part = 0.0f, bsum_part = 0.0f, z_part = 0.0f;
 #pragma unroll
@@ -173,7 +183,7 @@ __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
           pw *= a;
         }
         const int64_t t = t0 + i;
-        if (lok) dqp[(bh * d.T + t) * d.L + l] = (gw[r] - gc[bh * d.T + t]) / s[bh * d.T + t] + av[r] + ib;
+        if (lok) dqp[(bh * d.T + t) * d.L + l] = gw[r] / s[bh * d.T + t] + av[r] + ib;
         da_part += qs[i][ll] * U[r] * dpow(a, Cn - 1 - i) + qps[i][ll] * W[r] * dpow(a, i) + term4[r] +
                    ib * ns[i][ll];
         bsum_part += ipow(a, i) * dn[i][ll];
@@ -219,15 +229,17 @@ __global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsu
   }
 }
 
-// dq_t[l] = partial + a^(Cn-1-i) Bend_c[l].
+// dq_t[l] = partial - gc_t / s_t + a^(Cn-1-i) Bend_c[l].
 template <typename T>
-__global__ void dq_final_kernel(Dims d, const float* a32, const float* dqp, const float* Bend, Str4 dq) {
+__global__ void dq_final_kernel(Dims d, const float* a32, const float* dqp, const float* gc, const float* s,
+                                const float* Bend, Str4 dq) {
   const int64_t n = d.nbh * d.T * d.L;
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
     const int64_t l = x % d.L, t = (x / d.L) % d.T, bh = x / (d.L * d.T);
     const int64_t c = t / d.C, i = t % d.C, b = d.b_of(bh), h = d.h_of(bh);
     const float a = a32[h * d.L + l];
-    const float val = dqp[x] + ipow(a, static_cast<int>(d.chunk_len(c) - 1 - i)) * Bend[(bh * d.nC + c) * d.L + l];
+    const float val = (dqp[x] - gc[bh * d.T + t] / s[bh * d.T + t]) +
+                      ipow(a, static_cast<int>(d.chunk_len(c) - 1 - i)) * Bend[(bh * d.nC + c) * d.L + l];
     store<T>(const_cast<void*>(dq.p), dq.at(b, h, t, l), val);
   }
 }
@@ -288,14 +300,18 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   d.H = p.H, d.T = p.T, d.L = p.L, d.E = p.E;
   d.C = g.options.chunk_size > 0 ? std::min<int64_t>(g.options.chunk_size, kMaxChunk) : kDefaultChunk;
   d.nC = (p.T + d.C - 1) / d.C;
+  constexpr bool kTC = kTensorCoreBackward<T>;
+  set_padding<kTC>(d);
   const int64_t nT = p.T, L = p.L, E = p.E, nC = d.nC, C = d.C;
   const int64_t shared = Workspace::floats(p.H * L) + Workspace::doubles(p.H * L) +
                          Workspace::floats(p.B * p.Hv * nT * E);
-  // Per (b, h) pair: what the forward recomputes, both chunk-state sets, and the
-  // backward's per-token float32 partials (dq, dv) and per-chunk vectors.
+  // Per (b, h) pair: what the forward recomputes, both chunk-state sets (float32), the
+  // backward's per-token float32 partials (dq, dv, gc) and per-chunk vectors.
+  const int64_t nlt = (L + kLocalLT - 1) / kLocalLT;
   const int64_t per_bh = Workspace::floats(nT) * 2 + Workspace::floats(nT * L) * 2 + Workspace::floats((nC + 1) * L) +
-                         Workspace::floats(nC * 16 * C * C) * 2 + Workspace::floats(nC * L * E) * 2 +
-                         Workspace::floats(nT * E) * 2 + Workspace::floats(nC * L) * 4 + Workspace::floats(L);
+                         Workspace::floats(nC * 16 * C * C) * 2 + chunk_state_bytes<float>(d) * 2 +
+                         operand_bytes<kTC>(d, 2, 2) + Workspace::floats(nT * nlt) + Workspace::floats(nT * E) +
+                         Workspace::floats(nC * L) * 4 + Workspace::floats(L);
   const int64_t cap = workspace_cap(g.options.max_workspace_bytes);
   if (shared + per_bh > cap)
     throw Error(ErrorKind::out_of_memory,
@@ -304,7 +320,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                     ", L=" + std::to_string(L) + ", E=" + std::to_string(E) + "), over the cap of " +
                     std::to_string(cap) + " bytes: raise options.max_workspace_bytes");
   const int64_t BH = p.B * p.H;
-  const int64_t per_batch = std::min<int64_t>(BH, std::max<int64_t>(1, (cap - shared) / per_bh));
+  const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
   Workspace ws(shared + per_batch * per_bh, stream);
   float* a32 = ws.take_floats(p.H * L);
   double* da_acc = ws.take_doubles(p.H * L);
@@ -321,7 +337,6 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const Str4 dq = str4(g.grad_q, g.grad_q_stride), dv = str4(g.grad_v, g.grad_v_stride);
   const Str4 dr0 = str4(g.grad_rho0, g.grad_rho0_stride);
   const Str3 dn0 = str3(g.grad_rho_norm0, g.grad_rho_norm0_stride);
-  const int64_t net = (E + 63) / 64;
   for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
     ws.reset();
     ws.take_floats(p.H * L);
@@ -338,9 +353,10 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* Nc = ws.take_floats(n * (nC + 1) * L);
     float* P = ws.take_floats(n * nC * d.nsplit * C * C);
     float* M = ws.take_floats(n * nC * d.nsplit * C * C);
-    float* Hs = ws.take_floats(n * nC * L * E);
-    float* dHs = ws.take_floats(n * nC * L * E);
-    float* cf = ws.take_floats(n * nT * E);
+    float* Hs = ws.take_floats(n * nC * d.Lp * d.Ep);
+    float* dHs = ws.take_floats(n * nC * d.Lp * d.Ep);
+    const Operands16 o = take_operands<kTC>(ws, d, true);
+    float* gcp = ws.take_floats(n * nT * nlt);
     float* dvp = ws.take_floats(n * nT * E);
     float* dap = ws.take_floats(n * nC * L);
     float* Bsum = ws.take_floats(n * nC * L);
@@ -350,7 +366,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
 
     token_sum_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
-    norm_scan_kernel<T><<<grid_for(n * L, 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, Str3{});
+    norm_scan_kernel<T><<<grid_for(n * (o.Xq ? d.Lp : L), 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, Str3{},
+                                                                                  o.Xq, o.Kq);
     RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
     chunk_scores_kernel<T><<<grid_for(n * nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, gctx, a32, Qp, P, M);
     RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
@@ -359,29 +376,21 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       reduce_splits_kernel<<<grid_for(n * nC * C * C, 256), 256, 0, stream>>>(d, M);
       RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
     }
-    const int64_t state_items = n * ((L + kStateLT - 1) / kStateLT) * ((E + kStateET - 1) / kStateET);
-    chunk_states_kernel<T, false><<<grid_for(state_items), kStateThreads, 0, stream>>>(d, q, v, a32, Qp, rho0, Hs,
-                                                                                       Str4{});
-    RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel<forward>");
-    chunk_output_kernel<T, float, false><<<grid_for(n * nC * net), kOutThreads, 0, stream>>>(d, q, v, a32, Qp, Hs,
-                                                                                             P, Str4{}, cf);
-    RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel<context>");
-    gc_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, gctx, cf, gc);
-    RHOSCAN_CUDA_LAUNCHED("gc_kernel");
-    chunk_states_kernel<T, true><<<grid_for(state_items), kStateThreads, 0, stream>>>(d, q, gctx, a32, Qp, gr, dHs,
-                                                                                      dr0);
-    RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel<reverse>");
-    chunk_output_kernel<T, float, true><<<grid_for(n * nC * net), kOutThreads, 0, stream>>>(d, q, gctx, a32, Qp,
-                                                                                            dHs, P, Str4{}, dvp);
-    RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel<dv>");
+    pack_values<kTC, T>(d, v, o.vb, stream);
+    pack_values<kTC, T>(d, gctx, o.gb, stream);
+    launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream);
+    launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream);
+    launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(LocalSmem))));
-    bwd_local_kernel<T><<<grid_for(n * nC * ((L + kLocalLT - 1) / kLocalLT)), kLocalThreads, sizeof(LocalSmem), stream>>>(
-        d, q, v, gctx, a32, Qp, s, Nc, Hs, dHs, M, gc, dqp, dap, Bsum, Zs);
+    bwd_local_kernel<T><<<grid_for(n * nC * nlt), kLocalThreads, sizeof(LocalSmem), stream>>>(
+        d, q, v, gctx, a32, Qp, s, Nc, Hs, dHs, M, gcp, dqp, dap, Bsum, Zs);
     RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");
+    gc_reduce_kernel<<<grid_for(n * nT, 256), 256, 0, stream>>>(d, gcp, gc);
+    RHOSCAN_CUDA_LAUNCHED("gc_reduce_kernel");
     bscan_kernel<<<grid_for(n * L, 256), 256, 0, stream>>>(d, a32, gn, Bsum, Zs, Bend, daB, dn0);
     RHOSCAN_CUDA_LAUNCHED("bscan_kernel");
-    dq_final_kernel<T><<<grid_for(n * nT * L, 256), 256, 0, stream>>>(d, a32, dqp, Bend, dq);
+    dq_final_kernel<T><<<grid_for(n * nT * L, 256), 256, 0, stream>>>(d, a32, dqp, gc, s, Bend, dq);
     RHOSCAN_CUDA_LAUNCHED("dq_final_kernel");
     dv_accumulate_kernel<<<grid_for(((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT * E, 256), 256, 0, stream>>>(
         d, p.Hv, dvp, dv_acc);
