@@ -1,5 +1,6 @@
-// The CUDA backward. Chunk states and dv on tensor cores for 16-bit inputs (chunk_products.cuh),
-// FFMA for float32; scores and bwd_local in FFMA.
+// The CUDA backward. For bfloat16 inputs the chunk states, dv and bwd_local's contractions over E
+// run on tensor cores (chunk_products.cuh, chunk_readback_mma_kernel); float32 and float16 keep
+// FFMA. The scores and the rest of bwd_local are FFMA on every path.
 // Per batch of (b, h) pairs (bounded by options.max_workspace_bytes):
 //   1. the forward's scan, scores P (and M[i][j] = G_i·v_j), chunk-start states H_c (float32);
 //   2. chunk-end states of the reverse recurrence A (chunk_states<reverse>), dR_0 = A_0;
@@ -31,6 +32,84 @@ namespace {
 constexpr int kLocalThreads = 256;
 constexpr int kLocalLT = 16, kLocalET = 32;
 
+// ---- bwd_local's contractions over E on tensor cores (bfloat16 backward) ---------------------
+// Per (bh, chunk, 64 latents): W[t][l] = H_c[l,:]·G_t and U[t][l] = A_end[l,:]·v_t for the chunk's
+// tokens, HdH[c][l] = <H_c[l,:], A_end[l,:]>. The float32 states are split into bf16 hi + lo
+// (x = hi + lo to about 2^-16 relative) and G, v are exact in bf16, so W and U keep float32-level
+// accuracy: gw = W / (N + eps) enters dq as the difference gw - gc. Warps 0-3 compute W, 4-7 U.
+constexpr int kRbS = kMmaLT + 8;
+constexpr int kReadbackSmem = 6 * 64 * kRbS * static_cast<int>(sizeof(bf16));
+__global__ void __launch_bounds__(kMmaThreads, 2) chunk_readback_mma_kernel(Dims d, const float* Hs, const float* dHs,
+                                                                            const bf16* gb, const bf16* vb, float* W,
+                                                                            float* U, float* HdH) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // tiles 0, 1: H hi, lo; 2, 3: A_end hi, lo ([64 latents][kRbS]); 4: G, 5: v ([64 tokens][kRbS])
+  bf16* tiles = reinterpret_cast<bf16*>(smem_raw);
+  auto tile = [&](int k) { return tiles + k * 64 * kRbS; };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const bool is_u = warp >= 4;
+  const int wm = (warp & 1) * 32, wn = ((warp >> 1) & 1) * 32;  // the warp's latents and tokens
+  const int64_t nlt = d.Lp / 64;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * nlt), c = (item / nlt) % d.nC, l0 = (item % nlt) * 64, t0 = c * d.C;
+    const int Cn = static_cast<int>(d.chunk_len(c));
+    const float* Hc = Hs + ((bh * d.nC + c) * d.Lp + l0) * d.Ep;
+    const float* Ac = dHs + ((bh * d.nC + c) * d.Lp + l0) * d.Ep;
+    const bf16* Gc = gb + (bh * d.T + t0) * d.Ep;
+    const bf16* Vc = vb + (bh * d.T + t0) * d.Ep;
+    float acc[2][4][4] = {}, hdh[4] = {};  // hdh[k]: latent row threadIdx.x / 16 + 16 k
+    for (int64_t e0 = 0; e0 < d.Ep; e0 += 64) {
+      __syncthreads();  // the previous tiles are consumed
+      for (int idx = threadIdx.x; idx < 64 * 8; idx += blockDim.x) {
+        const int i = idx / 8, p = 8 * (idx % 8);
+        cp_async16(tile(4) + i * kRbS + p, Gc + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
+        cp_async16(tile(5) + i * kRbS + p, Vc + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
+      }
+      cp_async_commit();
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int idx = threadIdx.x + k * kMmaThreads, r = idx / 16, p = 4 * (idx % 16);
+        const float4 hv = *reinterpret_cast<const float4*>(Hc + r * d.Ep + e0 + p);
+        const float4 av = *reinterpret_cast<const float4*>(Ac + r * d.Ep + e0 + p);
+        hdh[k] += hv.x * av.x + hv.y * av.y + hv.z * av.z + hv.w * av.w;
+        const float hx[4] = {hv.x, hv.y, hv.z, hv.w}, ax[4] = {av.x, av.y, av.z, av.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const bf16 hh = __float2bfloat16_rn(hx[u]), ah = __float2bfloat16_rn(ax[u]);
+          tile(0)[r * kRbS + p + u] = hh;
+          tile(1)[r * kRbS + p + u] = __float2bfloat16_rn(hx[u] - __bfloat162float(hh));
+          tile(2)[r * kRbS + p + u] = ah;
+          tile(3)[r * kRbS + p + u] = __float2bfloat16_rn(ax[u] - __bfloat162float(ah));
+        }
+      }
+      cp_async_wait<0>();
+      __syncthreads();
+      // [l][t] += sum_e S[l][e] Y[t][e]: A = S (stored [l][e]), B = Y^T (Y stored [t][e])
+      const bf16* Y = tile(is_u ? 5 : 4);
+      warp_mma_32x32<false, true>(acc, tile(is_u ? 2 : 0), kRbS, Y, kRbS, wm, wn, 64);
+      warp_mma_32x32<false, true>(acc, tile(is_u ? 3 : 1), kRbS, Y, kRbS, wm, wn, 64);
+    }
+    float* out = is_u ? U : W;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int64_t l = l0 + wm + 16 * mt + g + 8 * (r / 2);
+          const int i = wn + 8 * nt + 2 * tq + r % 2;
+          if (l < d.L && i < Cn) out[(bh * d.T + t0 + i) * d.L + l] = acc[mt][nt][r];
+        }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // the 16 threads of a row are one half-warp: a fixed shuffle tree
+      float x = hdh[k];
+      for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+      const int64_t l = l0 + threadIdx.x / 16 + 16 * k;
+      if (threadIdx.x % 16 == 0 && l < d.L) HdH[(bh * d.nC + c) * d.L + l] = x;
+    }
+  }
+}
+
 // gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t): the partial sums of bwd_local's latent blocks, added
 // in block order by one thread per (bh, t).
 __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
@@ -56,11 +135,13 @@ struct LocalSmem {
   float hdh[kLocalLT];
 };
 
+// Wr, Ur, HdHr (optional): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
+// alias dqp (each thread reads its W[t][l] before it writes dqp[t][l]).
 template <typename T>
 __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
-    const float* Hs, const float* dHs, const float* M, float* gcp, float* dqp, float* dap, float* Bsum,
-    float* Zs) {
+    const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
+    float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
   constexpr int LT = kLocalLT, ET = kLocalET, RPT = 4;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   LocalSmem& S = *reinterpret_cast<LocalSmem*>(smem_raw);
@@ -103,7 +184,18 @@ __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
     }
     // W_i = H_c[l,:]·G_i and U_i = A_end[l,:]·v_i, over E in tiles of 32, 16-byte shared reads.
     float W[RPT] = {}, U[RPT] = {}, HdH = 0.0f;
-    for (int64_t e0 = 0; e0 < d.E; e0 += ET) {
+    if (Wr) {
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) {
+        const int i = ig + 16 * r;
+        if (i < Cn && lok) {
+          W[r] = Wr[(bh * d.T + t0 + i) * d.L + l];
+          U[r] = Ur[(bh * d.T + t0 + i) * d.L + l];
+        }
+      }
+      if (lok) HdH = HdHr[(bh * d.nC + c) * d.L + l];
+    }
+    for (int64_t e0 = 0; e0 < (Wr ? 0 : d.E); e0 += ET) {
       __syncthreads();
       for (int idx = threadIdx.x; idx < LT * ET; idx += blockDim.x) {
         const int x = idx / ET, ee = idx % ET;
@@ -311,7 +403,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const int64_t per_bh = Workspace::floats(nT) * 2 + Workspace::floats(nT * L) * 2 + Workspace::floats((nC + 1) * L) +
                          Workspace::floats(nC * 16 * C * C) * 2 + chunk_state_bytes<float>(d) * 2 +
                          operand_bytes<kTC>(d, 2, 2) + Workspace::floats(nT * nlt) + Workspace::floats(nT * E) +
-                         Workspace::floats(nC * L) * 4 + Workspace::floats(L);
+                         Workspace::floats(nC * L) * 4 + Workspace::floats(L) +
+                         (kTC ? Workspace::floats(nT * L) + Workspace::floats(nC * L) : 0);  // U, HdH
   const int64_t cap = workspace_cap(g.options.max_workspace_bytes);
   if (shared + per_bh > cap)
     throw Error(ErrorKind::out_of_memory,
@@ -363,19 +456,15 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* Zs = ws.take_floats(n * nC * L);
     float* Bend = ws.take_floats(n * nC * L);
     float* daB = ws.take_floats(n * L);
+    float* Ur = kTC ? ws.take_floats(n * nT * L) : nullptr;  // W lives in dqp (see bwd_local_kernel)
+    float* HdHr = kTC ? ws.take_floats(n * nC * L) : nullptr;
 
     token_sum_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
     norm_scan_kernel<T><<<grid_for(n * (o.Xq ? d.Lp : L), 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, Str3{},
                                                                                   o.Xq, o.Kq);
     RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
-    chunk_scores_kernel<T><<<grid_for(n * nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, gctx, a32, Qp, P, M);
-    RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
-    if (d.nsplit > 1) {
-      reduce_splits_kernel<<<grid_for(n * nC * C * C, 256), 256, 0, stream>>>(d, P);
-      reduce_splits_kernel<<<grid_for(n * nC * C * C, 256), 256, 0, stream>>>(d, M);
-      RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
-    }
+    launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, M, stream);
     pack_values<kTC, T>(d, v, o.vb, stream);
     pack_values<kTC, T>(d, gctx, o.gb, stream);
     launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream);
@@ -383,8 +472,15 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(LocalSmem))));
+    if constexpr (kTC) {
+      RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(chunk_readback_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              kReadbackSmem));
+      chunk_readback_mma_kernel<<<grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, kReadbackSmem, stream>>>(
+          d, Hs, dHs, o.gb, o.vb, dqp, Ur, HdHr);
+      RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
+    }
     bwd_local_kernel<T><<<grid_for(n * nC * nlt), kLocalThreads, sizeof(LocalSmem), stream>>>(
-        d, q, v, gctx, a32, Qp, s, Nc, Hs, dHs, M, gcp, dqp, dap, Bsum, Zs);
+        d, q, v, gctx, a32, Qp, s, Nc, Hs, dHs, M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
     RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");
     gc_reduce_kernel<<<grid_for(n * nT, 256), 256, 0, stream>>>(d, gcp, gc);
     RHOSCAN_CUDA_LAUNCHED("gc_reduce_kernel");

@@ -160,7 +160,8 @@ __global__ void norm_scan_kernel(Dims d, Str4 q, const float* a32, Str3 n0, cons
 // ---- intra-chunk scores: one block (256 threads) per (bh, c) ---------------------------------
 // P[bh][c][split][i][j] = sum_l Qp_i[l] a^(i-1-j) q_j[l] over the split's slice of L for j < i,
 // else 0. With G given (backward), also M[bh][c][split][i][j] = sum_e G_i[e] v_j[e] over the
-// split's slice of E. Consumers add the d.nsplit partials in increasing split order.
+// split's slice of E; with P null, only M. Consumers add the d.nsplit partials in increasing
+// split order.
 constexpr int kScoreThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str4 q, Str4 v, Str4 g,
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str
     float acc[16], acc2[16];
 #pragma unroll
     for (int r = 0; r < 16; ++r) acc[r] = acc2[r] = 0.0f;
-    for (int64_t l0 = sp * lslice; l0 < l_end; l0 += LT) {
+    for (int64_t l0 = sp * lslice; P != nullptr && l0 < l_end; l0 += LT) {
       __syncthreads();
       for (int idx = threadIdx.x; idx < 64 * LT; idx += blockDim.x) {
         const int i = idx / LT, ll = idx % LT;
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str
     for (int r = 0; r < 16; ++r) {
       const int p = threadIdx.x + r * kScoreThreads;
       if (p < C * C) {
-        P[((bh * d.nC + c) * d.nsplit + sp) * C * C + p] = acc[r];
+        if (P != nullptr) P[((bh * d.nC + c) * d.nsplit + sp) * C * C + p] = acc[r];
         if (M != nullptr) M[((bh * d.nC + c) * d.nsplit + sp) * C * C + p] = acc2[r];
       }
     }

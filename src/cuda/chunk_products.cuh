@@ -297,6 +297,126 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
   }
 }
 
+// ---- intra-chunk scores on tensor cores: one block per (bh, c) ------------------------------
+// P[i][j] = sum_l Qp_i[l] a_l^(i-1-j) q_j[l], j < i, over 16-token sub-blocks si, sj of the chunk.
+// Off the diagonal (sj < si) the exponent splits at r = 16 si into two non-negative parts,
+//   a^(i-1-j) = a^(i-r) · a^(r-1-j),  i - r = i mod 16,  r-1-j = 16 (si-sj-1) + 15 - j mod 16,
+// so each of the six 16×16 blocks is one bf16 mma product over L of Xs[i] = Qp_i a^(i mod 16)
+// and Kd[j] = q_j a^(16 (d-1) + 15 - j mod 16), d = si - sj (warps 0-5, one block each). Inside
+// the four diagonal blocks the exponent is i-1-j < 15 directly: float32 FFMA, thread (i, quarter
+// of the latent tile) accumulating its pairs (i, j < i) of the sub-block, the quarters added by a
+// fixed shuffle tree. Writes split 0 of P (the sum: nothing for reduce_splits to add).
+constexpr int kScS = kMmaLT + 8, kScF = kMmaLT + 1;
+struct ScoreSmem {
+  float qp[64][kScF], qf[64][kScF];  // Qp and q of the latent tile, float32
+  __align__(16) bf16 xs[64][kScS];   // Qp_i a^(i mod 16)
+  __align__(16) bf16 kd[3][48][kScS];  // kd[d-1][j] = q_j a^(16(d-1) + 15 - j mod 16), j < 16 (4 - d)
+  float a[64];                         // decay of the tile's latents
+};
+template <typename T>
+__global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d, Str4 q, const float* a32,
+                                                                          const float* Qp, float* P) {
+  constexpr int LT = kMmaLT;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  ScoreSmem& S = *reinterpret_cast<ScoreSmem*>(smem_raw);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int C = static_cast<int>(d.C);
+  // mma warps 0-5: the sub-block pairs (1,0), (2,0), (2,1), (3,0), (3,1), (3,2)
+  const int si = warp < 1 ? 1 : warp < 3 ? 2 : 3, sj = warp - si * (si - 1) / 2;
+  // FFMA threads: token fi, latents [16 fq, 16 fq + 16) of the tile
+  const int fi = threadIdx.x / 4, fq = threadIdx.x % 4, fr = fi % 16;  // fr: pairs (fi, fi-1-k), k < fr
+  // operand threads: latent ol, sub-block og
+  const int ol = threadIdx.x % LT, og = threadIdx.x / LT;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC; item += gridDim.x) {
+    const int64_t bh = item / d.nC, c = item % d.nC, b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C;
+    const int Cn = static_cast<int>(d.chunk_len(c));
+    float qpr[16], qr[16];  // the next tile: token og*16 + k, latent ol
+    auto fetch = [&](int64_t l0) {
+      const int64_t l = l0 + ol;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const int i = og * 16 + k;
+        const bool ok = i < Cn && l < d.L;
+        qpr[k] = ok ? Qp[(bh * d.T + t0 + i) * d.L + l] : 0.0f;
+        qr[k] = ok ? load<T>(q.p, q.at(b, h, t0 + i, l)) : 0.0f;
+      }
+    };
+    float mac[2][4] = {}, fac[15] = {};
+    fetch(0);
+    for (int64_t l0 = 0; l0 < d.L; l0 += LT) {
+      __syncthreads();  // the previous tile is consumed
+      {
+        const float al = l0 + ol < d.L ? a32[h * d.L + l0 + ol] : 0.0f;
+        const float a16 = ipow(al, 16), a32v = a16 * a16;
+        if (og == 0) S.a[ol] = al;
+        float pw = 1.0f;
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {  // a^k
+          const int i = og * 16 + k;
+          S.qp[i][ol] = qpr[k];
+          S.qf[i][ol] = qr[k];
+          S.xs[i][ol] = __float2bfloat16_rn(qpr[k] * pw);
+          pw *= al;
+        }
+        pw = 1.0f;
+#pragma unroll
+        for (int k = 15; k >= 0; --k) {  // a^(15 - k)
+          const int j = og * 16 + k;
+          if (og <= 2) S.kd[0][j][ol] = __float2bfloat16_rn(qr[k] * pw);
+          if (og <= 1) S.kd[1][j][ol] = __float2bfloat16_rn(qr[k] * pw * a16);
+          if (og == 0) S.kd[2][j][ol] = __float2bfloat16_rn(qr[k] * pw * a32v);
+          pw *= al;
+        }
+      }
+      __syncthreads();
+      if (l0 + LT < d.L) fetch(l0 + LT);  // in flight during the products below
+      if (warp < 6) {
+        const bf16* A = &S.xs[16 * si][0];
+        const bf16* B = &S.kd[si - sj - 1][16 * sj][0];
+#pragma unroll
+        for (int k0 = 0; k0 < LT; k0 += 16) {
+          uint32_t af[4], bfr[4];
+          ldsm_x4(af, A + (lane & 15) * kScS + k0 + (lane >> 4) * 8);
+          ldsm_x4(bfr, B + ((lane >> 4) * 8 + (lane & 7)) * kScS + k0 + ((lane >> 3) & 1) * 8);
+          mma_bf16_16816(mac[0], af, bfr[0], bfr[1]);
+          mma_bf16_16816(mac[1], af, bfr[2], bfr[3]);
+        }
+      }
+      {  // diagonal sub-blocks: pairs (fi, fi-1-k), exponent k
+#pragma unroll 4
+        for (int ll = 16 * fq; ll < 16 * fq + 16; ++ll) {
+          const float av = S.a[ll];
+          float pw = S.qp[fi][ll];
+#pragma unroll
+          for (int k = 0; k < 15; ++k) {
+            if (k < fr) {
+              fac[k] += pw * S.qf[fi - 1 - k][ll];
+              pw *= av;
+            }
+          }
+        }
+      }
+    }
+    float* Pc = P + (bh * d.nC + c) * d.nsplit * C * C;
+    if (warp < 6) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int i = 16 * si + g + 8 * (r / 2), j = 16 * sj + 8 * nt + 2 * tq + r % 2;
+          if (i < Cn) Pc[i * C + j] = mac[nt][r];
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 15; ++k) {
+      float x = fac[k];
+      x += __shfl_xor_sync(0xffffffffu, x, 1);
+      x += __shfl_xor_sync(0xffffffffu, x, 2);
+      if (fq == 0 && k < fr && fi < Cn) Pc[fi * C + fi - 1 - k] = x;
+    }
+  }
+}
+
 // ---- launchers: the tensor-core kernels (kTC) or the float32 FFMA kernels --------------------
 // The bf16 operands of one batch on the tensor-core path (null where unused).
 struct Operands16 {
@@ -359,6 +479,29 @@ void launch_chunk_output(const Dims& d, Str4 q, Str4 y, const float* a32, const 
     chunk_output_kernel<T, OutT, kDv><<<grid_for(d.nbh * d.nC * ((d.E + 63) / 64)), kOutThreads, 0, stream>>>(
         d, q, y, a32, Qp, Hs, P, out, out_ws);
     RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel");
+  }
+}
+
+// Intra-chunk scores P (and, with G, M = G v^T) summed into split 0.
+template <bool kTC, typename T>
+void launch_chunk_scores(const Dims& d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, float* P, float* M,
+                         cudaStream_t stream) {
+  if constexpr (kTC) {
+    auto kernel = chunk_scores_mma_kernel<T>;
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(sizeof(ScoreSmem))));
+    kernel<<<grid_for(d.nbh * d.nC), kMmaThreads, sizeof(ScoreSmem), stream>>>(d, q, a32, Qp, P);
+    RHOSCAN_CUDA_LAUNCHED("chunk_scores_mma_kernel");
+  }
+  float* P_ffma = kTC ? nullptr : P;
+  if (P_ffma == nullptr && M == nullptr) return;
+  chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, g, a32, Qp, P_ffma,
+                                                                                         M);
+  RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
+  for (float* X : {P_ffma, M}) {
+    if (X == nullptr || d.nsplit == 1) continue;
+    reduce_splits_kernel<<<grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream>>>(d, X);
+    RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
   }
 }
 

@@ -45,7 +45,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
     d.bh0 = bh0;
     d.nbh = std::min(per_batch, BH - bh0);
-    d.nsplit = score_splits(d.nbh, d.nC, p.L);
+    d.nsplit = kTC ? 1 : score_splits(d.nbh, d.nC, p.L);
     float* s = ws.take_floats(d.nbh * p.T);
     float* Qp = ws.take_floats(d.nbh * p.T * p.L);
     float* Nc = ws.take_floats(d.nbh * (d.nC + 1) * p.L);
@@ -57,13 +57,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     norm_scan_kernel<T><<<grid_for(d.nbh * (o.Xq ? d.Lp : p.L), 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc,
                                                                                      n_out, o.Xq, o.Kq);
     RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
-    chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, Str4{}, a32, Qp, P,
-                                                                                   nullptr);
-    RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
-    if (d.nsplit > 1) {
-      reduce_splits_kernel<<<grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream>>>(d, P);
-      RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
-    }
+    launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
     pack_values<kTC, T>(d, v, o.vb, stream);
     launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
     launch_chunk_output<kTC, T, T, false>(d, q, v, a32, Qp, o, Hs, P, ctx, nullptr, stream);
