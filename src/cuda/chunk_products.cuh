@@ -305,7 +305,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
 // and Kd[j] = q_j a^(16 (d-1) + 15 - j mod 16), d = si - sj (warps 0-5, one block each). Inside
 // the four diagonal blocks the exponent is i-1-j < 15 directly: float32 FFMA, thread (i, quarter
 // of the latent tile) accumulating its pairs (i, j < i) of the sub-block, the quarters added by a
-// fixed shuffle tree. Writes split 0 of P (the sum: nothing for reduce_splits to add).
+// fixed shuffle tree. Like chunk_scores_kernel, a block covers one of d.nsplit slices of L
+// (multiples of 64 latents) and writes that split's partial P; reduce_splits adds them.
 constexpr int kScS = kMmaLT + 8, kScF = kMmaLT + 1;
 struct ScoreSmem {
   float qp[64][kScF], qf[64][kScF];  // Qp and q of the latent tile, float32
@@ -327,8 +328,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
   const int fi = threadIdx.x / 4, fq = threadIdx.x % 4, fr = fi % 16;  // fr: pairs (fi, fi-1-k), k < fr
   // operand threads: latent ol, sub-block og
   const int ol = threadIdx.x % LT, og = threadIdx.x / LT;
-  for (int64_t item = blockIdx.x; item < d.nbh * d.nC; item += gridDim.x) {
-    const int64_t bh = item / d.nC, c = item % d.nC, b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C;
+  const int64_t lslice = (d.L + d.nsplit * LT - 1) / (d.nsplit * LT) * LT;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * d.nsplit; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * d.nsplit), c = (item / d.nsplit) % d.nC, sp = item % d.nsplit;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C;
+    const int64_t l_begin = sp * lslice, l_end = min(d.L, l_begin + lslice);
     const int Cn = static_cast<int>(d.chunk_len(c));
     float qpr[16], qr[16];  // the next tile: token og*16 + k, latent ol
     auto fetch = [&](int64_t l0) {
@@ -336,14 +340,14 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
 #pragma unroll
       for (int k = 0; k < 16; ++k) {
         const int i = og * 16 + k;
-        const bool ok = i < Cn && l < d.L;
+        const bool ok = i < Cn && l < l_end;
         qpr[k] = ok ? Qp[(bh * d.T + t0 + i) * d.L + l] : 0.0f;
         qr[k] = ok ? load<T>(q.p, q.at(b, h, t0 + i, l)) : 0.0f;
       }
     };
     float mac[2][4] = {}, fac[15] = {};
-    fetch(0);
-    for (int64_t l0 = 0; l0 < d.L; l0 += LT) {
+    fetch(l_begin);
+    for (int64_t l0 = l_begin; l0 < l_end; l0 += LT) {
       __syncthreads();  // the previous tile is consumed
       {
         const float al = l0 + ol < d.L ? a32[h * d.L + l0 + ol] : 0.0f;
@@ -369,7 +373,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
         }
       }
       __syncthreads();
-      if (l0 + LT < d.L) fetch(l0 + LT);  // in flight during the products below
+      if (l0 + LT < l_end) fetch(l0 + LT);  // in flight during the products below
       if (warp < 6) {
         const bf16* A = &S.xs[16 * si][0];
         const bf16* B = &S.kd[si - sj - 1][16 * sj][0];
@@ -397,7 +401,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
         }
       }
     }
-    float* Pc = P + (bh * d.nC + c) * d.nsplit * C * C;
+    float* Pc = P + ((bh * d.nC + c) * d.nsplit + sp) * C * C;
+    for (int x = threadIdx.x; x < C * C; x += blockDim.x)  // every entry of the slot written once
+      if (x / C >= Cn || x % C >= x / C) Pc[x] = 0.0f;
     if (warp < 6) {
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -482,7 +488,8 @@ void launch_chunk_output(const Dims& d, Str4 q, Str4 y, const float* a32, const 
   }
 }
 
-// Intra-chunk scores P (and, with G, M = G v^T) summed into split 0.
+// Intra-chunk scores P (and, with G, M = G v^T): d.nsplit partials over slices of L, summed into
+// split 0.
 template <bool kTC, typename T>
 void launch_chunk_scores(const Dims& d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, float* P, float* M,
                          cudaStream_t stream) {
@@ -490,15 +497,16 @@ void launch_chunk_scores(const Dims& d, Str4 q, Str4 v, Str4 g, const float* a32
     auto kernel = chunk_scores_mma_kernel<T>;
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(ScoreSmem))));
-    kernel<<<grid_for(d.nbh * d.nC), kMmaThreads, sizeof(ScoreSmem), stream>>>(d, q, a32, Qp, P);
+    kernel<<<grid_for(d.nbh * d.nC * d.nsplit), kMmaThreads, sizeof(ScoreSmem), stream>>>(d, q, a32, Qp, P);
     RHOSCAN_CUDA_LAUNCHED("chunk_scores_mma_kernel");
   }
   float* P_ffma = kTC ? nullptr : P;
-  if (P_ffma == nullptr && M == nullptr) return;
-  chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, g, a32, Qp, P_ffma,
-                                                                                         M);
-  RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
-  for (float* X : {P_ffma, M}) {
+  if (P_ffma != nullptr || M != nullptr) {
+    chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, g, a32, Qp,
+                                                                                           P_ffma, M);
+    RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
+  }
+  for (float* X : {P, M}) {
     if (X == nullptr || d.nsplit == 1) continue;
     reduce_splits_kernel<<<grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream>>>(d, X);
     RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");

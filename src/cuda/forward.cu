@@ -45,7 +45,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
     d.bh0 = bh0;
     d.nbh = std::min(per_batch, BH - bh0);
-    d.nsplit = kTC ? 1 : score_splits(d.nbh, d.nC, p.L);
+    d.nsplit = score_splits(d.nbh, d.nC, p.L);
     float* s = ws.take_floats(d.nbh * p.T);
     float* Qp = ws.take_floats(d.nbh * p.T * p.L);
     float* Nc = ws.take_floats(d.nbh * (d.nC + 1) * p.L);
