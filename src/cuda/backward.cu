@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_readback_mma_kernel(Dims
   // tiles 0, 1: H hi, lo; 2, 3: A_end hi, lo ([64 latents][kRbS]); 4: G, 5: v ([64 tokens][kRbS])
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw);
   auto tile = [&](int k) { return tiles + k * 64 * kRbS; };
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int warp = threadIdx.x / 32;
   const bool is_u = warp >= 4;
   const int wm = (warp & 1) * 32, wn = ((warp >> 1) & 1) * 32;  // the warp's latents and tokens
   const int64_t nlt = d.Lp / 64;
@@ -90,16 +90,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_readback_mma_kernel(Dims
       warp_mma_32x32<false, true>(acc, tile(is_u ? 3 : 1), kRbS, Y, kRbS, wm, wn, 64);
     }
     float* out = is_u ? U : W;
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int64_t l = l0 + wm + 16 * mt + g + 8 * (r / 2);
-          const int i = wn + 8 * nt + 2 * tq + r % 2;
-          if (l < d.L && i < Cn) out[(bh * d.T + t0 + i) * d.L + l] = acc[mt][nt][r];
-        }
+    for_each_acc(acc, wm, wn, [&](int lr, int i, float& x) {
+      const int64_t l = l0 + lr;
+      if (l < d.L && i < Cn) out[(bh * d.T + t0 + i) * d.L + l] = x;
+    });
 #pragma unroll
     for (int k = 0; k < 4; ++k) {  // the 16 threads of a row are one half-warp: a fixed shuffle tree
       float x = hdh[k];

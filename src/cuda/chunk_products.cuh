@@ -137,15 +137,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_states_mma_kernel(Dims d
         const int64_t l = l0 + row(mt, 2 * hf);
         a[mt][hf] = l < d.L ? a32[h * d.L + l] : 0.0f;
       }
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int64_t l = l0 + row(mt, r), e = e0 + col(nt, r);
-          acc[mt][nt][r] = (init_p && l < d.L && e < d.E) ? init_p[init.at(b, h, l, e)] : 0.0f;
-        }
+    for_each_acc(acc, wm, wn, [&](int lr, int ec, float& x) {
+      const int64_t l = l0 + lr, e = e0 + ec;
+      x = (init_p && l < d.L && e < d.E) ? init_p[init.at(b, h, l, e)] : 0.0f;
+    });
     __syncthreads();  // the previous item's tiles are consumed
     if (d.nC > 0) {
       fetch(0, chunk_of(0));
@@ -192,15 +187,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_states_mma_kernel(Dims d
       __syncthreads();  // the next stage is complete; this one is refilled two chunks later
     }
     if (out_p) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int64_t l = l0 + row(mt, r), e = e0 + col(nt, r);
-            if (l < d.L && e < d.E) out_p[out.at(b, h, l, e)] = acc[mt][nt][r];
-          }
+      for_each_acc(acc, wm, wn, [&](int lr, int ec, float& x) {
+        const int64_t l = l0 + lr, e = e0 + ec;
+        if (l < d.L && e < d.E) out_p[out.at(b, h, l, e)] = x;
+      });
     }
   }
 }
@@ -220,7 +210,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens][XS]
   bf16* hs = xs + 2 * 64 * XS;                    // [2 stages][64 latents][HS]
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int warp = threadIdx.x / 32;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's tokens and columns in the tile
   const int C = static_cast<int>(d.C);
   const int64_t nlt = d.Lp / LT, net = d.Ep / ET;
@@ -282,18 +272,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
     cp_async_wait<0>();
     __syncthreads();
     warp_mma_32x32<false, false>(acc, xs, XS, hs, HS, wm, wn, 64);
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int i = wm + 16 * mt + g + 8 * (r / 2);
-          const int64_t e = e0 + wn + 8 * nt + 2 * tq + r % 2;
-          if (i >= Cn || e >= d.E) continue;
-          if (out_ws) out_ws[(bh * d.T + t0 + i) * d.E + e] = acc[mt][nt][r];
-          else store<OutT>(const_cast<void*>(out.p), out.at(b, h, t0 + i, e), acc[mt][nt][r]);
-        }
+    for_each_acc(acc, wm, wn, [&](int i, int ec, float& x) {
+      const int64_t e = e0 + ec;
+      if (i >= Cn || e >= d.E) return;
+      if (out_ws) out_ws[(bh * d.T + t0 + i) * d.E + e] = x;
+      else store<OutT>(const_cast<void*>(out.p), out.at(b, h, t0 + i, e), x);
+    });
   }
 }
 

@@ -82,4 +82,17 @@ __device__ __forceinline__ void warp_mma_32x32(float (&acc)[2][4][4], const bf16
   }
 }
 
+// Calls f(row, col, x) for each accumulator x of a warp's 32×32 block (warp_mma_32x32's acc): row
+// m0 + 16 mt + g + 8 (r / 2), column n0 + 8 nt + 2 q + r % 2 of acc[mt][nt][r].
+template <typename F>
+__device__ __forceinline__ void for_each_acc(float (&acc)[2][4][4], int m0, int n0, F&& f) {
+  const int lane = threadIdx.x & 31, g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) f(m0 + 16 * mt + g + 8 * (r / 2), n0 + 8 * nt + 2 * q + r % 2, acc[mt][nt][r]);
+}
+
 }  // namespace rhoscan::cuda_detail
