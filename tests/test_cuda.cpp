@@ -83,8 +83,20 @@ TEST_F(Cuda, BackwardIsBitwiseDeterministic) {
 }
 
 TEST_F(Cuda, LargeLatentSmallT) {
-  ProblemSpec s = spec(1, 2, 1, 3, 65536, 32, DType::float32);
-  s.initial_rho = s.initial_rho_norm = s.grad_rho_out = true;
+  for (DType dtype : {DType::float32, DType::bfloat16}) {  // FFMA and tensor-core paths
+    ProblemSpec s = spec(1, 2, 1, 3, 65536, 32, dtype);
+    s.initial_rho = s.initial_rho_norm = s.grad_rho_out = true;
+    check_against_reference(s, cuda());
+  }
+}
+
+// The tensor-core path (bf16 operands; the forward's chunk states stored in bf16) at a BDH-like
+// input: sparse non-negative q, several chunks with a tail, L and E not multiples of the 64 × 128
+// tiles. (bfloat16, the dtype BDH trains in; the harness covers float16.)
+TEST_F(Cuda, TensorCorePathAtBdhLikeShape) {
+  ProblemSpec s = spec(2, 2, 1, 300, 700, 200, DType::bfloat16);
+  s.q_zero_fraction = 0.9;
+  s.initial_rho = s.initial_rho_norm = s.grad_rho_out = s.grad_rho_norm_out = true;
   check_against_reference(s, cuda());
 }
 
@@ -105,9 +117,11 @@ TEST_F(Cuda, SequenceFirstLayout) {
 }
 
 TEST_F(Cuda, LargeEmbedding) {
-  ProblemSpec s = spec(1, 1, 1, 70, 64, 1024, DType::float32);
-  s.grad_rho_out = true;
-  check_against_reference(s, cuda());
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    ProblemSpec s = spec(1, 1, 1, 70, 64, 1024, dtype);
+    s.grad_rho_out = true;
+    check_against_reference(s, cuda());
+  }
 }
 
 // T tokens through step() equal one forward over the T tokens, on the device.
@@ -158,28 +172,31 @@ TEST_F(Cuda, StepMatchesForward) {
 // A cap that fits one batch row at a time gives bitwise the same results as no cap; a cap that
 // fits nothing is an out_of_memory error that names the option.
 TEST_F(Cuda, WorkspaceCapBatchesWithoutChangingResults) {
-  ProblemSpec s = spec(4, 2, 1, 130, 128, 64, DType::float32);
-  s.initial_rho = s.initial_rho_norm = s.grad_rho_out = s.grad_rho_norm_out = true;
-  Problem a(s), b(s);
-  const int64_t small_cap = 3 << 20;  // one or a few (b, h) pairs per batch
-  for (auto [p, cap] : {std::pair{&a, int64_t{0}}, std::pair{&b, small_cap}}) {
-    MirroredProblem m(*p, Device::cuda);
-    forward(m.forward_args(), cuda(0, cap));
-    backward(m.backward_args(), cuda(0, cap));
-    m.copy_outputs_to_host();
-  }
-  EXPECT_TRUE(same_bytes(a.context, b.context));
-  EXPECT_TRUE(same_bytes(a.rho_out, b.rho_out));
-  EXPECT_TRUE(same_bytes(a.grad_q, b.grad_q));
-  EXPECT_TRUE(same_bytes(a.grad_v, b.grad_v));
-  EXPECT_TRUE(same_bytes(a.grad_decay, b.grad_decay));
-  MirroredProblem m(a, Device::cuda);
-  try {
-    forward(m.forward_args(), cuda(0, 1024));
-    ADD_FAILURE() << "a 1 KiB workspace cap should be refused";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::out_of_memory);
-    EXPECT_NE(std::string(e.what()).find("max_workspace_bytes"), std::string::npos) << e.what();
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    ProblemSpec s = spec(4, 2, 1, 130, 128, 64, dtype);
+    s.initial_rho = s.initial_rho_norm = s.grad_rho_out = s.grad_rho_norm_out = true;
+    Problem a(s), b(s);
+    const int64_t small_cap = 3 << 20;  // one or a few (b, h) pairs per batch
+    for (auto [p, cap] : {std::pair{&a, int64_t{0}}, std::pair{&b, small_cap}}) {
+      MirroredProblem m(*p, Device::cuda);
+      forward(m.forward_args(), cuda(0, cap));
+      backward(m.backward_args(), cuda(0, cap));
+      m.copy_outputs_to_host();
+    }
+    EXPECT_TRUE(same_bytes(a.context, b.context));
+    EXPECT_TRUE(same_bytes(a.rho_out, b.rho_out));
+    EXPECT_TRUE(same_bytes(a.grad_q, b.grad_q));
+    EXPECT_TRUE(same_bytes(a.grad_v, b.grad_v));
+    EXPECT_TRUE(same_bytes(a.grad_decay, b.grad_decay));
+    MirroredProblem m(a, Device::cuda);
+    try {
+      forward(m.forward_args(), cuda(0, 1024));
+      ADD_FAILURE() << "a 1 KiB workspace cap should be refused";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::out_of_memory);
+      EXPECT_NE(std::string(e.what()).find("max_workspace_bytes"), std::string::npos) << e.what();
+    }
   }
 }
 

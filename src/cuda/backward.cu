@@ -1,12 +1,16 @@
-// The CUDA backward (plain FFMA version 1).
+// The CUDA backward. For bfloat16 inputs the chunk states, dv and bwd_local's contractions over E
+// run on tensor cores (chunk_products.cuh, chunk_readback_mma_kernel); float32 and float16 keep
+// FFMA. The scores and the rest of bwd_local are FFMA on every path.
 // Per batch of (b, h) pairs (bounded by options.max_workspace_bytes):
-//   1. the forward's scan, scores P (and M[i][j] = G_i·v_j), chunk-start states H_c, and the
-//      context c_t in float32, from which gc_t = G_t·c_t (= sum_l gw_t[l] w_t[l]);
+//   1. the forward's scan, scores P (and M[i][j] = G_i·v_j), chunk-start states H_c (float32);
 //   2. chunk-end states of the reverse recurrence A (chunk_states<reverse>), dR_0 = A_0;
 //   3. dv_t = (q_t a^(Cn-1-i))·A_end + sum_{k>i} P[k][i] G_k (chunk_output<dv>);
 //   4. per (chunk, 16 latents): gw_t, sum_e A_{t+1} v_t, the normaliser gradient inside the
-//      chunk, the partial dq, and the chunk's share of da (bwd_local_kernel);
+//      chunk, the partial dq, the chunk's share of da, and the block's share of
+//      gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t) (bwd_local_kernel, then gc_reduce_kernel);
 //   5. the normaliser gradient across chunks (bscan_kernel), dN_0 = B_0, and dq.
+// gc comes from the same gw that dq subtracts it from, so the difference gw - gc, which is small
+// where the read weights are spread evenly, carries no error of a separately computed context.
 // Reductions over heads (dv when Hv = 1) and over batch rows and chunks (da) are sums in a fixed
 // order in one thread each: no atomics, so two runs give bitwise-identical gradients.
 //
@@ -17,7 +21,7 @@
 //   (A_{i+1} v_i)    = a^(Cn-1-i) (A_end v_i) + sum_{k>i} a^(k-i-1) Qp_k M[k][i]
 //   da = sum_i <A_{i+1}, R_i> = f(Cn)<A_end, H> + sum_j q_j (A_end v_j) f(Cn-1-j)
 //        + sum_k Qp_k (H G_k) f(k) + sum_{j<k} Qp_k q_j M[k][j] f(k-j-1),   f(n) = n a^(n-1).
-#include "cuda/chunk_kernels.cuh"
+#include "cuda/chunk_products.cuh"
 #include "cuda/ops.h"
 #include "cuda/workspace.h"
 
@@ -25,24 +29,94 @@ namespace rhoscan::cuda_detail {
 namespace {
 
 
-// gc_t = sum_e G_t[e] c_t[e]: one warp per (bh, t).
-template <typename T>
-__global__ void gc_kernel(Dims d, Str4 g, const float* cf, float* gc) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  for (int64_t w = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; w < d.nbh * d.T; w += warps) {
-    const int64_t bh = w / d.T, t = w % d.T, b = d.b_of(bh), h = d.h_of(bh);
+constexpr int kLocalThreads = 256;
+constexpr int kLocalLT = 16, kLocalET = 32;
+
+// ---- bwd_local's contractions over E on tensor cores (bfloat16 backward) ---------------------
+// Per (bh, chunk, 64 latents): W[t][l] = H_c[l,:]·G_t and U[t][l] = A_end[l,:]·v_t for the chunk's
+// tokens, HdH[c][l] = <H_c[l,:], A_end[l,:]>. The float32 states are split into bf16 hi + lo
+// (x = hi + lo to about 2^-16 relative) and G, v are exact in bf16, so W and U keep float32-level
+// accuracy: gw = W / (N + eps) enters dq as the difference gw - gc. Warps 0-3 compute W, 4-7 U.
+constexpr int kRbS = kMmaLT + 8;
+constexpr int kReadbackSmem = 6 * 64 * kRbS * static_cast<int>(sizeof(bf16));
+__global__ void __launch_bounds__(kMmaThreads, 2) chunk_readback_mma_kernel(Dims d, const float* Hs, const float* dHs,
+                                                                            const bf16* gb, const bf16* vb, float* W,
+                                                                            float* U, float* HdH) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // tiles 0, 1: H hi, lo; 2, 3: A_end hi, lo ([64 latents][kRbS]); 4: G, 5: v ([64 tokens][kRbS])
+  bf16* tiles = reinterpret_cast<bf16*>(smem_raw);
+  auto tile = [&](int k) { return tiles + k * 64 * kRbS; };
+  const int warp = threadIdx.x / 32;
+  const bool is_u = warp >= 4;
+  const int wm = (warp & 1) * 32, wn = ((warp >> 1) & 1) * 32;  // the warp's latents and tokens
+  const int64_t nlt = d.Lp / 64;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * nlt), c = (item / nlt) % d.nC, l0 = (item % nlt) * 64, t0 = c * d.C;
+    const int Cn = static_cast<int>(d.chunk_len(c));
+    const float* Hc = Hs + ((bh * d.nC + c) * d.Lp + l0) * d.Ep;
+    const float* Ac = dHs + ((bh * d.nC + c) * d.Lp + l0) * d.Ep;
+    const bf16* Gc = gb + (bh * d.T + t0) * d.Ep;
+    const bf16* Vc = vb + (bh * d.T + t0) * d.Ep;
+    float acc[2][4][4] = {}, hdh[4] = {};  // hdh[k]: latent row threadIdx.x / 16 + 16 k
+    for (int64_t e0 = 0; e0 < d.Ep; e0 += 64) {
+      __syncthreads();  // the previous tiles are consumed
+      for (int idx = threadIdx.x; idx < 64 * 8; idx += blockDim.x) {
+        const int i = idx / 8, p = 8 * (idx % 8);
+        cp_async16(tile(4) + i * kRbS + p, Gc + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
+        cp_async16(tile(5) + i * kRbS + p, Vc + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
+      }
+      cp_async_commit();
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int idx = threadIdx.x + k * kMmaThreads, r = idx / 16, p = 4 * (idx % 16);
+        const float4 hv = *reinterpret_cast<const float4*>(Hc + r * d.Ep + e0 + p);
+        const float4 av = *reinterpret_cast<const float4*>(Ac + r * d.Ep + e0 + p);
+        hdh[k] += hv.x * av.x + hv.y * av.y + hv.z * av.z + hv.w * av.w;
+        const float hx[4] = {hv.x, hv.y, hv.z, hv.w}, ax[4] = {av.x, av.y, av.z, av.w};
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const bf16 hh = __float2bfloat16_rn(hx[u]), ah = __float2bfloat16_rn(ax[u]);
+          tile(0)[r * kRbS + p + u] = hh;
+          tile(1)[r * kRbS + p + u] = __float2bfloat16_rn(hx[u] - __bfloat162float(hh));
+          tile(2)[r * kRbS + p + u] = ah;
+          tile(3)[r * kRbS + p + u] = __float2bfloat16_rn(ax[u] - __bfloat162float(ah));
+        }
+      }
+      cp_async_wait<0>();
+      __syncthreads();
+      // [l][t] += sum_e S[l][e] Y[t][e]: A = S (stored [l][e]), B = Y^T (Y stored [t][e])
+      const bf16* Y = tile(is_u ? 5 : 4);
+      warp_mma_32x32<false, true>(acc, tile(is_u ? 2 : 0), kRbS, Y, kRbS, wm, wn, 64);
+      warp_mma_32x32<false, true>(acc, tile(is_u ? 3 : 1), kRbS, Y, kRbS, wm, wn, 64);
+    }
+    float* out = is_u ? U : W;
+    for_each_acc(acc, wm, wn, [&](int lr, int i, float& x) {
+      const int64_t l = l0 + lr;
+      if (l < d.L && i < Cn) out[(bh * d.T + t0 + i) * d.L + l] = x;
+    });
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // the 16 threads of a row are one half-warp: a fixed shuffle tree
+      float x = hdh[k];
+      for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+      const int64_t l = l0 + threadIdx.x / 16 + 16 * k;
+      if (threadIdx.x % 16 == 0 && l < d.L) HdH[(bh * d.nC + c) * d.L + l] = x;
+    }
+  }
+}
+
+// gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t): the partial sums of bwd_local's latent blocks, added
+// in block order by one thread per (bh, t).
+__global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
+  const int64_t nlt = (d.L + kLocalLT - 1) / kLocalLT;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < d.nbh * d.T; x += int64_t(gridDim.x) * blockDim.x) {
     float acc = 0.0f;
-    for (int64_t e = lane; e < d.E; e += 32) acc += load<T>(g.p, g.at(b, h, t, e)) * cf[w * d.E + e];
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (lane == 0) gc[w] = acc;
+    for (int64_t lt = 0; lt < nlt; ++lt) acc += gcp[x * nlt + lt];
+    gc[x] = acc;
   }
 }
 
 // One block per (bh, chunk, 16 latents); 256 threads = 16 latents × 16 token groups, each
 // thread owns tokens i = ig + 16 r (r < 4) of latent l.
-constexpr int kLocalThreads = 256;
-constexpr int kLocalLT = 16, kLocalET = 32;
 struct LocalSmem {
   float qs[64][kLocalLT], qps[64][kLocalLT], ns[64][kLocalLT], dn[64][kLocalLT];
   float ms[64][64];
@@ -55,11 +129,13 @@ struct LocalSmem {
   float hdh[kLocalLT];
 };
 
+// Wr, Ur, HdHr (optional): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
+// alias dqp (each thread reads its W[t][l] before it writes dqp[t][l]).
 template <typename T>
 __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
-    const float* Hs, const float* dHs, const float* M, const float* gc, float* dqp, float* dap, float* Bsum,
-    float* Zs) {
+    const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
+    float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
   constexpr int LT = kLocalLT, ET = kLocalET, RPT = 4;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   LocalSmem& S = *reinterpret_cast<LocalSmem*>(smem_raw);
@@ -102,14 +178,25 @@ __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
     }
     // W_i = H_c[l,:]·G_i and U_i = A_end[l,:]·v_i, over E in tiles of 32, 16-byte shared reads.
     float W[RPT] = {}, U[RPT] = {}, HdH = 0.0f;
-    for (int64_t e0 = 0; e0 < d.E; e0 += ET) {
+    if (Wr) {
+#pragma unroll
+      for (int r = 0; r < RPT; ++r) {
+        const int i = ig + 16 * r;
+        if (i < Cn && lok) {
+          W[r] = Wr[(bh * d.T + t0 + i) * d.L + l];
+          U[r] = Ur[(bh * d.T + t0 + i) * d.L + l];
+        }
+      }
+      if (lok) HdH = HdHr[(bh * d.nC + c) * d.L + l];
+    }
+    for (int64_t e0 = 0; e0 < (Wr ? 0 : d.E); e0 += ET) {
       __syncthreads();
       for (int idx = threadIdx.x; idx < LT * ET; idx += blockDim.x) {
         const int x = idx / ET, ee = idx % ET;
         const int64_t lx = l0 + x, e = e0 + ee;
         const bool ok = lx < d.L && e < d.E;
-        S.hs[x][ee] = ok ? Hs[((bh * d.nC + c) * d.L + lx) * d.E + e] : 0.0f;
-        S.dhs[x][ee] = ok ? dHs[((bh * d.nC + c) * d.L + lx) * d.E + e] : 0.0f;
+        S.hs[x][ee] = ok ? Hs[((bh * d.nC + c) * d.Lp + lx) * d.Ep + e] : 0.0f;
+        S.dhs[x][ee] = ok ? dHs[((bh * d.nC + c) * d.Lp + lx) * d.Ep + e] : 0.0f;
       }
       for (int idx = threadIdx.x; idx < 64 * ET; idx += blockDim.x) {
         const int i = idx / ET, ee = idx % ET;
@@ -161,6 +248,15 @@ __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
         dn[i][ll] = -qps[i][ll] * gw[r];
       }
     }
+    // gcp[bh][t][lt] = sum over this block's 16 latents of gw_t[l] w_t[l] (w = q / s): the 16
+    // threads of one token group are one half-warp, summed by a fixed shuffle tree.
+#pragma unroll
+    for (int r = 0; r < RPT; ++r) {
+      const int i = ig + 16 * r;
+      float x = i < Cn ? gw[r] * qs[i][ll] : 0.0f;
+      for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+      if (ll == 0 && i < Cn) gcp[(bh * d.T + t0 + i) * nlt + lt] = x / s[bh * d.T + t0 + i];
+    }
     __syncthreads();
     float da_part = 0.0f, bsum_part = 0.0f, z_part = 0.0f;
 #pragma unroll
@@ -173,7 +269,7 @@ __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
           pw *= a;
         }
         const int64_t t = t0 + i;
-        if (lok) dqp[(bh * d.T + t) * d.L + l] = (gw[r] - gc[bh * d.T + t]) / s[bh * d.T + t] + av[r] + ib;
+        if (lok) dqp[(bh * d.T + t) * d.L + l] = gw[r] / s[bh * d.T + t] + av[r] + ib;
         da_part += qs[i][ll] * U[r] * dpow(a, Cn - 1 - i) + qps[i][ll] * W[r] * dpow(a, i) + term4[r] +
                    ib * ns[i][ll];
         bsum_part += ipow(a, i) * dn[i][ll];
@@ -219,15 +315,17 @@ __global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsu
   }
 }
 
-// dq_t[l] = partial + a^(Cn-1-i) Bend_c[l].
+// dq_t[l] = partial - gc_t / s_t + a^(Cn-1-i) Bend_c[l].
 template <typename T>
-__global__ void dq_final_kernel(Dims d, const float* a32, const float* dqp, const float* Bend, Str4 dq) {
+__global__ void dq_final_kernel(Dims d, const float* a32, const float* dqp, const float* gc, const float* s,
+                                const float* Bend, Str4 dq) {
   const int64_t n = d.nbh * d.T * d.L;
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
     const int64_t l = x % d.L, t = (x / d.L) % d.T, bh = x / (d.L * d.T);
     const int64_t c = t / d.C, i = t % d.C, b = d.b_of(bh), h = d.h_of(bh);
     const float a = a32[h * d.L + l];
-    const float val = dqp[x] + ipow(a, static_cast<int>(d.chunk_len(c) - 1 - i)) * Bend[(bh * d.nC + c) * d.L + l];
+    const float val = (dqp[x] - gc[bh * d.T + t] / s[bh * d.T + t]) +
+                      ipow(a, static_cast<int>(d.chunk_len(c) - 1 - i)) * Bend[(bh * d.nC + c) * d.L + l];
     store<T>(const_cast<void*>(dq.p), dq.at(b, h, t, l), val);
   }
 }
@@ -288,14 +386,19 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   d.H = p.H, d.T = p.T, d.L = p.L, d.E = p.E;
   d.C = g.options.chunk_size > 0 ? std::min<int64_t>(g.options.chunk_size, kMaxChunk) : kDefaultChunk;
   d.nC = (p.T + d.C - 1) / d.C;
+  constexpr bool kTC = kTensorCoreBackward<T>;
+  set_padding<kTC>(d);
   const int64_t nT = p.T, L = p.L, E = p.E, nC = d.nC, C = d.C;
   const int64_t shared = Workspace::floats(p.H * L) + Workspace::doubles(p.H * L) +
                          Workspace::floats(p.B * p.Hv * nT * E);
-  // Per (b, h) pair: what the forward recomputes, both chunk-state sets, and the
-  // backward's per-token float32 partials (dq, dv) and per-chunk vectors.
+  // Per (b, h) pair: what the forward recomputes, both chunk-state sets (float32), the
+  // backward's per-token float32 partials (dq, dv, gc) and per-chunk vectors.
+  const int64_t nlt = (L + kLocalLT - 1) / kLocalLT;
   const int64_t per_bh = Workspace::floats(nT) * 2 + Workspace::floats(nT * L) * 2 + Workspace::floats((nC + 1) * L) +
-                         Workspace::floats(nC * 16 * C * C) * 2 + Workspace::floats(nC * L * E) * 2 +
-                         Workspace::floats(nT * E) * 2 + Workspace::floats(nC * L) * 4 + Workspace::floats(L);
+                         Workspace::floats(nC * 16 * C * C) * 2 + chunk_state_bytes<float>(d) * 2 +
+                         operand_bytes<kTC>(d, 2, 2) + Workspace::floats(nT * nlt) + Workspace::floats(nT * E) +
+                         Workspace::floats(nC * L) * 4 + Workspace::floats(L) +
+                         (kTC ? Workspace::floats(nT * L) + Workspace::floats(nC * L) : 0);  // U, HdH
   const int64_t cap = workspace_cap(g.options.max_workspace_bytes);
   if (shared + per_bh > cap)
     throw Error(ErrorKind::out_of_memory,
@@ -304,7 +407,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                     ", L=" + std::to_string(L) + ", E=" + std::to_string(E) + "), over the cap of " +
                     std::to_string(cap) + " bytes: raise options.max_workspace_bytes");
   const int64_t BH = p.B * p.H;
-  const int64_t per_batch = std::min<int64_t>(BH, std::max<int64_t>(1, (cap - shared) / per_bh));
+  const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
   Workspace ws(shared + per_batch * per_bh, stream);
   float* a32 = ws.take_floats(p.H * L);
   double* da_acc = ws.take_doubles(p.H * L);
@@ -321,7 +424,6 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const Str4 dq = str4(g.grad_q, g.grad_q_stride), dv = str4(g.grad_v, g.grad_v_stride);
   const Str4 dr0 = str4(g.grad_rho0, g.grad_rho0_stride);
   const Str3 dn0 = str3(g.grad_rho_norm0, g.grad_rho_norm0_stride);
-  const int64_t net = (E + 63) / 64;
   for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
     ws.reset();
     ws.take_floats(p.H * L);
@@ -338,50 +440,47 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* Nc = ws.take_floats(n * (nC + 1) * L);
     float* P = ws.take_floats(n * nC * d.nsplit * C * C);
     float* M = ws.take_floats(n * nC * d.nsplit * C * C);
-    float* Hs = ws.take_floats(n * nC * L * E);
-    float* dHs = ws.take_floats(n * nC * L * E);
-    float* cf = ws.take_floats(n * nT * E);
+    float* Hs = ws.take_floats(n * nC * d.Lp * d.Ep);
+    float* dHs = ws.take_floats(n * nC * d.Lp * d.Ep);
+    const Operands16 o = take_operands<kTC>(ws, d, true);
+    float* gcp = ws.take_floats(n * nT * nlt);
     float* dvp = ws.take_floats(n * nT * E);
     float* dap = ws.take_floats(n * nC * L);
     float* Bsum = ws.take_floats(n * nC * L);
     float* Zs = ws.take_floats(n * nC * L);
     float* Bend = ws.take_floats(n * nC * L);
     float* daB = ws.take_floats(n * L);
+    float* Ur = kTC ? ws.take_floats(n * nT * L) : nullptr;  // W lives in dqp (see bwd_local_kernel)
+    float* HdHr = kTC ? ws.take_floats(n * nC * L) : nullptr;
 
     token_sum_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
-    norm_scan_kernel<T><<<grid_for(n * L, 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, Str3{});
+    norm_scan_kernel<T><<<grid_for(n * (o.Xq ? d.Lp : L), 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, Str3{},
+                                                                                  o.Xq, o.Kq);
     RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
-    chunk_scores_kernel<T><<<grid_for(n * nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, gctx, a32, Qp, P, M);
-    RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
-    if (d.nsplit > 1) {
-      reduce_splits_kernel<<<grid_for(n * nC * C * C, 256), 256, 0, stream>>>(d, P);
-      reduce_splits_kernel<<<grid_for(n * nC * C * C, 256), 256, 0, stream>>>(d, M);
-      RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
-    }
-    const int64_t state_items = n * ((L + kStateLT - 1) / kStateLT) * ((E + kStateET - 1) / kStateET);
-    chunk_states_kernel<T, false><<<grid_for(state_items), kStateThreads, 0, stream>>>(d, q, v, a32, Qp, rho0, Hs,
-                                                                                       Str4{});
-    RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel<forward>");
-    chunk_output_kernel<T, float, false><<<grid_for(n * nC * net), kOutThreads, 0, stream>>>(d, q, v, a32, Qp, Hs,
-                                                                                             P, Str4{}, cf);
-    RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel<context>");
-    gc_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, gctx, cf, gc);
-    RHOSCAN_CUDA_LAUNCHED("gc_kernel");
-    chunk_states_kernel<T, true><<<grid_for(state_items), kStateThreads, 0, stream>>>(d, q, gctx, a32, Qp, gr, dHs,
-                                                                                      dr0);
-    RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel<reverse>");
-    chunk_output_kernel<T, float, true><<<grid_for(n * nC * net), kOutThreads, 0, stream>>>(d, q, gctx, a32, Qp,
-                                                                                            dHs, P, Str4{}, dvp);
-    RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel<dv>");
+    launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, M, stream);
+    pack_values<kTC, T>(d, v, o.vb, stream);
+    pack_values<kTC, T>(d, gctx, o.gb, stream);
+    launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream);
+    launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream);
+    launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(LocalSmem))));
-    bwd_local_kernel<T><<<grid_for(n * nC * ((L + kLocalLT - 1) / kLocalLT)), kLocalThreads, sizeof(LocalSmem), stream>>>(
-        d, q, v, gctx, a32, Qp, s, Nc, Hs, dHs, M, gc, dqp, dap, Bsum, Zs);
+    if constexpr (kTC) {
+      RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(chunk_readback_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              kReadbackSmem));
+      chunk_readback_mma_kernel<<<grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, kReadbackSmem, stream>>>(
+          d, Hs, dHs, o.gb, o.vb, dqp, Ur, HdHr);
+      RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
+    }
+    bwd_local_kernel<T><<<grid_for(n * nC * nlt), kLocalThreads, sizeof(LocalSmem), stream>>>(
+        d, q, v, gctx, a32, Qp, s, Nc, Hs, dHs, M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
     RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");
+    gc_reduce_kernel<<<grid_for(n * nT, 256), 256, 0, stream>>>(d, gcp, gc);
+    RHOSCAN_CUDA_LAUNCHED("gc_reduce_kernel");
     bscan_kernel<<<grid_for(n * L, 256), 256, 0, stream>>>(d, a32, gn, Bsum, Zs, Bend, daB, dn0);
     RHOSCAN_CUDA_LAUNCHED("bscan_kernel");
-    dq_final_kernel<T><<<grid_for(n * nT * L, 256), 256, 0, stream>>>(d, a32, dqp, Bend, dq);
+    dq_final_kernel<T><<<grid_for(n * nT * L, 256), 256, 0, stream>>>(d, a32, dqp, gc, s, Bend, dq);
     RHOSCAN_CUDA_LAUNCHED("dq_final_kernel");
     dv_accumulate_kernel<<<grid_for(((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT * E, 256), 256, 0, stream>>>(
         d, p.Hv, dvp, dv_acc);

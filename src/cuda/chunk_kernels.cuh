@@ -50,6 +50,10 @@ struct Dims {
   int64_t bh0 = 0;  // global (b·H + h) index of local pair 0
   int64_t nbh = 0;
   int64_t nsplit = 1;  // chunk_scores: partial sums over this many slices of L (and of E)
+  // Rows (latents) and row stride (columns) of each chunk state in the state workspace, and the
+  // row stride of the tensor-core operands Xq, Kq: L and E on the float32 path, padded to the
+  // tensor-core tiles (zeros in the padding) on the 16-bit path.
+  int64_t Lp = 0, Ep = 0;
   __device__ __forceinline__ int64_t b_of(int64_t bh) const { return (bh0 + bh) / H; }
   __device__ __forceinline__ int64_t h_of(int64_t bh) const { return (bh0 + bh) % H; }
   __device__ __forceinline__ int64_t chunk_len(int64_t c) const {
@@ -98,14 +102,26 @@ __global__ void token_sum_kernel(Dims d, Str4 q, float* s) {
 // ---- normaliser scan: one thread per (bh, l), sequential over t ------------------------------
 // Writes Qp[bh][t][l], N at every chunk start Nc[bh][c][l] (c = 0..nC, the last is N_T), and the
 // final rho_norm when n_out is given. n0 (float32 state) may alias n_out: each thread reads its
-// element before it writes it.
+// element before it writes it. With Xq given (the tensor-core path) it also writes the bf16
+// operands of the chunk products, rows of d.Lp with zeros past L, for token i of its chunk:
+//   Xq[bh][t][l] = Qp_t[l] a^i            (the read of the chunk-start state)
+//   Kq[bh][t][l] = q_t[l] a^(Cn-1-i)       (when given: the backward's dv operand)
 template <typename T>
 __global__ void norm_scan_kernel(Dims d, Str4 q, const float* a32, Str3 n0, const float* s, float* Qp,
-                                 float* Nc, Str3 n_out) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.L; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t bh = i / d.L, l = i % d.L, b = d.b_of(bh), h = d.h_of(bh);
+                                 float* Nc, Str3 n_out, __nv_bfloat16* Xq = nullptr, __nv_bfloat16* Kq = nullptr) {
+  const int64_t width = Xq ? d.Lp : d.L;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * width; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t bh = i / width, l = i % width, b = d.b_of(bh), h = d.h_of(bh);
+    if (l >= d.L) {  // padding latents of the tensor-core operands
+      for (int64_t t = 0; t < d.T; ++t) {
+        Xq[(bh * d.T + t) * d.Lp + l] = __float2bfloat16_rn(0.0f);
+        if (Kq) Kq[(bh * d.T + t) * d.Lp + l] = __float2bfloat16_rn(0.0f);
+      }
+      continue;
+    }
     const float a = a32[h * d.L + l];
     float N = n0.p ? static_cast<const float*>(n0.p)[n0.at(b, h, l)] : 0.0f;
+    float apow_i = 1.0f;  // a^i, i = t mod C
     const int64_t qbase = b * q.s[0] + h * q.s[1] + l * q.s[3];
     for (int64_t t0 = 0; t0 < d.T; t0 += 8) {
       // eight independent loads in flight before the dependent chain
@@ -120,8 +136,18 @@ __global__ void norm_scan_kernel(Dims d, Str4 q, const float* a32, Str3 n0, cons
       for (int k = 0; k < 8; ++k) {
         const int64_t t = t0 + k;
         if (t < d.T) {
-          if (t % d.C == 0) Nc[(bh * (d.nC + 1) + t / d.C) * d.L + l] = N;
-          Qp[(bh * d.T + t) * d.L + l] = (qv[k] / sv[k]) / (N + kEpsF);
+          const int ci = static_cast<int>(t % d.C);
+          if (ci == 0) Nc[(bh * (d.nC + 1) + t / d.C) * d.L + l] = N;
+          const float qp = (qv[k] / sv[k]) / (N + kEpsF);
+          Qp[(bh * d.T + t) * d.L + l] = qp;
+          if (Xq) {
+            apow_i = ci == 0 ? 1.0f : apow_i * a;
+            Xq[(bh * d.T + t) * d.Lp + l] = __float2bfloat16_rn(qp * apow_i);
+          }
+          if (Kq) {
+            const int cn = static_cast<int>(d.chunk_len(t / d.C));
+            Kq[(bh * d.T + t) * d.Lp + l] = __float2bfloat16_rn(qv[k] * ipow(a, cn - 1 - ci));
+          }
           N = a * N + qv[k];
         }
       }
@@ -134,7 +160,8 @@ __global__ void norm_scan_kernel(Dims d, Str4 q, const float* a32, Str3 n0, cons
 // ---- intra-chunk scores: one block (256 threads) per (bh, c) ---------------------------------
 // P[bh][c][split][i][j] = sum_l Qp_i[l] a^(i-1-j) q_j[l] over the split's slice of L for j < i,
 // else 0. With G given (backward), also M[bh][c][split][i][j] = sum_e G_i[e] v_j[e] over the
-// split's slice of E. Consumers add the d.nsplit partials in increasing split order.
+// split's slice of E; with P null, only M. Consumers add the d.nsplit partials in increasing
+// split order.
 constexpr int kScoreThreads = 256;
 template <typename T>
 __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str4 q, Str4 v, Str4 g,
@@ -154,7 +181,7 @@ __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str
     float acc[16], acc2[16];
 #pragma unroll
     for (int r = 0; r < 16; ++r) acc[r] = acc2[r] = 0.0f;
-    for (int64_t l0 = sp * lslice; l0 < l_end; l0 += LT) {
+    for (int64_t l0 = sp * lslice; P != nullptr && l0 < l_end; l0 += LT) {
       __syncthreads();
       for (int idx = threadIdx.x; idx < 64 * LT; idx += blockDim.x) {
         const int i = idx / LT, ll = idx % LT;
@@ -213,7 +240,7 @@ __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str
     for (int r = 0; r < 16; ++r) {
       const int p = threadIdx.x + r * kScoreThreads;
       if (p < C * C) {
-        P[((bh * d.nC + c) * d.nsplit + sp) * C * C + p] = acc[r];
+        if (P != nullptr) P[((bh * d.nC + c) * d.nsplit + sp) * C * C + p] = acc[r];
         if (M != nullptr) M[((bh * d.nC + c) * d.nsplit + sp) * C * C + p] = acc2[r];
       }
     }
@@ -270,7 +297,7 @@ __global__ void __launch_bounds__(kStateThreads) chunk_states_kernel(Dims d, Str
       const int64_t c = kReverse ? d.nC - 1 - step : step;
       const int64_t t0 = c * d.C;
       const int Cn = static_cast<int>(d.chunk_len(c));
-      float* Hc = Hs + (bh * d.nC + c) * d.L * d.E;
+      float* Hc = Hs + (bh * d.nC + c) * d.Lp * d.Ep;
       // 16-byte stores when every row starts 16-byte aligned (E % 4 == 0): one transaction per lane
       const bool vec = (d.E % 4 == 0) && e0 + CPT <= d.E;
 #pragma unroll
@@ -278,11 +305,11 @@ __global__ void __launch_bounds__(kStateThreads) chunk_states_kernel(Dims d, Str
         const int64_t l = l0 + tr * RPT + r;
         if (l >= d.L) continue;
         if (vec) {
-          *reinterpret_cast<float4*>(&Hc[l * d.E + e0]) = make_float4(st[r][0], st[r][1], st[r][2], st[r][3]);
+          *reinterpret_cast<float4*>(&Hc[l * d.Ep + e0]) = make_float4(st[r][0], st[r][1], st[r][2], st[r][3]);
         } else {
 #pragma unroll
           for (int k = 0; k < CPT; ++k)
-            if (e0 + k < d.E) Hc[l * d.E + e0 + k] = st[r][k];
+            if (e0 + k < d.E) Hc[l * d.Ep + e0 + k] = st[r][k];
         }
       }
       __syncthreads();
@@ -383,7 +410,7 @@ __global__ void __launch_bounds__(kOutThreads, 3) chunk_output_kernel(Dims d, St
     const int64_t bh = item / (d.nC * net), c = (item / net) % d.nC, et = item % net;
     const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, e0 = et * ET;
     const int Cn = static_cast<int>(d.chunk_len(c));
-    const float* Hc = Hs + (bh * d.nC + c) * d.L * d.E;
+    const float* Hc = Hs + (bh * d.nC + c) * d.Lp * d.Ep;
     float acc[4][4] = {};
     float xr[8], sr[8];  // the next tile, fetched while the current one is multiplied
     auto fetch = [&](int64_t l0) {
@@ -406,7 +433,7 @@ __global__ void __launch_bounds__(kOutThreads, 3) chunk_output_kernel(Dims d, St
       for (int k = 0; k < 8; ++k) {
         const int idx = threadIdx.x + k * kOutThreads;
         const int64_t lx = l0 + idx / ET, e = e0 + idx % ET;
-        sr[k] = (lx < d.L && e < d.E) ? Hc[lx * d.E + e] : 0.0f;
+        sr[k] = (lx < d.L && e < d.E) ? Hc[lx * d.Ep + e] : 0.0f;
       }
     };
     fetch(0);

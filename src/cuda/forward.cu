@@ -2,7 +2,7 @@
 // See chunk_kernels.cuh for the formulas. The chunk-start states of a batch of (b, h) pairs live
 // in a workspace bounded by options.max_workspace_bytes (default 2 GiB): when all pairs do not
 // fit at once, the pairs are processed in consecutive batches.
-#include "cuda/chunk_kernels.cuh"
+#include "cuda/chunk_products.cuh"
 #include "cuda/ops.h"
 #include "cuda/workspace.h"
 
@@ -17,11 +17,13 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   d.H = p.H, d.T = p.T, d.L = p.L, d.E = p.E;
   d.C = f.options.chunk_size > 0 ? std::min<int64_t>(f.options.chunk_size, kMaxChunk) : kDefaultChunk;
   d.nC = (p.T + d.C - 1) / d.C;
+  constexpr bool kTC = kTensorCoreForward<T>;
+  set_padding<kTC>(d);
   const int64_t BH = p.B * p.H;
   const int64_t shared = Workspace::floats(p.H * p.L);
   const int64_t per_bh = Workspace::floats(p.T) + Workspace::floats(p.T * p.L) +
                          Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
-                         Workspace::floats(d.nC * p.L * p.E);
+                         chunk_state_bytes<StateT<kTC>>(d) + operand_bytes<kTC>(d, 1, 1);
   const int64_t cap = workspace_cap(f.options.max_workspace_bytes);
   if (shared + per_bh > cap)
     throw Error(ErrorKind::out_of_memory,
@@ -29,7 +31,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
                     " bytes of chunk workspace (T=" + std::to_string(p.T) + ", L=" + std::to_string(p.L) +
                     ", E=" + std::to_string(p.E) + "), over the cap of " + std::to_string(cap) +
                     " bytes: raise options.max_workspace_bytes");
-  const int64_t per_batch = std::min<int64_t>(BH, std::max<int64_t>(1, (cap - shared) / per_bh));
+  const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
   Workspace ws(shared + per_batch * per_bh, stream);
   float* a32 = ws.take_floats(p.H * p.L);
   decay_to_f32_kernel<<<grid_for(p.H * p.L, 256), 256, 0, stream>>>(
@@ -48,26 +50,17 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     float* Qp = ws.take_floats(d.nbh * p.T * p.L);
     float* Nc = ws.take_floats(d.nbh * (d.nC + 1) * p.L);
     float* P = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
-    float* Hs = ws.take_floats(d.nbh * d.nC * p.L * p.E);
+    StateT<kTC>* Hs = ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
+    const Operands16 o = take_operands<kTC>(ws, d, false);
     token_sum_kernel<T><<<grid_for(d.nbh * p.T, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
-    norm_scan_kernel<T><<<grid_for(d.nbh * p.L, 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, n_out);
+    norm_scan_kernel<T><<<grid_for(d.nbh * (o.Xq ? d.Lp : p.L), 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc,
+                                                                                     n_out, o.Xq, o.Kq);
     RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
-    chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, Str4{}, a32, Qp, P,
-                                                                                   nullptr);
-    RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
-    if (d.nsplit > 1) {
-      reduce_splits_kernel<<<grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream>>>(d, P);
-      RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
-    }
-    const int64_t state_items = d.nbh * ((p.L + kStateLT - 1) / kStateLT) * ((p.E + kStateET - 1) / kStateET);
-    chunk_states_kernel<T, false><<<grid_for(state_items), kStateThreads, 0, stream>>>(d, q, v, a32, Qp, rho0,
-                                                                                       Hs, rho_out);
-    RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel");
-    const int64_t out_items = d.nbh * d.nC * ((p.E + 63) / 64);
-    chunk_output_kernel<T, T, false><<<grid_for(out_items), kOutThreads, 0, stream>>>(d, q, v, a32, Qp, Hs, P,
-                                                                                      ctx, nullptr);
-    RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel");
+    launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
+    pack_values<kTC, T>(d, v, o.vb, stream);
+    launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
+    launch_chunk_output<kTC, T, T, false>(d, q, v, a32, Qp, o, Hs, P, ctx, nullptr, stream);
     ws.reset();
     ws.take_floats(p.H * p.L);  // a32 stays at the front
   }

@@ -16,6 +16,8 @@ class Workspace {
   // Bytes of `count` floats (or doubles) rounded up to the carving alignment.
   static int64_t floats(int64_t count) { return round_up(count * 4); }
   static int64_t doubles(int64_t count) { return round_up(count * 8); }
+  template <typename X>
+  static int64_t bytes(int64_t count) { return round_up(count * static_cast<int64_t>(sizeof(X))); }
 
   Workspace(int64_t bytes, cudaStream_t stream);
   ~Workspace();
@@ -24,6 +26,8 @@ class Workspace {
 
   float* take_floats(int64_t count) { return static_cast<float*>(take(floats(count))); }
   double* take_doubles(int64_t count) { return static_cast<double*>(take(doubles(count))); }
+  template <typename X>
+  X* take_array(int64_t count) { return static_cast<X*>(take(bytes<X>(count))); }
   void reset() { used_ = 0; }
 
  private:

@@ -1,0 +1,509 @@
+// The chunk products on tensor cores (bf16 operands, float32 accumulators) for bfloat16 and
+// float16 inputs, and the launchers that pick them or the float32 FFMA kernels of
+// chunk_kernels.cuh (float32 inputs keep exact float32 arithmetic).
+//
+// Tensor-core path: norm_scan writes the scaled operands Xq = Qp_i a^i and Kq = q_i a^(Cn-1-i)
+// in bf16 (rows of d.Lp latents, zero padded), pack_bf16 copies v (and G) into contiguous bf16
+// rows of d.Ep columns, and every product accumulates in float32 in the mma accumulators. The
+// state recurrence itself (S <- a^Cn S + K^T V) runs in float32 registers across the whole
+// sequence. The forward stores the chunk-start states in bf16 (its readout rounds them to bf16
+// anyway); the backward stores them in float32, because its local gradient gw_t[l] = G_t·X_t[l,:]
+// enters dq as gw - sum_j gw_j w_j, a difference that bf16 states would not resolve.
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "cuda/chunk_kernels.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/workspace.h"
+
+namespace rhoscan::cuda_detail {
+
+// Which inputs take the tensor-core path. The forward: bfloat16 and float16. The backward:
+// bfloat16 only; float16 keeps FFMA there, because rounding its values and upstream gradients to
+// bf16 (3 mantissa bits fewer) took grad_q past the 5e-3 bar on the harness's decay-0/1 cases.
+template <typename T>
+constexpr bool kTensorCoreForward = !std::is_same_v<T, float>;
+template <typename T>
+constexpr bool kTensorCoreBackward = std::is_same_v<T, bf16>;
+// The element type of the forward's stored chunk states (the backward's are float32).
+template <bool kTC>
+using StateT = std::conditional_t<kTC, bf16, float>;
+
+constexpr int kMmaThreads = 256;
+constexpr int kMmaLT = 64;   // latents per tile (the L padding of the tensor-core path)
+constexpr int kMmaET = 128;  // state / output columns per tile (the E padding)
+
+// Sets the state and operand padding of the path.
+template <bool kTC>
+void set_padding(Dims& d) {
+  d.Lp = kTC ? (d.L + kMmaLT - 1) / kMmaLT * kMmaLT : d.L;
+  d.Ep = kTC ? (d.E + kMmaET - 1) / kMmaET * kMmaET : d.E;
+}
+// Workspace bytes per (b, h) pair: one set of chunk states of element type S, and the bf16
+// operands of the tensor-core path: `lat` arrays [T][Lp] (Xq, Kq) and `cols` arrays [T][Ep]
+// (packed values).
+template <typename S>
+int64_t chunk_state_bytes(const Dims& d) {
+  return Workspace::bytes<S>(d.nC * d.Lp * d.Ep);
+}
+template <bool kTC>
+int64_t operand_bytes(const Dims& d, int lat, int cols) {
+  return kTC ? lat * Workspace::bytes<bf16>(d.T * d.Lp) + cols * Workspace::bytes<bf16>(d.T * d.Ep) : 0;
+}
+
+// ---- y (v or G, strided, any 16-bit type) to contiguous bf16 rows [bh][t][Ep], zero padded ----
+template <typename T>
+__global__ void pack_bf16_kernel(Dims d, Str4 y, bf16* out) {
+  const int64_t n = d.nbh * d.T * d.Ep;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = x % d.Ep, t = (x / d.Ep) % d.T, bh = x / (d.Ep * d.T);
+    out[x] = __float2bfloat16_rn(e < d.E ? load<T>(y.p, y.at(d.b_of(bh), d.h_of(bh), t, e)) : 0.0f);
+  }
+}
+
+// ---- chunk states on tensor cores: one block per (bh, 64 latents, 128 columns) ----------------
+// The recurrence of chunk_states_kernel with the state tile as mma accumulators: per chunk,
+// store S (as S_T), S <- a^Cn ⊙ S (each thread scales its own rows), S += K^T V over the chunk's
+// tokens, with V = vals (packed v forward, G backward) and K = q_i a^(Cn-1-i) computed here from
+// q (forward) or K = Xq (backward). The next chunk's tiles are fetched while the current one is
+// multiplied: cp.async for the bf16 arrays, registers for q.
+constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
+constexpr int kStatesMmaSmem = 2 * 64 * (kStKS + kStVS) * static_cast<int>(sizeof(bf16));
+template <typename T, typename S, bool kReverse>
+__global__ void __launch_bounds__(kMmaThreads, 2) chunk_states_mma_kernel(Dims d, Str4 q, const bf16* keys,
+                                                                          const bf16* vals, const float* a32,
+                                                                          Str4 init, S* Hs, Str4 out) {
+  constexpr int LT = kMmaLT, ET = kMmaET, KS = kStKS, VS = kStVS;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* ks = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens][KS]: K[i][l]
+  bf16* vs = ks + 2 * 64 * KS;                    // [2 stages][64 tokens][VS]: V[i][e]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's latents and columns in the tile
+  const int kl = threadIdx.x % LT, ki0 = (threadIdx.x / LT) * 16;  // forward keys: one latent, 16 tokens
+  const int64_t nlt = d.Lp / LT, net = d.Ep / ET;
+  const float* init_p = static_cast<const float*>(init.p);
+  float* out_p = const_cast<float*>(static_cast<const float*>(out.p));
+  for (int64_t item = blockIdx.x; item < d.nbh * nlt * net; item += gridDim.x) {
+    const int64_t bh = item / (nlt * net), lt = (item / net) % nlt, et = item % net;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh), l0 = lt * LT, e0 = et * ET;
+    const float a_kl = l0 + kl < d.L ? a32[h * d.L + l0 + kl] : 0.0f;
+    auto chunk_of = [&](int64_t step) { return kReverse ? d.nC - 1 - step : step; };
+    float qv[16];  // forward: q of this thread's latent and tokens in the fetched chunk
+    auto fetch = [&](int stage, int64_t c) {
+      const int Cn = static_cast<int>(d.chunk_len(c));
+      if constexpr (kReverse) {
+        const bf16* kc = keys + (bh * d.T + c * d.C) * d.Lp + l0;
+        for (int idx = threadIdx.x; idx < 64 * (LT / 8); idx += blockDim.x) {
+          const int i = idx / (LT / 8), p = 8 * (idx % (LT / 8));
+          cp_async16(ks + (stage * 64 + i) * KS + p, kc + min(i, Cn - 1) * d.Lp + p, i < Cn);
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {
+          const int i = ki0 + k;
+          qv[k] = (i < Cn && l0 + kl < d.L) ? load<T>(q.p, q.at(b, h, c * d.C + i, l0 + kl)) : 0.0f;
+        }
+      }
+      const bf16* vc = vals + (bh * d.T + c * d.C) * d.Ep + e0;
+      for (int idx = threadIdx.x; idx < 64 * (ET / 8); idx += blockDim.x) {
+        const int i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
+        cp_async16(vs + (stage * 64 + i) * VS + p, vc + min(i, Cn - 1) * d.Ep + p, i < Cn);
+      }
+      cp_async_commit();
+    };
+    // forward: K[i][l] = q_i a^(Cn-1-i), by one multiplication per token from the chunk's end
+    auto store_keys = [&](int stage, int64_t c) {
+      if constexpr (!kReverse) {
+        const int Cn = static_cast<int>(d.chunk_len(c));
+        float pw = ipow(a_kl, max(Cn - 1 - (ki0 + 15), 0));
+#pragma unroll
+        for (int k = 15; k >= 0; --k) {
+          const int i = ki0 + k;
+          ks[(stage * 64 + i) * KS + kl] = __float2bfloat16_rn(i < Cn ? qv[k] * pw : 0.0f);
+          if (i < Cn) pw *= a_kl;
+        }
+      }
+    };
+    // acc[mt][nt][r] is the state at latent l0 + row(mt, r), column e0 + col(nt, r)
+    auto row = [&](int mt, int r) { return wm + 16 * mt + g + 8 * (r / 2); };
+    auto col = [&](int nt, int r) { return wn + 8 * nt + 2 * tq + r % 2; };
+    float acc[2][4][4], a[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int64_t l = l0 + row(mt, 2 * hf);
+        a[mt][hf] = l < d.L ? a32[h * d.L + l] : 0.0f;
+      }
+    for_each_acc(acc, wm, wn, [&](int lr, int ec, float& x) {
+      const int64_t l = l0 + lr, e = e0 + ec;
+      x = (init_p && l < d.L && e < d.E) ? init_p[init.at(b, h, l, e)] : 0.0f;
+    });
+    __syncthreads();  // the previous item's tiles are consumed
+    if (d.nC > 0) {
+      fetch(0, chunk_of(0));
+      store_keys(0, chunk_of(0));
+    }
+    for (int64_t step = 0; step < d.nC; ++step) {
+      const int64_t c = chunk_of(step);
+      const int Cn = static_cast<int>(d.chunk_len(c));
+      S* Hc = Hs + ((bh * d.nC + c) * d.Lp + l0) * d.Ep + e0;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            S* dst = &Hc[row(mt, 2 * hf) * d.Ep + col(nt, 0)];
+            if constexpr (std::is_same_v<S, float>)
+              *reinterpret_cast<float2*>(dst) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+            else
+              *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+          }
+      if (step + 1 < d.nC) {
+        fetch((step + 1) & 1, chunk_of(step + 1));
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const float f = ipow(a[mt][hf], Cn);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            acc[mt][nt][2 * hf] *= f;
+            acc[mt][nt][2 * hf + 1] *= f;
+          }
+        }
+      // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l]), B = V (stored [i][e])
+      const int stage = static_cast<int>(step & 1);
+      warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, (Cn + 15) / 16 * 16);
+      if (step + 1 < d.nC) store_keys((step + 1) & 1, chunk_of(step + 1));
+      __syncthreads();  // the next stage is complete; this one is refilled two chunks later
+    }
+    if (out_p) {
+      for_each_acc(acc, wm, wn, [&](int lr, int ec, float& x) {
+        const int64_t l = l0 + lr, e = e0 + ec;
+        if (l < d.L && e < d.E) out_p[out.at(b, h, l, e)] = x;
+      });
+    }
+  }
+}
+
+// ---- chunk outputs on tensor cores: one block per (bh, c, 128 columns) ------------------------
+// out[i][e] = sum_l X[i][l] S[l][e] + sum_j Pm[i][j] Y[j][e], as chunk_output_kernel, with
+// X = Xq, S = H_c (forward) or X = Kq, S = A_end (dv), and Y the packed bf16 v or G. The L
+// contraction streams 64-latent tiles of X and S through two shared-memory stages: cp.async for
+// bf16 states, loads converted to bf16 for float32 states.
+constexpr int kOutXS = kMmaLT + 8, kOutHS = kMmaET + 8;
+constexpr int kOutMmaSmem = 2 * 64 * (kOutXS + kOutHS) * static_cast<int>(sizeof(bf16));
+template <typename S, typename OutT, bool kDv>
+__global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d, const bf16* X, const S* Hs,
+                                                                          const float* P, const bf16* Y, Str4 out,
+                                                                          float* out_ws) {
+  constexpr int LT = kMmaLT, ET = kMmaET, XS = kOutXS, HS = kOutHS;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens][XS]
+  bf16* hs = xs + 2 * 64 * XS;                    // [2 stages][64 latents][HS]
+  const int warp = threadIdx.x / 32;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's tokens and columns in the tile
+  const int C = static_cast<int>(d.C);
+  const int64_t nlt = d.Lp / LT, net = d.Ep / ET;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * net; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * net), c = (item / net) % d.nC, et = item % net;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, e0 = et * ET;
+    const int Cn = static_cast<int>(d.chunk_len(c));
+    const bf16* Xc = X + (bh * d.T + t0) * d.Lp;
+    const S* Hc = Hs + (bh * d.nC + c) * d.Lp * d.Ep + e0;
+    // rows i < Cn of a [64][cols] bf16 tile from rows of `stride` elements (zeros below Cn)
+    auto fetch_rows = [&](bf16* dst, int dst_stride, const bf16* src, int64_t stride, int cols) {
+      for (int idx = threadIdx.x; idx < 64 * (cols / 8); idx += blockDim.x) {
+        const int i = idx / (cols / 8), p = 8 * (idx % (cols / 8));
+        cp_async16(dst + i * dst_stride + p, src + min(i, Cn - 1) * stride + p, i < Cn);
+      }
+    };
+    auto load_stage = [&](int stage, int64_t l0) {
+      fetch_rows(xs + stage * 64 * XS, XS, Xc + l0, d.Lp, LT);
+      bf16* hd = hs + stage * 64 * HS;
+      if constexpr (std::is_same_v<S, bf16>) {
+        for (int idx = threadIdx.x; idx < LT * (ET / 8); idx += blockDim.x) {
+          const int r = idx / (ET / 8), p = 8 * (idx % (ET / 8));
+          cp_async16(hd + r * HS + p, Hc + (l0 + r) * d.Ep + p);
+        }
+      } else {
+        for (int idx = threadIdx.x; idx < LT * (ET / 4); idx += blockDim.x) {
+          const int r = idx / (ET / 4), p = 4 * (idx % (ET / 4));
+          const float4 x = *reinterpret_cast<const float4*>(Hc + (l0 + r) * d.Ep + p);
+          *reinterpret_cast<__nv_bfloat162*>(hd + r * HS + p) = __floats2bfloat162_rn(x.x, x.y);
+          *reinterpret_cast<__nv_bfloat162*>(hd + r * HS + p + 2) = __floats2bfloat162_rn(x.z, x.w);
+        }
+      }
+      cp_async_commit();
+    };
+    float acc[2][4][4] = {};
+    __syncthreads();  // the previous item's tiles are consumed
+    if (nlt > 0) load_stage(0, 0);
+    for (int64_t kt = 0; kt < nlt; ++kt) {
+      if (kt + 1 < nlt) {
+        load_stage((kt + 1) & 1, (kt + 1) * LT);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      warp_mma_32x32<false, false>(acc, xs + (kt & 1) * 64 * XS, XS, hs + (kt & 1) * 64 * HS, HS, wm, wn, LT);
+      __syncthreads();
+    }
+    // intra-chunk part: Pm [i][j] and Y [j][e] in stage 0
+    const float* Pc = P + (bh * d.nC + c) * d.nsplit * C * C;  // split 0 holds the sum
+    for (int idx = threadIdx.x; idx < 64 * 64; idx += blockDim.x) {
+      const int i = idx / 64, j = idx % 64;
+      float pm = 0.0f;
+      if (i < Cn && j < Cn && (kDv ? j > i : j < i)) pm = Pc[kDv ? j * C + i : i * C + j];
+      xs[i * XS + j] = __float2bfloat16_rn(pm);
+    }
+    fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep + e0, d.Ep, ET);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    warp_mma_32x32<false, false>(acc, xs, XS, hs, HS, wm, wn, 64);
+    for_each_acc(acc, wm, wn, [&](int i, int ec, float& x) {
+      const int64_t e = e0 + ec;
+      if (i >= Cn || e >= d.E) return;
+      if (out_ws) out_ws[(bh * d.T + t0 + i) * d.E + e] = x;
+      else store<OutT>(const_cast<void*>(out.p), out.at(b, h, t0 + i, e), x);
+    });
+  }
+}
+
+// ---- intra-chunk scores on tensor cores: one block per (bh, c) ------------------------------
+// P[i][j] = sum_l Qp_i[l] a_l^(i-1-j) q_j[l], j < i, over 16-token sub-blocks si, sj of the chunk.
+// Off the diagonal (sj < si) the exponent splits at r = 16 si into two non-negative parts,
+//   a^(i-1-j) = a^(i-r) · a^(r-1-j),  i - r = i mod 16,  r-1-j = 16 (si-sj-1) + 15 - j mod 16,
+// so each of the six 16×16 blocks is one bf16 mma product over L of Xs[i] = Qp_i a^(i mod 16)
+// and Kd[j] = q_j a^(16 (d-1) + 15 - j mod 16), d = si - sj (warps 0-5, one block each). Inside
+// the four diagonal blocks the exponent is i-1-j < 15 directly: float32 FFMA, thread (i, quarter
+// of the latent tile) accumulating its pairs (i, j < i) of the sub-block, the quarters added by a
+// fixed shuffle tree. Like chunk_scores_kernel, a block covers one of d.nsplit slices of L
+// (multiples of 64 latents) and writes that split's partial P; reduce_splits adds them.
+constexpr int kScS = kMmaLT + 8, kScF = kMmaLT + 1;
+struct ScoreSmem {
+  float qp[64][kScF], qf[64][kScF];  // Qp and q of the latent tile, float32
+  __align__(16) bf16 xs[64][kScS];   // Qp_i a^(i mod 16)
+  __align__(16) bf16 kd[3][48][kScS];  // kd[d-1][j] = q_j a^(16(d-1) + 15 - j mod 16), j < 16 (4 - d)
+  float a[64];                         // decay of the tile's latents
+};
+template <typename T>
+__global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d, Str4 q, const float* a32,
+                                                                          const float* Qp, float* P) {
+  constexpr int LT = kMmaLT;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  ScoreSmem& S = *reinterpret_cast<ScoreSmem*>(smem_raw);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int C = static_cast<int>(d.C);
+  // mma warps 0-5: the sub-block pairs (1,0), (2,0), (2,1), (3,0), (3,1), (3,2)
+  const int si = warp < 1 ? 1 : warp < 3 ? 2 : 3, sj = warp - si * (si - 1) / 2;
+  // FFMA threads: token fi, latents [16 fq, 16 fq + 16) of the tile
+  const int fi = threadIdx.x / 4, fq = threadIdx.x % 4, fr = fi % 16;  // fr: pairs (fi, fi-1-k), k < fr
+  // operand threads: latent ol, sub-block og
+  const int ol = threadIdx.x % LT, og = threadIdx.x / LT;
+  const int64_t lslice = (d.L + d.nsplit * LT - 1) / (d.nsplit * LT) * LT;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * d.nsplit; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * d.nsplit), c = (item / d.nsplit) % d.nC, sp = item % d.nsplit;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C;
+    const int64_t l_begin = sp * lslice, l_end = min(d.L, l_begin + lslice);
+    const int Cn = static_cast<int>(d.chunk_len(c));
+    float qpr[16], qr[16];  // the next tile: token og*16 + k, latent ol
+    auto fetch = [&](int64_t l0) {
+      const int64_t l = l0 + ol;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const int i = og * 16 + k;
+        const bool ok = i < Cn && l < l_end;
+        qpr[k] = ok ? Qp[(bh * d.T + t0 + i) * d.L + l] : 0.0f;
+        qr[k] = ok ? load<T>(q.p, q.at(b, h, t0 + i, l)) : 0.0f;
+      }
+    };
+    float mac[2][4] = {}, fac[15] = {};
+    fetch(l_begin);
+    for (int64_t l0 = l_begin; l0 < l_end; l0 += LT) {
+      __syncthreads();  // the previous tile is consumed
+      {
+        const float al = l0 + ol < d.L ? a32[h * d.L + l0 + ol] : 0.0f;
+        const float a16 = ipow(al, 16), a32v = a16 * a16;
+        if (og == 0) S.a[ol] = al;
+        float pw = 1.0f;
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {  // a^k
+          const int i = og * 16 + k;
+          S.qp[i][ol] = qpr[k];
+          S.qf[i][ol] = qr[k];
+          S.xs[i][ol] = __float2bfloat16_rn(qpr[k] * pw);
+          pw *= al;
+        }
+        pw = 1.0f;
+#pragma unroll
+        for (int k = 15; k >= 0; --k) {  // a^(15 - k)
+          const int j = og * 16 + k;
+          if (og <= 2) S.kd[0][j][ol] = __float2bfloat16_rn(qr[k] * pw);
+          if (og <= 1) S.kd[1][j][ol] = __float2bfloat16_rn(qr[k] * pw * a16);
+          if (og == 0) S.kd[2][j][ol] = __float2bfloat16_rn(qr[k] * pw * a32v);
+          pw *= al;
+        }
+      }
+      __syncthreads();
+      if (l0 + LT < l_end) fetch(l0 + LT);  // in flight during the products below
+      if (warp < 6) {
+        const bf16* A = &S.xs[16 * si][0];
+        const bf16* B = &S.kd[si - sj - 1][16 * sj][0];
+#pragma unroll
+        for (int k0 = 0; k0 < LT; k0 += 16) {
+          uint32_t af[4], bfr[4];
+          ldsm_x4(af, A + (lane & 15) * kScS + k0 + (lane >> 4) * 8);
+          ldsm_x4(bfr, B + ((lane >> 4) * 8 + (lane & 7)) * kScS + k0 + ((lane >> 3) & 1) * 8);
+          mma_bf16_16816(mac[0], af, bfr[0], bfr[1]);
+          mma_bf16_16816(mac[1], af, bfr[2], bfr[3]);
+        }
+      }
+      {  // diagonal sub-blocks: pairs (fi, fi-1-k), exponent k
+#pragma unroll 4
+        for (int ll = 16 * fq; ll < 16 * fq + 16; ++ll) {
+          const float av = S.a[ll];
+          float pw = S.qp[fi][ll];
+#pragma unroll
+          for (int k = 0; k < 15; ++k) {
+            if (k < fr) {
+              fac[k] += pw * S.qf[fi - 1 - k][ll];
+              pw *= av;
+            }
+          }
+        }
+      }
+    }
+    float* Pc = P + ((bh * d.nC + c) * d.nsplit + sp) * C * C;
+    for (int x = threadIdx.x; x < C * C; x += blockDim.x)  // every entry of the slot written once
+      if (x / C >= Cn || x % C >= x / C) Pc[x] = 0.0f;
+    if (warp < 6) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int i = 16 * si + g + 8 * (r / 2), j = 16 * sj + 8 * nt + 2 * tq + r % 2;
+          if (i < Cn) Pc[i * C + j] = mac[nt][r];
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 15; ++k) {
+      float x = fac[k];
+      x += __shfl_xor_sync(0xffffffffu, x, 1);
+      x += __shfl_xor_sync(0xffffffffu, x, 2);
+      if (fq == 0 && k < fr && fi < Cn) Pc[fi * C + fi - 1 - k] = x;
+    }
+  }
+}
+
+// ---- launchers: the tensor-core kernels (kTC) or the float32 FFMA kernels --------------------
+// The bf16 operands of one batch on the tensor-core path (null where unused).
+struct Operands16 {
+  bf16* Xq = nullptr;  // Qp_i a^i       [bh][T][Lp]
+  bf16* Kq = nullptr;  // q_i a^(Cn-1-i) [bh][T][Lp] (backward: the dv operand)
+  bf16* vb = nullptr;  // v packed       [bh][T][Ep]
+  bf16* gb = nullptr;  // G packed       [bh][T][Ep] (backward)
+};
+template <bool kTC>
+Operands16 take_operands(Workspace& ws, const Dims& d, bool backward) {
+  Operands16 o;
+  if constexpr (kTC) {
+    o.Xq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
+    o.vb = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
+    if (backward) {
+      o.Kq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
+      o.gb = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
+    }
+  }
+  return o;
+}
+template <bool kTC, typename T>
+void pack_values(const Dims& d, Str4 y, bf16* out, cudaStream_t stream) {
+  if constexpr (kTC) {
+    pack_bf16_kernel<T><<<grid_for(d.nbh * d.T * d.Ep, 256), 256, 0, stream>>>(d, y, out);
+    RHOSCAN_CUDA_LAUNCHED("pack_bf16_kernel");
+  }
+}
+
+// Chunk states (forward: keys from q, values v; reverse: keys Qp a^i = Xq, values G).
+template <bool kTC, typename T, bool kReverse, typename S>
+void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, const float* Qp, const Operands16& o,
+                         Str4 init, S* Hs, Str4 out, cudaStream_t stream) {
+  if constexpr (kTC) {
+    auto kernel = chunk_states_mma_kernel<T, S, kReverse>;
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStatesMmaSmem));
+    const int64_t items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
+    kernel<<<grid_for(items), kMmaThreads, kStatesMmaSmem, stream>>>(d, key, o.Xq, kReverse ? o.gb : o.vb, a32, init,
+                                                                     Hs, out);
+    RHOSCAN_CUDA_LAUNCHED("chunk_states_mma_kernel");
+  } else {
+    const int64_t items = d.nbh * ((d.L + kStateLT - 1) / kStateLT) * ((d.E + kStateET - 1) / kStateET);
+    chunk_states_kernel<T, kReverse><<<grid_for(items), kStateThreads, 0, stream>>>(d, key, val, a32, Qp, init, Hs,
+                                                                                    out);
+    RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel");
+  }
+}
+
+// Chunk outputs (forward: X = Qp a^i = Xq, Y = v; dv: X = q a^(Cn-1-i) = Kq, Y = G).
+template <bool kTC, typename T, typename OutT, bool kDv, typename S>
+void launch_chunk_output(const Dims& d, Str4 q, Str4 y, const float* a32, const float* Qp, const Operands16& o,
+                         const S* Hs, const float* P, Str4 out, float* out_ws, cudaStream_t stream) {
+  if constexpr (kTC) {
+    auto kernel = chunk_output_mma_kernel<S, OutT, kDv>;
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOutMmaSmem));
+    kernel<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, kOutMmaSmem, stream>>>(
+        d, kDv ? o.Kq : o.Xq, Hs, P, kDv ? o.gb : o.vb, out, out_ws);
+    RHOSCAN_CUDA_LAUNCHED("chunk_output_mma_kernel");
+  } else {
+    chunk_output_kernel<T, OutT, kDv><<<grid_for(d.nbh * d.nC * ((d.E + 63) / 64)), kOutThreads, 0, stream>>>(
+        d, q, y, a32, Qp, Hs, P, out, out_ws);
+    RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel");
+  }
+}
+
+// Intra-chunk scores P (and, with G, M = G v^T): d.nsplit partials over slices of L, summed into
+// split 0.
+template <bool kTC, typename T>
+void launch_chunk_scores(const Dims& d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, float* P, float* M,
+                         cudaStream_t stream) {
+  if constexpr (kTC) {
+    auto kernel = chunk_scores_mma_kernel<T>;
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(sizeof(ScoreSmem))));
+    kernel<<<grid_for(d.nbh * d.nC * d.nsplit), kMmaThreads, sizeof(ScoreSmem), stream>>>(d, q, a32, Qp, P);
+    RHOSCAN_CUDA_LAUNCHED("chunk_scores_mma_kernel");
+  }
+  float* P_ffma = kTC ? nullptr : P;
+  if (P_ffma != nullptr || M != nullptr) {
+    chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, g, a32, Qp,
+                                                                                           P_ffma, M);
+    RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
+  }
+  for (float* X : {P, M}) {
+    if (X == nullptr || d.nsplit == 1) continue;
+    reduce_splits_kernel<<<grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream>>>(d, X);
+    RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
+  }
+}
+
+// Pairs per batch: as many as the cap allows, then spread evenly over the batches that takes
+// (two batches of 16 pairs rather than 31 and 1: the latency-bound kernels take as long for one
+// pair as for many).
+inline int64_t balanced_batch(int64_t pairs, int64_t cap_pairs) {
+  cap_pairs = std::max<int64_t>(1, std::min(pairs, cap_pairs));
+  const int64_t batches = (pairs + cap_pairs - 1) / cap_pairs;
+  return (pairs + batches - 1) / batches;
+}
+
+}  // namespace rhoscan::cuda_detail

@@ -1,0 +1,98 @@
+// Warp-level tensor-core building blocks (sm_80+ mma.sync, used on sm_90a): ldmatrix fragment
+// loads from shared memory, the m16n8k16 bf16 product with float32 accumulators, cp.async copies.
+//
+// Fragment layout of mma.m16n8k16 (g = lane / 4, q = lane % 4):
+//   A (16×16, 4 registers of 2 bf16): a0 (row g, k 2q..2q+1), a1 (row g+8), a2 (k+8), a3 (row g+8, k+8)
+//   B (16×8, 2 registers):            b0 (k 2q..2q+1, col g), b1 (k+8)
+//   C (16×8, 4 floats):               c0,c1 (row g, cols 2q, 2q+1), c2,c3 (row g+8)
+// so a thread knows the rows of its accumulators: row scaling (the decay of a state) is local.
+#pragma once
+
+#include "cuda/common.cuh"
+
+namespace rhoscan::cuda_detail {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8×8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 16-byte global -> shared copy; zero-filled when !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid = true) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// One warp's 32×32 block of C += A·B over kdim (a multiple of 16), from bf16 tiles in shared
+// memory. acc[mt][nt] is the 16×8 accumulator at rows m0 + 16 mt, columns n0 + 8 nt.
+//   kATrans = false: A stored [m][k] (row stride lda);  true: A stored [k][m] (A^T).
+//   kBTrans = false: B stored [k][n] (row stride ldb);  true: B stored [n][k] (B^T).
+template <bool kATrans, bool kBTrans>
+__device__ __forceinline__ void warp_mma_32x32(float (&acc)[2][4][4], const bf16* As, int lda, const bf16* Bs,
+                                               int ldb, int m0, int n0, int kdim) {
+  const int lane = threadIdx.x & 31;
+  for (int k0 = 0; k0 < kdim; k0 += 16) {
+    uint32_t a[2][4], b[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      const int m = m0 + 16 * mt;
+      if (kATrans)
+        ldsm_x4_trans(a[mt], As + (k0 + (lane >> 4) * 8 + (lane & 7)) * lda + m + ((lane >> 3) & 1) * 8);
+      else
+        ldsm_x4(a[mt], As + (m + (lane & 15)) * lda + k0 + (lane >> 4) * 8);
+    }
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {  // two 8-column tiles per ldmatrix.x4: regs {0,1} and {2,3}
+      const int n = n0 + 16 * np;
+      if (kBTrans)
+        ldsm_x4(b[np], Bs + (n + (lane >> 4) * 8 + (lane & 7)) * ldb + k0 + ((lane >> 3) & 1) * 8);
+      else
+        ldsm_x4_trans(b[np], Bs + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ldb + n + (lane >> 4) * 8);
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) mma_bf16_16816(acc[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
+  }
+}
+
+// Calls f(row, col, x) for each accumulator x of a warp's 32×32 block (warp_mma_32x32's acc): row
+// m0 + 16 mt + g + 8 (r / 2), column n0 + 8 nt + 2 q + r % 2 of acc[mt][nt][r].
+template <typename F>
+__device__ __forceinline__ void for_each_acc(float (&acc)[2][4][4], int m0, int n0, F&& f) {
+  const int lane = threadIdx.x & 31, g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) f(m0 + 16 * mt + g + 8 * (r / 2), n0 + 8 * nt + 2 * q + r % 2, acc[mt][nt][r]);
+}
+
+}  // namespace rhoscan::cuda_detail
