@@ -43,8 +43,8 @@ case $stage in
     cmake --build $B -j16 > "$OUT/build.log" 2>&1 || { echo "BUILD FAILED"; grep -E "error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; }
     echo "build: $(( $(date +%s) - start )) s"
     # Everything that needs the GPU: the CUDA and Vulkan suites and their harness cases.
-    (cd $B && timeout 200 ctest -j8 -R 'cuda|vulkan|Cuda|Vulkan' --output-on-failure > "$OUT/ctest.log" 2>&1)
-    echo "ctest (cuda, vulkan) rc=$?"; grep -E "tests passed|tests failed|\(Failed\)|Timeout|Not Run" "$OUT/ctest.log" | head -30
+    (cd $B && timeout 200 ctest -j8 -R "${GPU_CTEST_REGEX:-cuda|vulkan|Cuda|Vulkan}" --output-on-failure > "$OUT/ctest.log" 2>&1)
+    echo "ctest (${GPU_CTEST_REGEX:-cuda|vulkan|Cuda|Vulkan}) rc=$?"; grep -E "tests passed|tests failed|\(Failed\)|Timeout|Not Run" "$OUT/ctest.log" | head -30
     (cd $B && timeout 60 ctest -j8 -L example --output-on-failure > "$OUT/ctest_example.log" 2>&1)
     echo "ctest (example) rc=$?"; grep -E "tests passed|tests failed|\(Failed\)" "$OUT/ctest_example.log" | head -10
     library=$(find $B/torch -maxdepth 1 -name 'librhoscan_torch.so' | head -n 1)
@@ -53,17 +53,21 @@ case $stage in
     echo "pytest (PyTorch, CUDA) rc=$?"; tail -25 "$OUT/torch-tests.log"
     ;;
   bench)
-    timeout 150 $B/tools/rhoscan bench --device cuda --backward --repeats 5 --json "$OUT/cuda-h200.jsonl" \
-      --commit "$commit" > "$OUT/bench_cuda.log" 2>&1
-    echo "bench cuda rc=$?"; tail -20 "$OUT/bench_cuda.log"
-    if [ -x $B/bench/rhoscan_vulkan_bench ]; then
+    # BENCH_DTYPES: input dtypes to time (the cases' own, bfloat16, when unset); BENCH_VULKAN=0
+    # skips the Vulkan benchmark; BDH_STEPS: training steps of the BDH GPU preset.
+    for dt in ${BENCH_DTYPES:-bf16}; do
+      timeout 150 $B/tools/rhoscan bench --device cuda --backward --repeats 5 --dtype $dt \
+        --json "$OUT/cuda-h200.jsonl" --commit "$commit" > "$OUT/bench_cuda_$dt.log" 2>&1
+      echo "bench cuda $dt rc=$?"; grep -E "ms|fraction" "$OUT/bench_cuda_$dt.log" | tail -14
+    done
+    if [ "${BENCH_VULKAN:-1}" = 1 ] && [ -x $B/bench/rhoscan_vulkan_bench ]; then
       timeout 120 $B/bench/rhoscan_vulkan_bench --repeats 5 --peak-tflops 67 --commit "$commit" \
         > "$OUT/vulkan-h200.jsonl" 2> "$OUT/bench_vulkan.log"
       echo "bench vulkan rc=$?"; cat "$OUT/vulkan-h200.jsonl"; tail -5 "$OUT/bench_vulkan.log"
     fi
     if [ -x $B/examples/bdh ]; then
       timeout 150 $B/examples/bdh train --preset gpu --device cuda --data .gpucarry/jargon.txt \
-        --steps 40 --time-limit 100 --eval-every 20 --eval-batches 2 --out /tmp/bdh-gpu \
+        --steps ${BDH_STEPS:-40} --time-limit 100 --eval-every 20 --eval-batches 2 --out /tmp/bdh-gpu \
         --bench-json "$OUT/bdh-gpu.jsonl" > "$OUT/bdh_gpu.log" 2>&1
       echo "bdh gpu rc=$?"; tail -15 "$OUT/bdh_gpu.log"
     fi
