@@ -109,7 +109,7 @@ struct Options {
   int64_t chunk_size = 0;        // 0: the backend's default; otherwise >= 1
   bool check_finite = false;     // reject NaN / Inf in q, v, states, upstream gradients (a pass)
   bool deterministic = true;     // bitwise-reproducible gradients (no order-varying atomics)
-  bool allow_tf32 = false;       // CUDA float32 inputs: TF32 tensor cores instead of exact math
+  bool allow_tf32 = false;       // reserved: CUDA float32 on TF32 tensor cores (ignored today)
   int num_threads = 0;           // CPU backends: 0 = all hardware threads
   int64_t max_workspace_bytes = 0;  // device workspace cap; 0 = backend default
   void* stream = nullptr;        // CUDA: a cudaStream_t to run on (null: the default stream)
