@@ -84,24 +84,36 @@ std::tuple<torch::Tensor, RhoState> chunked_forward(const torch::Tensor& q_bthl,
   return {context.permute({0, 2, 1, 3}), s};  // [B,T,H,E]
 }
 
+bool uses_rhoscan(AttentionImpl impl) {
+  return impl == AttentionImpl::rhoscan || impl == AttentionImpl::rhoscan_bf16;
+}
+
+// What the library's op receives for q or v: bfloat16 for rhoscan-bf16 (a differentiable cast,
+// so the gradients come back in the model's dtype), the tensor itself otherwise.
+torch::Tensor op_input(AttentionImpl impl, const torch::Tensor& x) {
+  return impl == AttentionImpl::rhoscan_bf16 ? x.to(torch::kBFloat16) : x;
+}
+
 }  // namespace
 
 AttentionImpl parse_attention(const std::string& name) {
   if (name == "naive") return AttentionImpl::naive;
   if (name == "chunked") return AttentionImpl::chunked;
-  if (name == "rhoscan") {
+  if (name == "rhoscan" || name == "rhoscan-bf16") {
     if (!rhoscan_attention_available())
       throw std::invalid_argument(
-          "--attention rhoscan: this build has no rhoscan_torch library (configure with "
+          "--attention " + name + ": this build has no rhoscan_torch library (configure with "
           "-DRHOSCAN_TORCH=ON, or use --attention chunked)");
-    return AttentionImpl::rhoscan;
+    return name == "rhoscan" ? AttentionImpl::rhoscan : AttentionImpl::rhoscan_bf16;
   }
-  throw std::invalid_argument("--attention: expected rhoscan, chunked or naive, got '" + name + "'");
+  throw std::invalid_argument("--attention: expected rhoscan, rhoscan-bf16, chunked or naive, got '" + name +
+                              "'");
 }
 
 const char* attention_name(AttentionImpl impl) {
   switch (impl) {
     case AttentionImpl::rhoscan: return "rhoscan";
+    case AttentionImpl::rhoscan_bf16: return "rhoscan-bf16";
     case AttentionImpl::chunked: return "chunked";
     case AttentionImpl::naive: return "naive";
   }
@@ -128,18 +140,18 @@ std::tuple<torch::Tensor, RhoState> rho_attention(AttentionImpl impl, const torc
               "bdh::rho_attention: expected q [B,T,H,L] and v [B,T,1,E], got q ", q.sizes(),
               " v ", v.sizes());
 #ifdef BDH_HAVE_RHOSCAN_TORCH
-  if (impl == AttentionImpl::rhoscan) {
+  if (uses_rhoscan(impl)) {
     std::optional<torch::Tensor> rho, rho_norm;
     if (state.defined()) {
       rho = state.rho;
       rho_norm = state.rho_norm;
     }
     auto [context, rho_out, rho_norm_out] =
-        rhoscan::pt::rho_attention(q, v, decay, rho, rho_norm, "bthl");
-    return {context, RhoState{rho_out, rho_norm_out}};
+        rhoscan::pt::rho_attention(op_input(impl, q), op_input(impl, v), decay, rho, rho_norm, "bthl");
+    return {context.to(q.scalar_type()), RhoState{rho_out, rho_norm_out}};
   }
 #endif
-  if (impl == AttentionImpl::rhoscan) throw std::invalid_argument("rhoscan attention not built");
+  if (uses_rhoscan(impl)) throw std::invalid_argument("rhoscan attention not built");
   RhoState s = state.defined() ? state : zero_state(q, v.size(-1));
   if (impl == AttentionImpl::chunked && decay.min().item<double>() >= kMinFactoredDecay)
     return chunked_forward(q, v, decay, s);
@@ -163,13 +175,13 @@ std::tuple<torch::Tensor, RhoState> rho_attention_step(AttentionImpl impl, const
               "bdh::rho_attention_step: expected q [B,H,L], v [B,1,E] and a state, got q ",
               q.sizes(), " v ", v.sizes());
 #ifdef BDH_HAVE_RHOSCAN_TORCH
-  if (impl == AttentionImpl::rhoscan) {
+  if (uses_rhoscan(impl)) {
     auto [context, rho, rho_norm] =
-        rhoscan::pt::rho_attention_step(q, v, decay, state.rho, state.rho_norm);
-    return {context, RhoState{rho, rho_norm}};
+        rhoscan::pt::rho_attention_step(op_input(impl, q), op_input(impl, v), decay, state.rho, state.rho_norm);
+    return {context.to(q.scalar_type()), RhoState{rho, rho_norm}};
   }
 #endif
-  if (impl == AttentionImpl::rhoscan) throw std::invalid_argument("rhoscan attention not built");
+  if (uses_rhoscan(impl)) throw std::invalid_argument("rhoscan attention not built");
   return naive_step(q, v, decay, state);
 }
 

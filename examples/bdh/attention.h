@@ -1,5 +1,7 @@
 // The rho-attention operator as the BDH example calls it, three ways:
 //   rhoscan: the library's op (rhoscan::pt, with its own backward), when rhoscan_torch is built;
+//   rhoscan-bf16: the same op with q, v and the context in bfloat16 (the states stay float32):
+//            the CUDA backend's tensor-core path, where float32 takes its exact FFMA path;
 //   chunked: SPEC.md's chunked form in plain libtorch ops (autograd), the fallback for training;
 //   naive:   SPEC.md's per-token loop in libtorch ops, the plainest statement, for checking.
 #pragma once
@@ -11,9 +13,9 @@
 
 namespace bdh {
 
-enum class AttentionImpl { rhoscan, chunked, naive };
+enum class AttentionImpl { rhoscan, rhoscan_bf16, chunked, naive };
 
-AttentionImpl parse_attention(const std::string& name);  // "rhoscan", "chunked" or "naive"
+AttentionImpl parse_attention(const std::string& name);  // "rhoscan", "rhoscan-bf16", "chunked", "naive"
 const char* attention_name(AttentionImpl impl);
 bool rhoscan_attention_available();  // built with rhoscan_torch
 AttentionImpl default_attention();   // rhoscan when built with it, chunked otherwise

@@ -29,7 +29,9 @@ const char* kTrainHelp = R"(bdh train: byte-level language modelling on a UTF-8 
   --save-every N       checkpoint cadence (and always at the end)
   --resume             continue from DIR/model.safetensors when it exists
   --time-limit SECONDS stop (evaluate, save) at the step that would end past this much training
-  --attention rhoscan|naive   the library's op (default when built) or the per-token loop
+  --attention rhoscan|rhoscan-bf16|chunked|naive   the library's op (default when built; -bf16:
+                       q, v and the context in bfloat16, states float32: the CUDA backend's
+                       tensor cores), SPEC.md's chunked form in libtorch ops, or the per-token loop
   --device auto|cpu|cuda --threads N --seed N --validation-fraction X
   --bench-json FILE    append one JSON line (bench/results schema) with the training speed
   --python PATH        the Python with matplotlib for the plot (default /usr/bin/python3)
@@ -41,7 +43,7 @@ const char* kGenerateHelp = R"(bdh generate: stream text from a checkpoint, one 
   --tokens N           bytes to generate (default 400)
   --temperature X      sampling temperature (default 0.8; 0: greedy)
   --top-k K            sample among the K likeliest bytes (default 0: all)
-  --seed N --attention rhoscan|naive --device auto|cpu|cuda --threads N
+  --seed N --attention rhoscan|rhoscan-bf16|chunked|naive --device auto|cpu|cuda --threads N
 )";
 
 }  // namespace
