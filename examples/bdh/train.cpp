@@ -225,14 +225,16 @@ void append_bench_json(const std::string& path, const Settings& s, AttentionImpl
   char line[1024];
   std::snprintf(line, sizeof line,
                 "{\"case\": \"bdh_train_%s\", \"B\": %lld, \"H\": %lld, \"Hv\": 1, \"T\": %lld, "
-                "\"L\": %lld, \"E\": %lld, \"layers\": %lld, \"dtype\": \"float32\", "
+                "\"L\": %lld, \"E\": %lld, \"layers\": %lld, \"dtype\": \"%s\", "
                 "\"device\": \"%s\", \"attention\": \"%s\", \"direction\": \"forward+backward\", "
                 "\"median_ms\": %.3f, \"tokens_per_s\": %.1f, \"tflops\": %.4f, "
                 "\"limit_tflops\": %.3f, \"limit_fraction\": %.5f, \"peak_bytes\": %s, "
                 "\"commit\": \"%s\"}\n",
                 s.preset.c_str(), (long long)s.batch, (long long)s.model.heads,
                 (long long)s.block, (long long)s.model.latent, (long long)s.model.embd,
-                (long long)s.model.layers, device.is_cuda() ? "cuda" : "cpu",
+                (long long)s.model.layers,
+                impl == AttentionImpl::rhoscan_bf16 ? "bfloat16" : "float32",  // the op's q, v
+                device.is_cuda() ? "cuda" : "cpu",
                 attention_name(impl), median_ms, tokens_per_s, tflops, peak_tflops,
                 tflops / peak_tflops, peak_bytes.c_str(), commit ? commit : BDH_COMMIT);
   out << line;
