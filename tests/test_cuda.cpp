@@ -42,11 +42,7 @@ bool same_bytes(const HostTensor& a, const HostTensor& b) {
 // Forward and backward on the device against the float64 reference.
 void check_against_reference(const ProblemSpec& s, const Options& o) {
   Problem p(s);
-  Problem ref = p.as_float64();
-  Options r;
-  r.backend = Backend::reference;
-  forward(ref.forward_args(), r);
-  backward(ref.backward_args(), r);
+  Problem ref = p.reference_solution();
   {
     MirroredProblem m(p, Device::cuda);
     forward(m.forward_args(), o);

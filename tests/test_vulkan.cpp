@@ -144,11 +144,7 @@ TEST(VulkanDevice, LlvmpipeRefusesLatentsPastItsLoopLimit) {
 // Forward and backward of one problem against the reference, under the given options.
 void check_against_reference(const ProblemSpec& spec, Options o, double fwd_tol, double grad_tol) {
   Problem p(spec);
-  Problem ref = p.as_float64();
-  Options r;
-  r.backend = Backend::reference;
-  forward(ref.forward_args(), r);
-  backward(ref.backward_args(), r);
+  Problem ref = p.reference_solution();
   o.backend = Backend::vulkan;
   forward(p.forward_args(), o);
   backward(p.backward_args(), o);

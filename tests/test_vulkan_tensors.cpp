@@ -156,11 +156,7 @@ TEST(VulkanTensors, SmallWorkspaceGroupsMatchTheReference) {
   s.dtype = s.state_dtype = DType::float32;
   s.initial_rho = s.initial_rho_norm = s.grad_rho_out = s.grad_rho_norm_out = true;
   Problem p(s);
-  Problem ref = p.as_float64();
-  Options r;
-  r.backend = Backend::reference;
-  forward(ref.forward_args(), r);
-  backward(ref.backward_args(), r);
+  Problem ref = p.reference_solution();
   Options o;
   o.chunk_size = 16;
   o.max_workspace_bytes = 400 * 1024;  // about two rows per group

@@ -173,6 +173,15 @@ Problem Problem::as_float64() const {
   return p;
 }
 
+Problem Problem::reference_solution() const {
+  Problem ref = as_float64();
+  Options r;
+  r.backend = Backend::reference;
+  forward(ref.forward_args(), r);
+  backward(ref.backward_args(), r);
+  return ref;
+}
+
 static std::optional<TensorView> opt_view(const std::optional<HostTensor>& t) {
   if (!t) return std::nullopt;
   return t->view();

@@ -73,6 +73,9 @@ struct Problem {
   explicit Problem(const ProblemSpec& spec);
   // The same inputs in float64 (outputs too), for the reference to evaluate exactly.
   Problem as_float64() const;
+  // as_float64() with the float64 reference's forward and backward evaluated: the oracle's
+  // outputs and gradients for these inputs.
+  Problem reference_solution() const;
 
   ForwardArgs forward_args() const;
   BackwardArgs backward_args() const;
