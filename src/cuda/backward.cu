@@ -455,9 +455,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
 
     token_sum_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
-    norm_scan_kernel<T><<<grid_for(n * (o.Xq ? d.Lp : L), 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, Str3{},
-                                                                                  o.Xq, o.Kq);
-    RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
+    launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, Str3{}, o.Xq, o.Kq, stream);
     launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, M, stream);
     pack_values<kTC, T>(d, v, o.vb, stream);
     pack_values<kTC, T>(d, gctx, o.gb, stream);
