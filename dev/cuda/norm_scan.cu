@@ -331,18 +331,16 @@ template <typename F>
 double time_ms(F f, int reps = 20) {
   for (int i = 0; i < 3; ++i) f();
   std::vector<float> ms(reps);
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
+  cudaEvent_t ev[2];
+  for (auto& e : ev) CK(cudaEventCreate(&e));
   for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(e0));
+    CK(cudaEventRecord(ev[0]));
     f();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    CK(cudaEventElapsedTime(&ms[i], e0, e1));
+    CK(cudaEventRecord(ev[1]));
+    CK(cudaEventSynchronize(ev[1]));
+    CK(cudaEventElapsedTime(&ms[i], ev[0], ev[1]));
   }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
+  for (auto& e : ev) CK(cudaEventDestroy(e));
   std::sort(ms.begin(), ms.end());
   return ms[reps / 2];
 }
