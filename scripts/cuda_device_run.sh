@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # One device call: build, CUDA tests, compute-sanitizer, benchmarks. Logs and JSON go to $OUT.
 # usage (on the GPU machine, in the source root): scripts/cuda_device_run.sh [stages...]
-#   stages: build test sanitize bench (default: all)
+#   stages: dev build test sanitize bench (default: build test sanitize bench); also profile, ncu
+#   dev: builds and runs each standalone kernel harness dev/cuda/*.cu (one nvcc command each, the
+#   one at the top of the file), printing its PASS/FAIL and timing lines; sanitize then also runs
+#   them under memcheck with --small.
+# googletest sources (the GPU image has none): GTEST_SRC, else the first of gtest-src,
+# .gpucarry/gtest-src and ../gtest-src that exists.
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -12,15 +17,27 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "
 for s in $stages; do
   case $s in
     build)
-      # The GPU image may lack googletest: build the copy carried in gtest-src/ when present.
-      if [ -d gtest-src ]; then
-        (cmake -S gtest-src -B /tmp/gtb -G Ninja -DCMAKE_INSTALL_PREFIX=/tmp/gtinst -DCMAKE_BUILD_TYPE=Release \
+      # The GPU image may lack googletest: build the carried copy when present.
+      gtest_src=${GTEST_SRC:-}
+      for g in gtest-src .gpucarry/gtest-src ../gtest-src; do
+        [ -z "$gtest_src" ] && [ -d "$g" ] && gtest_src=$g
+      done
+      if [ -n "$gtest_src" ]; then
+        (cmake -S "$gtest_src" -B /tmp/gtb -G Ninja -DCMAKE_INSTALL_PREFIX=/tmp/gtinst -DCMAKE_BUILD_TYPE=Release \
           > $OUT/gtest.log 2>&1 && cmake --build /tmp/gtb -j16 --target install >> $OUT/gtest.log 2>&1) || echo "gtest build failed"
       fi
       { time (cmake -S . -B $B -G Ninja -DRHOSCAN_VULKAN=OFF -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_PREFIX_PATH=/tmp/gtinst \
           -DCMAKE_CUDA_FLAGS="-Xptxas -v" > $OUT/configure.log 2>&1 && cmake --build $B -j16 > $OUT/build.log 2>&1); } 2>&1 | tail -3
       grep -E "error|spill|Used [0-9]+ registers" $OUT/build.log | grep -E "error|[1-9][0-9]* bytes spill" | head -20
       [ -x $B/tests/test_cuda ] || { echo "BUILD FAILED"; tail -30 $OUT/build.log; exit 1; } ;;
+    dev)
+      for f in dev/cuda/*.cu; do
+        n=$(basename "$f" .cu)
+        nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I src -I include "$f" -o /tmp/dev_$n \
+          > "$OUT/dev_${n}_build.log" 2>&1 || { echo "dev $n: BUILD FAILED"; tail -20 "$OUT/dev_${n}_build.log"; continue; }
+        timeout 240 /tmp/dev_$n > "$OUT/dev_$n.log" 2>&1; echo "dev $n rc=$?"
+        grep -E "FAIL|PASS|old .* ms|no CUDA" "$OUT/dev_$n.log" | grep -v "^  PASS" | head -30
+      done ;;
     test)
       (cd $B && timeout 240 ctest -j8 --output-on-failure ${CTEST_ARGS:-} > $OUT/ctest.log 2>&1); echo "ctest rc=$?"
       grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" $OUT/ctest.log | head -40 ;;
@@ -32,7 +49,13 @@ for s in $stages; do
         > $OUT/memcheck_harness.log 2>&1; echo "memcheck harness rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck_harness.log | head -5
       timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/test_cuda \
         --gtest_filter='Cuda.TailChunkAndHvEqualsH:Cuda.StepMatchesForward' > $OUT/racecheck.log 2>&1
-      echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log | head -5 ;;
+      echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log | head -5
+      for x in /tmp/dev_*; do
+        [ -x "$x" ] || continue
+        n=$(basename "$x")
+        timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$x" --small > "$OUT/memcheck_$n.log" 2>&1
+        echo "memcheck $n rc=$?"; grep -E "ERROR SUMMARY|ALL PASS|FAIL:" "$OUT/memcheck_$n.log" | head -3
+      done ;;
     bench)
       timeout 240 $B/tools/rhoscan bench --device cuda --backward --repeats 5 --json $OUT/bench.jsonl --commit "$commit" 2>&1 | tee $OUT/bench.log ;;
     profile)
@@ -45,7 +68,7 @@ for s in $stages; do
       done ;;
     ncu)
       # Speed-of-light, occupancy and stall reasons of one launch of each heavy kernel at BDH-8k.
-      for k in chunk_states_kernel chunk_output_kernel chunk_scores_kernel bwd_local_kernel norm_scan_kernel; do
+      for k in chunk_states_kernel chunk_output_kernel chunk_scores_kernel bwd_local_kernel norm_apply_kernel norm_chunk_sums_kernel; do
         timeout 90 ncu --clock-control none -k regex:$k -c 1 --section SpeedOfLight --section Occupancy \
           --section WarpStateStats --section MemoryWorkloadAnalysis \
           $B/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 1 > $OUT/ncu-$k.txt 2>&1

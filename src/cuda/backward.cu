@@ -125,8 +125,8 @@ struct LocalSmem {
   __align__(16) float dhs[kLocalLT][kLocalET + 4];
   __align__(16) float gs[64][kLocalET + 4];
   __align__(16) float vs[64][kLocalET + 4];
-  float red[3][16][kLocalLT];
-  float hdh[kLocalLT];
+  float ib[64][kLocalLT];  // ib_i = sum_{k>i} a^(k-i-1) dn_k
+  float red[16][kLocalLT];
 };
 
 // Wr, Ur, HdHr (optional): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
@@ -169,10 +169,14 @@ __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
       ms[i][j] = m;
     }
     __syncthreads();
+    // The threads < LT (token group 0, one per latent) walk the chunk for the per-latent scans:
+    // N_i, and zsum = sum_i a^(Cn-1-i) N_i (Horner), da's B·N weight, kept for the block's output.
+    float zsum = 0.0f;
     if (threadIdx.x < LT) {
       float N = lok ? Nc[(bh * (d.nC + 1) + c) * d.L + l] : 0.0f;
       for (int i = 0; i < Cn; ++i) {
         ns[i][ll] = N;
+        zsum = a * zsum + N;
         N = a * N + qs[i][ll];
       }
     }
@@ -258,40 +262,40 @@ __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
       if (ll == 0 && i < Cn) gcp[(bh * d.T + t0 + i) * nlt + lt] = x / s[bh * d.T + t0 + i];
     }
     __syncthreads();
-    float da_part = 0.0f, bsum_part = 0.0f, z_part = 0.0f;
+    // The normaliser gradient inside the chunk, ib_i = sum_{k>i} a^(k-i-1) dn_k, by the reverse
+    // recurrence ib_{i-1} = dn_i + a ib_i (C steps per latent instead of a sum per token); its
+    // continuation past i = 0 is bsum = sum_i a^i dn_i, the chunk's share of B at its start.
+    float bsum = 0.0f;
+    if (threadIdx.x < LT) {
+      float x = 0.0f;
+      for (int i = Cn - 1; i >= 0; --i) {
+        S.ib[i][ll] = x;
+        x = dn[i][ll] + a * x;
+      }
+      bsum = x;
+    }
+    __syncthreads();
+    float da_part = 0.0f;
 #pragma unroll
     for (int r = 0; r < RPT; ++r) {
       const int i = ig + 16 * r;
       if (i < Cn) {
-        float ib = 0.0f, pw = 1.0f;
-        for (int k = i + 1; k < Cn; ++k) {
-          ib += pw * dn[k][ll];
-          pw *= a;
-        }
+        const float ib = S.ib[i][ll];
         const int64_t t = t0 + i;
         if (lok) dqp[(bh * d.T + t) * d.L + l] = gw[r] / s[bh * d.T + t] + av[r] + ib;
         da_part += qs[i][ll] * U[r] * dpow(a, Cn - 1 - i) + qps[i][ll] * W[r] * dpow(a, i) + term4[r] +
                    ib * ns[i][ll];
-        bsum_part += ipow(a, i) * dn[i][ll];
-        z_part += ipow(a, Cn - 1 - i) * ns[i][ll];
       }
     }
-    red[0][ig][ll] = da_part;
-    red[1][ig][ll] = bsum_part;
-    red[2][ig][ll] = z_part;
-    if (ig == 0) S.hdh[ll] = HdH;
+    red[ig][ll] = da_part;
     __syncthreads();
-    if (threadIdx.x < LT && lok) {
-      float x0 = dpow(a, Cn) * S.hdh[ll], x1 = 0.0f, x2 = 0.0f;
-      for (int k = 0; k < 16; ++k) {
-        x0 += red[0][k][ll];
-        x1 += red[1][k][ll];
-        x2 += red[2][k][ll];
-      }
+    if (threadIdx.x < LT && lok) {  // token group 0: HdH, zsum and bsum are its own
+      float x0 = dpow(a, Cn) * HdH;
+      for (int k = 0; k < 16; ++k) x0 += red[k][ll];
       const int64_t o = (bh * d.nC + c) * d.L + l;
       dap[o] = x0;
-      Bsum[o] = x1;
-      Zs[o] = x2;
+      Bsum[o] = bsum;
+      Zs[o] = zsum;
     }
   }
 }
@@ -455,9 +459,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
 
     token_sum_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
-    norm_scan_kernel<T><<<grid_for(n * (o.Xq ? d.Lp : L), 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc, Str3{},
-                                                                                  o.Xq, o.Kq);
-    RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
+    launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, Str3{}, o.Xq, o.Kq, stream);
     launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, M, stream);
     pack_values<kTC, T>(d, v, o.vb, stream);
     pack_values<kTC, T>(d, gctx, o.gb, stream);

@@ -54,9 +54,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     const Operands16 o = take_operands<kTC>(ws, d, false);
     token_sum_kernel<T><<<grid_for(d.nbh * p.T, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
-    norm_scan_kernel<T><<<grid_for(d.nbh * (o.Xq ? d.Lp : p.L), 256), 256, 0, stream>>>(d, q, a32, n0, s, Qp, Nc,
-                                                                                     n_out, o.Xq, o.Kq);
-    RHOSCAN_CUDA_LAUNCHED("norm_scan_kernel");
+    launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, n_out, o.Xq, o.Kq, stream);
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
     pack_values<kTC, T>(d, v, o.vb, stream);
     launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);

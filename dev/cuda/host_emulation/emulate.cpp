@@ -1,0 +1,160 @@
+// Host emulation check of CUDA kernel changes, for a machine without a GPU: runs the working
+// tree's normaliser scan (norm_chunk_sums, norm_carry, norm_apply) and bwd_local against the
+// same kernels at a base revision (extract.py cuts both out of the sources), on small random
+// problems with tails, chunk 1, decay exactly 0 and 1, odd L and E, both bwd_local paths (E loop
+// and readback), and odd grid sizes (grid-stride loops). Outputs start as NaN, so an element
+// left unwritten shows. It checks index logic and synchronisation, not GPU rounding or speed:
+// dev/cuda/norm_scan.cu and the CUDA tests do that on the GPU.
+//   dev/cuda/host_emulation/run.sh [BASE_REV]      (from the repository root)
+#include <cstdio>
+#include <random>
+
+#include "kernels.h"
+
+namespace {
+
+std::mt19937 rng(7);
+std::vector<float> uniform(size_t n, float lo, float hi, float zeros = 0.0f) {
+  std::uniform_real_distribution<float> U(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = U(rng) < zeros ? 0.0f : lo + (hi - lo) * U(rng);
+  return v;
+}
+std::vector<float> decays(size_t n) {  // every fifth exactly 0, every fifth exactly 1
+  auto a = uniform(n, 0.0f, 1.0f);
+  for (size_t i = 0; i < n; ++i) a[i] = i % 5 == 0 ? 0.0f : i % 5 == 1 ? 1.0f : a[i];
+  return a;
+}
+std::vector<float> nans(size_t n) { return std::vector<float>(n, std::nanf("")); }
+Str4 str4(const float* p, int64_t s0, int64_t s1, int64_t s2) {
+  Str4 r;
+  r.p = p;
+  r.s[0] = s0, r.s[1] = s1, r.s[2] = s2, r.s[3] = 1;
+  return r;
+}
+Str3 str3(const float* p, int64_t s0, int64_t s1) {
+  Str3 r;
+  r.p = p;
+  r.s[0] = s0, r.s[1] = s1, r.s[2] = 1;
+  return r;
+}
+Dims dims(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t E, int64_t C) {
+  Dims d;
+  d.H = H, d.T = T, d.L = L, d.E = E, d.C = C, d.nC = (T + C - 1) / C, d.bh0 = 0, d.nbh = nbh, d.nsplit = 1;
+  d.Lp = L, d.Ep = E;
+  return d;
+}
+
+// max |x - y| / max |y| over the elements, and whether NaN sits in the same places.
+bool same(const char* what, const std::vector<float>& x, const std::vector<float>& y) {
+  double diff = 0, scale = 0;
+  size_t nan = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) || std::isnan(y[i])) {
+      nan += std::isnan(x[i]) != std::isnan(y[i]);
+      continue;
+    }
+    diff = std::max(diff, double(std::fabs(x[i] - y[i])));
+    scale = std::max(scale, double(std::fabs(y[i])));
+  }
+  const double rel = scale > 0 ? diff / scale : diff;
+  if (nan == 0 && rel <= 1e-5) return true;
+  std::printf("    %s: %zu NaN mismatches, max difference / max %.3g\n", what, nan, rel);
+  return false;
+}
+
+bool norm_scan_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, bool seq_first, bool with_n0, bool ops) {
+  Dims d = dims(H, nbh, T, L, 1, C);
+  d.Lp = ops ? (L + 63) / 64 * 64 : L;
+  const int64_t B = nbh / H;
+  const auto q = uniform(nbh * T * L, 0.0f, 1.0f, 0.8f), a = decays(H * L), n0 = uniform(nbh * L, 0.0f, 2.0f);
+  const auto s = uniform(nbh * T, 1.0f, 2.0f);
+  const Str4 qs = seq_first ? str4(q.data(), T * H * L, L, H * L) : str4(q.data(), H * T * L, T * L, L);
+  const Str3 n0s = with_n0 ? str3(n0.data(), H * L, L) : Str3{};
+  struct Out {
+    std::vector<float> Qp, Nc, nout;
+    std::vector<__nv_bfloat16> Xq, Kq;
+  } o[2];
+  for (int k = 0; k < 2; ++k) {
+    o[k] = {nans(nbh * T * L), nans(nbh * (d.nC + 1) * L), nans(B * H * L),
+            std::vector<__nv_bfloat16>(nbh * T * d.Lp, {std::nanf("")}), {}};
+    o[k].Kq = o[k].Xq;
+    __nv_bfloat16 *Xq = ops ? o[k].Xq.data() : nullptr, *Kq = ops ? o[k].Kq.data() : nullptr;
+    const Str3 nout = str3(o[k].nout.data(), H * L, L);
+    float *Qp = o[k].Qp.data(), *Nc = o[k].Nc.data();
+    if (k == 0) {
+      emu::launch(3, 5, 0, [&] { norm_scan_kernel_old<float>(d, qs, a.data(), n0s, s.data(), Qp, Nc, nout, Xq, Kq); });
+    } else {
+      emu::launch(4, 7, 0, [&] { norm_chunk_sums_kernel<float>(d, qs, a.data(), Nc); });
+      emu::launch(2, 3, 0, [&] { norm_carry_kernel(d, a.data(), n0s, Nc, nout); });
+      emu::launch(5, 6, 0, [&] { norm_apply_kernel<float>(d, qs, a.data(), s.data(), Nc, Qp, Xq, Kq); });
+    }
+  }
+  auto floats = [](const std::vector<__nv_bfloat16>& x) {
+    std::vector<float> f(x.size());
+    for (size_t i = 0; i < x.size(); ++i) f[i] = x[i].v;
+    return f;
+  };
+  const bool ok = same("Qp", o[1].Qp, o[0].Qp) & same("N", o[1].Nc, o[0].Nc) & same("rho_norm", o[1].nout, o[0].nout) &
+                  same("Xq", floats(o[1].Xq), floats(o[0].Xq)) & same("Kq", floats(o[1].Kq), floats(o[0].Kq));
+  std::printf("norm_scan H%lld pairs%lld T%lld L%lld C%lld%s%s%s: %s\n", (long long)H, (long long)nbh, (long long)T,
+              (long long)L, (long long)C, seq_first ? " [B,T,H,L]" : "", with_n0 ? " n0" : "", ops ? " Xq+Kq" : "",
+              ok ? "same" : "DIFFERENT");
+  return ok;
+}
+
+bool bwd_local_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t E, int64_t C, bool readback) {
+  const Dims d = dims(H, nbh, T, L, E, C);
+  const int64_t nC = d.nC, nlt = (L + kLocalLT - 1) / kLocalLT;
+  const auto q = uniform(nbh * T * L, 0.0f, 1.0f, 0.7f), v = uniform(nbh * T * E, -1, 1), g = uniform(nbh * T * E, -1, 1);
+  const auto a = decays(H * L), Qp = uniform(nbh * T * L, 0, 1), s = uniform(nbh * T, 1, 2);
+  const auto Nc = uniform(nbh * (nC + 1) * L, 0, 3), Hs = uniform(nbh * nC * L * E, -1, 1);
+  const auto dHs = uniform(nbh * nC * L * E, -1, 1), M = uniform(nbh * nC * C * C, -1, 1);
+  const auto W = uniform(nbh * T * L, -1, 1), U = uniform(nbh * T * L, -1, 1), HdH = uniform(nbh * nC * L, -1, 1);
+  const Str4 qs = str4(q.data(), H * T * L, T * L, L), vs = str4(v.data(), H * T * E, T * E, E);
+  const Str4 gs = str4(g.data(), H * T * E, T * E, E);
+  const float *Wr = readback ? W.data() : nullptr, *Ur = readback ? U.data() : nullptr;
+  const float* HdHr = readback ? HdH.data() : nullptr;
+  struct Out {
+    std::vector<float> gcp, dqp, dap, Bsum, Zs;
+  } o[2];
+  for (int k = 0; k < 2; ++k) {
+    o[k] = {nans(nbh * T * nlt), nans(nbh * T * L), nans(nbh * nC * L), nans(nbh * nC * L), nans(nbh * nC * L)};
+    auto run = [&](auto kernel, size_t smem, unsigned grid) {
+      emu::launch(grid, kLocalThreads, smem, [&] {
+        kernel(d, qs, vs, gs, a.data(), Qp.data(), s.data(), Nc.data(), Hs.data(), dHs.data(), M.data(), Wr, Ur, HdHr,
+               o[k].gcp.data(), o[k].dqp.data(), o[k].dap.data(), o[k].Bsum.data(), o[k].Zs.data());
+      });
+    };
+    if (k == 0)
+      run(bwd_local_kernel_old<float>, sizeof(LocalSmemOld), 2);
+    else
+      run(bwd_local_kernel<float>, sizeof(LocalSmem), 3);
+  }
+  const bool ok = same("gc partials", o[1].gcp, o[0].gcp) & same("dq partial", o[1].dqp, o[0].dqp) &
+                  same("da", o[1].dap, o[0].dap) & same("Bsum", o[1].Bsum, o[0].Bsum) & same("Zs", o[1].Zs, o[0].Zs);
+  std::printf("bwd_local H%lld pairs%lld T%lld L%lld E%lld C%lld %s: %s\n", (long long)H, (long long)nbh, (long long)T,
+              (long long)L, (long long)E, (long long)C, readback ? "readback" : "E loop", ok ? "same" : "DIFFERENT");
+  return ok;
+}
+
+}  // namespace
+
+int main() {
+  int bad = 0;
+  bad += !norm_scan_case(3, 6, 300, 70, 64, false, true, true);
+  bad += !norm_scan_case(2, 4, 200, 13, 32, true, false, true);
+  bad += !norm_scan_case(2, 2, 129, 33, 64, false, true, false);
+  bad += !norm_scan_case(1, 1, 1, 64, 64, false, true, true);
+  bad += !norm_scan_case(2, 2, 0, 10, 64, false, true, true);
+  bad += !norm_scan_case(2, 2, 50, 4, 1, false, true, true);
+  bad += !norm_scan_case(1, 2, 64, 7, 64, false, false, true);
+  bad += !norm_scan_case(1, 1, 2000, 9, 17, false, true, true);
+  bad += !bwd_local_case(2, 2, 150, 37, 40, 64, false);
+  bad += !bwd_local_case(2, 2, 150, 37, 40, 64, true);
+  bad += !bwd_local_case(1, 1, 64, 16, 32, 64, false);
+  bad += !bwd_local_case(1, 2, 70, 20, 33, 32, true);
+  bad += !bwd_local_case(1, 1, 5, 7, 3, 1, false);
+  std::printf("%s (%d different)\n", bad ? "DIFFERENT" : "all the same within 1e-5", bad);
+  return bad ? 1 : 0;
+}

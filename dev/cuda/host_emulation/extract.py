@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Writes kernels.h for the host emulation: the normaliser-scan and bwd_local kernels of the
+working tree, and the same kernels at a base revision renamed with the suffix _old, cut out of
+the sources by their section comments (a missing marker stops with its name).
+usage: extract.py BASE_REV OUT_FILE   (run from the repository root)"""
+import subprocess
+import sys
+
+base, out = sys.argv[1], sys.argv[2]
+
+
+def tree(path):
+    return open(path).read()
+
+
+def at_base(path):
+    return subprocess.run(["git", "show", f"{base}:{path}"], check=True, capture_output=True, text=True).stdout
+
+
+def cut(text, begin, end, where):
+    try:
+        a = text.index(begin)
+        return text[a:text.index(end, a)]
+    except ValueError:
+        sys.exit(f"extract.py: marker not found in {where}: {begin!r} .. {end!r}")
+
+
+kernels, backward = "src/cuda/chunk_kernels.cuh", "src/cuda/backward.cu"
+new_k, old_k, new_b, old_b = tree(kernels), at_base(kernels), tree(backward), at_base(backward)
+parts = [
+    '#include "shim.h"',
+    cut(tree("src/cuda/common.cuh"), "// a^n for n >= 0", "// Block counts", "src/cuda/common.cuh"),
+    cut(new_k, "// A strided tensor", "// How many slices of L", kernels),
+    cut(new_k, "// f(n) = d/da a^n", "// ---- decay to float32", kernels),
+    cut(new_k, "// ---- normaliser scan, chunk-parallel", "// The three passes of the normaliser scan", kernels),
+    cut(old_k, "// ---- normaliser scan: one thread per", "// ---- intra-chunk scores", f"{base}:{kernels}")
+    .replace("norm_scan_kernel", "norm_scan_kernel_old"),
+    cut(new_b, "constexpr int kLocalThreads", "\n\n", backward),
+    cut(new_b, "// One block per (bh, chunk, 16 latents)", "// The normaliser gradient across chunks", backward),
+    cut(old_b, "// One block per (bh, chunk, 16 latents)", "// The normaliser gradient across chunks",
+        f"{base}:{backward}").replace("LocalSmem", "LocalSmemOld").replace("bwd_local_kernel", "bwd_local_kernel_old"),
+]
+text = "\n".join(parts).replace("extern __shared__ __align__(16) unsigned char smem_raw[];",
+                                "unsigned char* smem_raw = emu::smem;")
+open(out, "w").write(text)
