@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build, CUDA tests, compute-sanitizer, benchmarks. Logs and JSON go to $OUT.
 # usage (on the GPU machine, in the source root): scripts/cuda_device_run.sh [stages...]
-#   stages: dev build test sanitize bench (default: build test sanitize bench); also profile, ncu
+#   stages: dev build test sanitize bench (default: build test sanitize bench); also profile, ncu,
+#   workspace
 #   dev: builds and runs each standalone kernel harness dev/cuda/*.cu (one nvcc command each, the
 #   one at the top of the file), printing its PASS/FAIL and timing lines; sanitize then also runs
 #   them under memcheck with --small.
@@ -56,6 +57,13 @@ for s in $stages; do
         timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$x" --small > "$OUT/memcheck_$n.log" 2>&1
         echo "memcheck $n rc=$?"; grep -E "ERROR SUMMARY|ALL PASS|FAIL:" "$OUT/memcheck_$n.log" | head -3
       done ;;
+    workspace)
+      # BDH-8k forward+backward under several workspace caps (MiB): what the batching of (b, h)
+      # pairs costs.
+      for mib in ${WORKSPACE_MIB:-2048 4096 8192}; do
+        timeout 120 $B/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 5 --workspace-mib $mib \
+          --json $OUT/bench-workspace.jsonl --commit "$commit" 2>&1 | grep -E "^BDH|peak memory"
+      done ;;
     bench)
       timeout 240 $B/tools/rhoscan bench --device cuda --backward --repeats 5 --json $OUT/bench.jsonl --commit "$commit" 2>&1 | tee $OUT/bench.log ;;
     profile)
@@ -65,10 +73,11 @@ for s in $stages; do
         timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
           $B/tools/rhoscan bench --device cuda --cases $c --backward --repeats 1 > $OUT/ncu-$c.csv 2>&1
         echo "profile $c rc=$?"
+        python3 dev/cuda/ncu_summary.py $OUT/ncu-$c.csv | sort -k4 -g -r | head -${PROFILE_TOP:-14}
       done ;;
     ncu)
       # Speed-of-light, occupancy and stall reasons of one launch of each heavy kernel at BDH-8k.
-      for k in chunk_states_kernel chunk_output_kernel chunk_scores_kernel bwd_local_kernel norm_apply_kernel norm_chunk_sums_kernel; do
+      for k in ${NCU_KERNELS:-chunk_states_mma chunk_scores_mma chunk_output_mma chunk_readback_mma bwd_local_kernel norm_apply_kernel norm_chunk_sums_kernel}; do
         timeout 90 ncu --clock-control none -k regex:$k -c 1 --section SpeedOfLight --section Occupancy \
           --section WarpStateStats --section MemoryWorkloadAnalysis \
           $B/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 1 > $OUT/ncu-$k.txt 2>&1

@@ -430,7 +430,7 @@ std::string json_escape(const std::string& s) {
 const char* bench_help() {
   return "usage: rhoscan bench [--device cpu|cuda] [--backward] [--cases NAME,...] [--repeats N]\n"
          "                     [--json FILE] [--dtype f32|bf16|f16] [--threads N] [--chunk N]\n"
-         "                     [--commit HASH] [--no-naive] [--list]\n\n"
+         "                     [--workspace-mib N] [--commit HASH] [--no-naive] [--list]\n\n"
          "Times the operator on the cases of the project's issues and prints, per case: the median\n"
          "time, GFLOP/s (FLOPs = B*H*(4*T*L*E + T*C*L + T*C*E) at C = 64; 3x for forward+backward),\n"
          "and ratios measured in the same run: limit_fraction = (the time at the device's limit) /\n"
@@ -445,6 +445,7 @@ const char* bench_help() {
          "  --dtype D      input dtype of q, v, context (default: the case's)\n"
          "  --threads N    CPU threads (default: all)\n"
          "  --chunk N      chunk size option passed to the backend (default: its own)\n"
+         "  --workspace-mib N  options.max_workspace_bytes in MiB (default: the backend's cap)\n"
          "  --commit HASH  recorded in the JSON (default: $RHOSCAN_COMMIT, else git rev-parse)\n"
          "  --no-naive     skip the per-token loop comparison\n"
          "  --list         print the case table and exit\n"
@@ -505,6 +506,7 @@ Result run_case(BenchDevice& dev, const BenchCase& c, Direction d, DType dtype, 
   opt.backend = Backend::automatic;
   opt.num_threads = s.num_threads;
   opt.chunk_size = s.chunk_size;
+  opt.max_workspace_bytes = s.max_workspace_bytes;
   std::function<void()> call;
   std::unique_ptr<DeviceTensor> g, gq, gv, ga;
   int64_t tensor_bytes = static_cast<int64_t>(q->bytes + v->bytes + a->bytes + rho->bytes + norm->bytes + ctx->bytes);
@@ -602,6 +604,8 @@ int bench_main(const std::vector<std::string>& args) {
       s.num_threads = static_cast<int>(parse_int(a, value(), 1));
     } else if (a == "--chunk") {
       s.chunk_size = parse_int(a, value(), 1);
+    } else if (a == "--workspace-mib") {
+      s.max_workspace_bytes = parse_int(a, value(), 1) << 20;
     } else if (a == "--commit") {
       commit = value();
     } else if (a == "--no-naive") {
@@ -681,7 +685,8 @@ int bench_main(const std::vector<std::string>& args) {
                      "\"speedup_vs_naive\":%.2f,\"naive\":\"%s\",\"machine\":\"%s\",\"load_average\":%.2f,"
                      "\"median_cpu_ms\":%.3f,\"limit_fraction_cpu_time\":%.4f,\"speedup_vs_naive_cpu_time\":%.2f,"
                      "\"naive_vectorised_ms\":%.2f,\"speedup_vs_naive_vectorised\":%.2f,"
-                     "\"speedup_vs_naive_vectorised_cpu_time\":%.2f,\"median_wall_ms_all\":\"%s\"}\n",
+                     "\"speedup_vs_naive_vectorised_cpu_time\":%.2f,\"median_wall_ms_all\":\"%s\","
+                     "\"max_workspace_bytes\":%lld}\n",
                      c.name, (long long)c.B, (long long)c.H, (long long)c.Hv, (long long)(d == Direction::step ? 1 : c.T),
                      (long long)c.L, (long long)c.E, dtype_name(dt), device_name(device), direction_name(d), r.median_ms,
                      r.gflops / 1000.0, r.limit_fraction, (long long)r.peak_bytes, json_escape(commit).c_str(),
@@ -690,7 +695,7 @@ int bench_main(const std::vector<std::string>& args) {
                      (long long)s.chunk_size, json_escape(r.limit.description).c_str(), r.naive_ms, speedup,
                      json_escape(r.naive.description).c_str(), json_escape(dev->description()).c_str(), load[0],
                      r.median_cpu_ms, r.limit_fraction_cpu, speedup_cpu, r.naive_simd.time_ms, speedup_simd,
-                     speedup_simd_cpu, r.all_times.c_str());
+                     speedup_simd_cpu, r.all_times.c_str(), (long long)s.max_workspace_bytes);
         std::fflush(json);
       }
     }
