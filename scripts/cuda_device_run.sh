@@ -2,7 +2,7 @@
 # One device call: build, CUDA tests, compute-sanitizer, benchmarks. Logs and JSON go to $OUT.
 # usage (on the GPU machine, in the source root): scripts/cuda_device_run.sh [stages...]
 #   stages: dev build test sanitize bench (default: build test sanitize bench); also profile, ncu,
-#   workspace
+#   workspace, ab
 #   dev: builds and runs each standalone kernel harness dev/cuda/*.cu (one nvcc command each, the
 #   one at the top of the file), printing its PASS/FAIL and timing lines; sanitize then also runs
 #   them under memcheck with --small.
@@ -56,6 +56,18 @@ for s in $stages; do
         n=$(basename "$x")
         timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 "$x" --small > "$OUT/memcheck_$n.log" 2>&1
         echo "memcheck $n rc=$?"; grep -E "ERROR SUMMARY|ALL PASS|FAIL:" "$OUT/memcheck_$n.log" | head -3
+      done ;;
+    ab)
+      # A second build of the CLI with AB_FLAGS (e.g. -DRHOSCAN_STATES_MIN_BLOCKS=2) and the
+      # benchmark of AB_CASES in both builds, one after the other: a compile-time variant against
+      # the main build in the same session.
+      cmake -S . -B /tmp/b_ab -G Ninja -DRHOSCAN_VULKAN=OFF -DRHOSCAN_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
+        -DCMAKE_CUDA_FLAGS="${AB_FLAGS:-}" > $OUT/ab_configure.log 2>&1 && cmake --build /tmp/b_ab -j16 --target rhoscan_cli \
+        > $OUT/ab_build.log 2>&1 || { echo "ab build failed"; tail -20 $OUT/ab_build.log; }
+      for build in $B /tmp/b_ab; do
+        echo "-- $build ${AB_FLAGS:-}"
+        timeout 120 $build/tools/rhoscan bench --device cuda --cases ${AB_CASES:-BDH-8k,long-T8192} --backward --repeats 5 \
+          --json $OUT/bench-ab.jsonl --commit "$commit${build#$B}" 2>&1 | grep -E "^(BDH|long|step)"
       done ;;
     workspace)
       # BDH-8k forward+backward under several workspace caps (MiB): what the batching of (b, h)

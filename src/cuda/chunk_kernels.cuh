@@ -173,8 +173,10 @@ static __global__ void norm_carry_kernel(Dims d, const float* a32, Str3 n0, floa
   }
 }
 
-template <typename T>
-__global__ void norm_apply_kernel(Dims d, Str4 q, const float* a32, const float* s, const float* Nc, float* Qp,
+// Qp is float32 where FFMA kernels or the backward's local gradients read it, bf16 where only the
+// tensor-core forward's diagonal score sub-blocks do (half the traffic of the largest array here).
+template <typename T, typename QpT>
+__global__ void norm_apply_kernel(Dims d, Str4 q, const float* a32, const float* s, const float* Nc, QpT* Qp,
                                   __nv_bfloat16* Xq, __nv_bfloat16* Kq) {
   const int64_t width = Xq ? d.Lp : d.L;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.nC * width;
@@ -193,23 +195,34 @@ __global__ void norm_apply_kernel(Dims d, Str4 q, const float* a32, const float*
     float N = Nc[(bh * (d.nC + 1) + c) * d.L + l];
     float apow_i = 1.0f;  // a^i for token i of the chunk, by running product
     const int64_t base = q.at(b, h, t0, l);
+    QpT* qp_col = Qp + (bh * d.T + t0) * d.L + l;  // token i of the chunk at qp_col[i * L]
+    const int64_t op0 = (bh * d.T + t0) * d.Lp + l;  // the same for Xq and Kq, rows of Lp
+    const float* s_chunk = s + bh * d.T + t0;
     for (int k0 = 0; k0 < Cn; k0 += kNormBatch) {
-      float qv[kNormBatch], sv[kNormBatch];
+      float qv[kNormBatch], sv[kNormBatch], kp[kNormBatch];
       load_tokens<T>(q, base, k0, Cn, qv);
 #pragma unroll
-      for (int k = 0; k < kNormBatch; ++k) sv[k] = k0 + k < Cn ? s[bh * d.T + t0 + k0 + k] : 1.0f;
+      for (int k = 0; k < kNormBatch; ++k) sv[k] = k0 + k < Cn ? s_chunk[k0 + k] : 1.0f;
+      if (Kq) {  // kp[k] = a^(Cn-1-i), i = k0 + k: one ipow per batch, then a product per token
+        int e = Cn - 1 - (k0 + kNormBatch - 1);
+        float pw = ipow(a, e > 0 ? e : 0);
+#pragma unroll
+        for (int k = kNormBatch - 1; k >= 0; --k, ++e) {
+          kp[k] = pw;
+          if (e >= 0) pw *= a;
+        }
+      }
 #pragma unroll
       for (int k = 0; k < kNormBatch; ++k) {
         const int ci = k0 + k;
         if (ci < Cn) {
-          const int64_t t = t0 + ci;
-          const float qp = (qv[k] / sv[k]) / (N + kEpsF);
-          Qp[(bh * d.T + t) * d.L + l] = qp;
+          const float qp = qv[k] / (sv[k] * (N + kEpsF));  // one division: q_t / (s_t (N_t + eps))
+          qp_col[ci * d.L] = from_float<QpT>(qp);
           if (Xq) {
-            Xq[(bh * d.T + t) * d.Lp + l] = __float2bfloat16_rn(qp * apow_i);
+            Xq[op0 + ci * d.Lp] = __float2bfloat16_rn(qp * apow_i);
             apow_i *= a;
           }
-          if (Kq) Kq[(bh * d.T + t) * d.Lp + l] = __float2bfloat16_rn(qv[k] * ipow(a, Cn - 1 - ci));
+          if (Kq) Kq[op0 + ci * d.Lp] = __float2bfloat16_rn(qv[k] * kp[k]);
           N = a * N + qv[k];
         }
       }
@@ -218,15 +231,15 @@ __global__ void norm_apply_kernel(Dims d, Str4 q, const float* a32, const float*
 }
 
 // The three passes of the normaliser scan (see above) on `stream`.
-template <typename T>
-void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, const float* s, float* Qp, float* Nc,
+template <typename T, typename QpT>
+void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, const float* s, QpT* Qp, float* Nc,
                       Str3 n_out, __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream) {
   norm_chunk_sums_kernel<T><<<grid_for(d.nbh * d.nC * d.L, 256), 256, 0, stream>>>(d, q, a32, Nc);
   RHOSCAN_CUDA_LAUNCHED("norm_chunk_sums_kernel");
   norm_carry_kernel<<<grid_for(d.nbh * d.L, 256), 256, 0, stream>>>(d, a32, n0, Nc, n_out);
   RHOSCAN_CUDA_LAUNCHED("norm_carry_kernel");
-  norm_apply_kernel<T><<<grid_for(d.nbh * d.nC * (Xq ? d.Lp : d.L), 256), 256, 0, stream>>>(d, q, a32, s, Nc, Qp,
-                                                                                          Xq, Kq);
+  norm_apply_kernel<T, QpT><<<grid_for(d.nbh * d.nC * (Xq ? d.Lp : d.L), 256), 256, 0, stream>>>(d, q, a32, s, Nc,
+                                                                                               Qp, Xq, Kq);
   RHOSCAN_CUDA_LAUNCHED("norm_apply_kernel");
 }
 

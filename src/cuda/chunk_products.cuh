@@ -54,57 +54,57 @@ int64_t operand_bytes(const Dims& d, int lat, int cols) {
 }
 
 // ---- y (v or G, strided, any 16-bit type) to contiguous bf16 rows [bh][t][Ep], zero padded ----
+// A block per row (bh, t), its threads along e: the row's indices once per row (64-bit divisions
+// per element made this copy cost a tenth of the BDH-base forward+backward).
 template <typename T>
 __global__ void pack_bf16_kernel(Dims d, Str4 y, bf16* out) {
-  const int64_t n = d.nbh * d.T * d.Ep;
-  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = x % d.Ep, t = (x / d.Ep) % d.T, bh = x / (d.Ep * d.T);
-    out[x] = __float2bfloat16_rn(e < d.E ? load<T>(y.p, y.at(d.b_of(bh), d.h_of(bh), t, e)) : 0.0f);
+  for (int64_t r = blockIdx.x; r < d.nbh * d.T; r += gridDim.x) {
+    const int64_t bh = r / d.T, t = r - bh * d.T;
+    const int64_t y0 = y.at(d.b_of(bh), d.h_of(bh), t, 0);
+    for (int64_t e = threadIdx.x; e < d.Ep; e += blockDim.x)
+      out[r * d.Ep + e] = __float2bfloat16_rn(e < d.E ? load<T>(y.p, y0 + e * y.s[3]) : 0.0f);
   }
 }
 
 // ---- chunk states on tensor cores: one block per (bh, 64 latents, 128 columns) ----------------
 // The recurrence of chunk_states_kernel with the state tile as mma accumulators: per chunk,
-// store S (as S_T), S <- a^Cn ⊙ S (each thread scales its own rows), S += K^T V over the chunk's
-// tokens, with V = vals (packed v forward, G backward) and K = q_i a^(Cn-1-i) computed here from
-// q (forward) or K = Xq (backward). The next chunk's tiles are fetched while the current one is
-// multiplied: cp.async for the bf16 arrays, registers for q.
+// store S (as S_T) unless Hs is null, S <- a^Cn ⊙ S (each thread scales its own rows), S += K^T V
+// over the chunk's tokens, with V = vals (packed v forward, G backward) and K = keys: Kq =
+// q_i a^(Cn-1-i) (forward) or Xq = Qp_i a^i (backward), both written by norm_apply. The next
+// chunk's tiles are fetched by cp.async while the current one is multiplied. (Computing the keys
+// here from q instead cost 16 strided loads, 16 products and 16 shared stores per thread and chunk:
+// the kernel was issue-bound on them at 25 % occupancy.)
 constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
 constexpr int kStatesMmaSmem = 2 * 64 * (kStKS + kStVS) * static_cast<int>(sizeof(bf16));
-template <typename T, typename S, bool kReverse>
-__global__ void __launch_bounds__(kMmaThreads, 2) chunk_states_mma_kernel(Dims d, Str4 q, const bf16* keys,
-                                                                          const bf16* vals, const float* a32,
-                                                                          Str4 init, S* Hs, Str4 out) {
+// Blocks per multiprocessor the registers are budgeted for: 3 (80 registers, a few bytes of
+// spill) against 2 (114 registers); RHOSCAN_STATES_MIN_BLOCKS=2 builds the other for comparison.
+#ifndef RHOSCAN_STATES_MIN_BLOCKS
+#define RHOSCAN_STATES_MIN_BLOCKS 3
+#endif
+constexpr int kStatesMinBlocks = RHOSCAN_STATES_MIN_BLOCKS;
+template <typename S, bool kReverse>
+__global__ void __launch_bounds__(kMmaThreads, kStatesMinBlocks) chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals,
+                                                                          const float* a32, Str4 init, S* Hs,
+                                                                          Str4 out) {
   constexpr int LT = kMmaLT, ET = kMmaET, KS = kStKS, VS = kStVS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens][KS]: K[i][l]
   bf16* vs = ks + 2 * 64 * KS;                    // [2 stages][64 tokens][VS]: V[i][e]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's latents and columns in the tile
-  const int kl = threadIdx.x % LT, ki0 = (threadIdx.x / LT) * 16;  // forward keys: one latent, 16 tokens
   const int64_t nlt = d.Lp / LT, net = d.Ep / ET;
   const float* init_p = static_cast<const float*>(init.p);
   float* out_p = const_cast<float*>(static_cast<const float*>(out.p));
   for (int64_t item = blockIdx.x; item < d.nbh * nlt * net; item += gridDim.x) {
     const int64_t bh = item / (nlt * net), lt = (item / net) % nlt, et = item % net;
     const int64_t b = d.b_of(bh), h = d.h_of(bh), l0 = lt * LT, e0 = et * ET;
-    const float a_kl = l0 + kl < d.L ? a32[h * d.L + l0 + kl] : 0.0f;
     auto chunk_of = [&](int64_t step) { return kReverse ? d.nC - 1 - step : step; };
-    float qv[16];  // forward: q of this thread's latent and tokens in the fetched chunk
     auto fetch = [&](int stage, int64_t c) {
       const int Cn = static_cast<int>(d.chunk_len(c));
-      if constexpr (kReverse) {
-        const bf16* kc = keys + (bh * d.T + c * d.C) * d.Lp + l0;
-        for (int idx = threadIdx.x; idx < 64 * (LT / 8); idx += blockDim.x) {
-          const int i = idx / (LT / 8), p = 8 * (idx % (LT / 8));
-          cp_async16(ks + (stage * 64 + i) * KS + p, kc + min(i, Cn - 1) * d.Lp + p, i < Cn);
-        }
-      } else {
-#pragma unroll
-        for (int k = 0; k < 16; ++k) {
-          const int i = ki0 + k;
-          qv[k] = (i < Cn && l0 + kl < d.L) ? load<T>(q.p, q.at(b, h, c * d.C + i, l0 + kl)) : 0.0f;
-        }
+      const bf16* kc = keys + (bh * d.T + c * d.C) * d.Lp + l0;
+      for (int idx = threadIdx.x; idx < 64 * (LT / 8); idx += blockDim.x) {
+        const int i = idx / (LT / 8), p = 8 * (idx % (LT / 8));
+        cp_async16(ks + (stage * 64 + i) * KS + p, kc + min(i, Cn - 1) * d.Lp + p, i < Cn);
       }
       const bf16* vc = vals + (bh * d.T + c * d.C) * d.Ep + e0;
       for (int idx = threadIdx.x; idx < 64 * (ET / 8); idx += blockDim.x) {
@@ -113,55 +113,43 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_states_mma_kernel(Dims d
       }
       cp_async_commit();
     };
-    // forward: K[i][l] = q_i a^(Cn-1-i), by one multiplication per token from the chunk's end
-    auto store_keys = [&](int stage, int64_t c) {
-      if constexpr (!kReverse) {
-        const int Cn = static_cast<int>(d.chunk_len(c));
-        float pw = ipow(a_kl, max(Cn - 1 - (ki0 + 15), 0));
-#pragma unroll
-        for (int k = 15; k >= 0; --k) {
-          const int i = ki0 + k;
-          ks[(stage * 64 + i) * KS + kl] = __float2bfloat16_rn(i < Cn ? qv[k] * pw : 0.0f);
-          if (i < Cn) pw *= a_kl;
-        }
-      }
-    };
     // acc[mt][nt][r] is the state at latent l0 + row(mt, r), column e0 + col(nt, r)
     auto row = [&](int mt, int r) { return wm + 16 * mt + g + 8 * (r / 2); };
     auto col = [&](int nt, int r) { return wn + 8 * nt + 2 * tq + r % 2; };
-    float acc[2][4][4], a[2][2];
+    float acc[2][4][4], a[2][2], a_full[2][2];  // a_full = a^C, the decay of every chunk but a tail
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int64_t l = l0 + row(mt, 2 * hf);
         a[mt][hf] = l < d.L ? a32[h * d.L + l] : 0.0f;
+        a_full[mt][hf] = ipow(a[mt][hf], static_cast<int>(d.C));
       }
     for_each_acc(acc, wm, wn, [&](int lr, int ec, float& x) {
       const int64_t l = l0 + lr, e = e0 + ec;
       x = (init_p && l < d.L && e < d.E) ? init_p[init.at(b, h, l, e)] : 0.0f;
     });
     __syncthreads();  // the previous item's tiles are consumed
-    if (d.nC > 0) {
-      fetch(0, chunk_of(0));
-      store_keys(0, chunk_of(0));
-    }
+    if (d.nC > 0) fetch(0, chunk_of(0));
     for (int64_t step = 0; step < d.nC; ++step) {
       const int64_t c = chunk_of(step);
       const int Cn = static_cast<int>(d.chunk_len(c));
-      S* Hc = Hs + ((bh * d.nC + c) * d.Lp + l0) * d.Ep + e0;
+      if (Hs != nullptr) {
+        S* Hc = Hs + ((bh * d.nC + c) * d.Lp + l0) * d.Ep + e0;
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+          for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            S* dst = &Hc[row(mt, 2 * hf) * d.Ep + col(nt, 0)];
-            if constexpr (std::is_same_v<S, float>)
-              *reinterpret_cast<float2*>(dst) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-            else
-              *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-          }
+            for (int hf = 0; hf < 2; ++hf) {
+              S* dst = &Hc[row(mt, 2 * hf) * d.Ep + col(nt, 0)];
+              if constexpr (std::is_same_v<S, float>)
+                *reinterpret_cast<float2*>(dst) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+              else
+                *reinterpret_cast<__nv_bfloat162*>(dst) =
+                    __floats2bfloat162_rn(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+            }
+      }
       if (step + 1 < d.nC) {
         fetch((step + 1) & 1, chunk_of(step + 1));
         cp_async_wait<1>();
@@ -173,7 +161,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_states_mma_kernel(Dims d
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          const float f = ipow(a[mt][hf], Cn);
+          const float f = Cn == d.C ? a_full[mt][hf] : ipow(a[mt][hf], Cn);
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt) {
             acc[mt][nt][2 * hf] *= f;
@@ -183,8 +171,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_states_mma_kernel(Dims d
       // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l]), B = V (stored [i][e])
       const int stage = static_cast<int>(step & 1);
       warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, (Cn + 15) / 16 * 16);
-      if (step + 1 < d.nC) store_keys((step + 1) & 1, chunk_of(step + 1));
-      __syncthreads();  // the next stage is complete; this one is refilled two chunks later
+      __syncthreads();  // this stage is refilled by the fetch of the step after next
     }
     if (out_p) {
       for_each_acc(acc, wm, wn, [&](int lr, int ec, float& x) {
@@ -298,9 +285,9 @@ struct ScoreSmem {
   __align__(16) bf16 kd[3][48][kScS];  // kd[d-1][j] = q_j a^(16(d-1) + 15 - j mod 16), j < 16 (4 - d)
   float a[64];                         // decay of the tile's latents
 };
-template <typename T>
+template <typename T, typename QpT>
 __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d, Str4 q, const float* a32,
-                                                                          const float* Qp, float* P) {
+                                                                          const QpT* Qp, float* P) {
   constexpr int LT = kMmaLT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   ScoreSmem& S = *reinterpret_cast<ScoreSmem*>(smem_raw);
@@ -325,7 +312,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
       for (int k = 0; k < 16; ++k) {
         const int i = og * 16 + k;
         const bool ok = i < Cn && l < l_end;
-        qpr[k] = ok ? Qp[(bh * d.T + t0 + i) * d.L + l] : 0.0f;
+        qpr[k] = ok ? to_float(Qp[(bh * d.T + t0 + i) * d.L + l]) : 0.0f;
         qr[k] = ok ? load<T>(q.p, q.at(b, h, t0 + i, l)) : 0.0f;
       }
     };
@@ -411,7 +398,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
 // The bf16 operands of one batch on the tensor-core path (null where unused).
 struct Operands16 {
   bf16* Xq = nullptr;  // Qp_i a^i       [bh][T][Lp]
-  bf16* Kq = nullptr;  // q_i a^(Cn-1-i) [bh][T][Lp] (backward: the dv operand)
+  bf16* Kq = nullptr;  // q_i a^(Cn-1-i) [bh][T][Lp] (the state keys; backward: also the dv operand)
   bf16* vb = nullptr;  // v packed       [bh][T][Ep]
   bf16* gb = nullptr;  // G packed       [bh][T][Ep] (backward)
 };
@@ -420,32 +407,30 @@ Operands16 take_operands(Workspace& ws, const Dims& d, bool backward) {
   Operands16 o;
   if constexpr (kTC) {
     o.Xq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
+    o.Kq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
     o.vb = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
-    if (backward) {
-      o.Kq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
-      o.gb = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
-    }
+    if (backward) o.gb = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
   }
   return o;
 }
 template <bool kTC, typename T>
 void pack_values(const Dims& d, Str4 y, bf16* out, cudaStream_t stream) {
   if constexpr (kTC) {
-    pack_bf16_kernel<T><<<grid_for(d.nbh * d.T * d.Ep, 256), 256, 0, stream>>>(d, y, out);
+    pack_bf16_kernel<T><<<grid_for(d.nbh * d.T), 128, 0, stream>>>(d, y, out);
     RHOSCAN_CUDA_LAUNCHED("pack_bf16_kernel");
   }
 }
 
-// Chunk states (forward: keys from q, values v; reverse: keys Qp a^i = Xq, values G).
-template <bool kTC, typename T, bool kReverse, typename S>
-void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, const float* Qp, const Operands16& o,
+// Chunk states (forward: keys Kq = q a^(Cn-1-i), values v; reverse: keys Qp a^i = Xq, values G).
+template <bool kTC, typename T, bool kReverse, typename S, typename QpT>
+void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, const QpT* Qp, const Operands16& o,
                          Str4 init, S* Hs, Str4 out, cudaStream_t stream) {
   if constexpr (kTC) {
-    auto kernel = chunk_states_mma_kernel<T, S, kReverse>;
+    auto kernel = chunk_states_mma_kernel<S, kReverse>;
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStatesMmaSmem));
     const int64_t items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
-    kernel<<<grid_for(items), kMmaThreads, kStatesMmaSmem, stream>>>(d, key, o.Xq, kReverse ? o.gb : o.vb, a32, init,
-                                                                     Hs, out);
+    kernel<<<grid_for(items), kMmaThreads, kStatesMmaSmem, stream>>>(d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb,
+                                                                     a32, init, Hs, out);
     RHOSCAN_CUDA_LAUNCHED("chunk_states_mma_kernel");
   } else {
     const int64_t items = d.nbh * ((d.L + kStateLT - 1) / kStateLT) * ((d.E + kStateET - 1) / kStateET);
@@ -456,8 +441,8 @@ void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, co
 }
 
 // Chunk outputs (forward: X = Qp a^i = Xq, Y = v; dv: X = q a^(Cn-1-i) = Kq, Y = G).
-template <bool kTC, typename T, typename OutT, bool kDv, typename S>
-void launch_chunk_output(const Dims& d, Str4 q, Str4 y, const float* a32, const float* Qp, const Operands16& o,
+template <bool kTC, typename T, typename OutT, bool kDv, typename S, typename QpT>
+void launch_chunk_output(const Dims& d, Str4 q, Str4 y, const float* a32, const QpT* Qp, const Operands16& o,
                          const S* Hs, const float* P, Str4 out, float* out_ws, cudaStream_t stream) {
   if constexpr (kTC) {
     auto kernel = chunk_output_mma_kernel<S, OutT, kDv>;
@@ -474,21 +459,26 @@ void launch_chunk_output(const Dims& d, Str4 q, Str4 y, const float* a32, const 
 
 // Intra-chunk scores P (and, with G, M = G v^T): d.nsplit partials over slices of L, summed into
 // split 0.
-template <bool kTC, typename T>
-void launch_chunk_scores(const Dims& d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, float* P, float* M,
+// Qp: float32, or bf16 on the tensor-core forward (the FFMA kernel, which takes M, reads float32).
+template <bool kTC, typename T, typename QpT>
+void launch_chunk_scores(const Dims& d, Str4 q, Str4 v, Str4 g, const float* a32, const QpT* Qp, float* P, float* M,
                          cudaStream_t stream) {
   if constexpr (kTC) {
-    auto kernel = chunk_scores_mma_kernel<T>;
+    auto kernel = chunk_scores_mma_kernel<T, QpT>;
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(ScoreSmem))));
     kernel<<<grid_for(d.nbh * d.nC * d.nsplit), kMmaThreads, sizeof(ScoreSmem), stream>>>(d, q, a32, Qp, P);
     RHOSCAN_CUDA_LAUNCHED("chunk_scores_mma_kernel");
   }
   float* P_ffma = kTC ? nullptr : P;
-  if (P_ffma != nullptr || M != nullptr) {
-    chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, g, a32, Qp,
-                                                                                           P_ffma, M);
-    RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
+  if constexpr (std::is_same_v<QpT, float>) {
+    if (P_ffma != nullptr || M != nullptr) {
+      chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, g, a32, Qp,
+                                                                                             P_ffma, M);
+      RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
+    }
+  } else if (!kTC || M != nullptr) {
+    throw Error(ErrorKind::internal, "rhoscan (cuda): bf16 Qp reaches only the tensor-core forward's scores");
   }
   for (float* X : {P, M}) {
     if (X == nullptr || d.nsplit == 1) continue;

@@ -21,10 +21,11 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   set_padding<kTC>(d);
   const int64_t BH = p.B * p.H;
   const int64_t shared = Workspace::floats(p.H * p.L);
-  const int64_t per_bh = Workspace::floats(p.T) + Workspace::floats(p.T * p.L) +
+  using QpT = std::conditional_t<kTC, bf16, float>;  // bf16 where only the mma scores read it
+  const int64_t per_bh = Workspace::floats(p.T) + Workspace::bytes<QpT>(p.T * p.L) +
                          Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
-                         chunk_state_bytes<StateT<kTC>>(d) + operand_bytes<kTC>(d, 1, 1);
-  const int64_t cap = workspace_cap(f.options.max_workspace_bytes);
+                         chunk_state_bytes<StateT<kTC>>(d) + operand_bytes<kTC>(d, 2, 1);
+  const int64_t cap = workspace_cap(f.options.max_workspace_bytes, kDefaultWorkspaceCap);
   if (shared + per_bh > cap)
     throw Error(ErrorKind::out_of_memory,
                 "rhoscan.forward (cuda): one (batch, head) pair needs " + std::to_string(shared + per_bh) +
@@ -47,7 +48,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     d.nbh = std::min(per_batch, BH - bh0);
     d.nsplit = score_splits(d.nbh, d.nC, p.L);
     float* s = ws.take_floats(d.nbh * p.T);
-    float* Qp = ws.take_floats(d.nbh * p.T * p.L);
+    QpT* Qp = ws.take_array<QpT>(d.nbh * p.T * p.L);
     float* Nc = ws.take_floats(d.nbh * (d.nC + 1) * p.L);
     float* P = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
     StateT<kTC>* Hs = ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);

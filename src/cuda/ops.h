@@ -21,7 +21,11 @@ std::string runtime_unavailable_reason();
 // are clamped: the in-block tiles hold at most 64 tokens).
 inline constexpr int64_t kDefaultChunk = 64;
 inline constexpr int64_t kMaxChunk = 64;
-// Default cap of the device workspace one call may allocate (options.max_workspace_bytes = 0).
+// Default caps of the device workspace one call may allocate (options.max_workspace_bytes = 0):
+// the forward's (chunk-start states included) and the backward's. The backward needs about 199 MiB
+// per (b, h) pair at BDH-8k: 3.5 GiB runs its 32 pairs in 2 batches instead of 4 (22.8 against
+// 24.6 ms on the H200), within issue 5's 4 GiB for the backward's memory.
 inline constexpr int64_t kDefaultWorkspaceCap = int64_t{2} << 30;
+inline constexpr int64_t kDefaultBackwardWorkspaceCap = int64_t{7} << 29;
 
 }  // namespace rhoscan::cuda_detail

@@ -52,7 +52,7 @@ void* Workspace::take(int64_t bytes) {
   return p;
 }
 
-int64_t workspace_cap(int64_t option) { return option > 0 ? option : kDefaultWorkspaceCap; }
+int64_t workspace_cap(int64_t option, int64_t backend_default) { return option > 0 ? option : backend_default; }
 
 DeviceGuard::DeviceGuard(int device) {
   if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device) {

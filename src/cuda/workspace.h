@@ -38,8 +38,8 @@ class Workspace {
   cudaStream_t stream_;
 };
 
-// The cap of options.max_workspace_bytes (0: the default).
-int64_t workspace_cap(int64_t option);
+// The cap of options.max_workspace_bytes (0: the direction's default, kDefault*WorkspaceCap of ops.h).
+int64_t workspace_cap(int64_t option, int64_t backend_default);
 
 // Sets the CUDA device of the tensors for the lifetime of the guard, then restores the caller's.
 class DeviceGuard {

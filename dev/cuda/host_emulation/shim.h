@@ -42,6 +42,16 @@ inline __nv_bfloat16 __float2bfloat16_rn(float x) {
   std::memcpy(&y, &u, 4);
   return {y};
 }
+template <typename T>
+inline T from_float(float x);
+template <>
+inline float from_float<float>(float x) {
+  return x;
+}
+template <>
+inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 constexpr float kEpsF = 1e-6f;
 template <typename T>
 inline T __ldg(const T* p) {
