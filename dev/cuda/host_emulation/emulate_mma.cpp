@@ -11,18 +11,22 @@
 // batch offset bh0, both token-major and sequence-first layouts, score splits (some empty), grids
 // smaller than the work (grid-stride loops). Outputs start as NaN: an element left unwritten, or
 // one written that should not be, counts as a failure. Inputs that a kernel must not read (the
-// upper triangle of P, the score splits past 0) are NaN too. Tolerance: max |x - ref| / max |ref|
-// <= 1e-2 per output (bf16 operands), 1e-4 for the readback (its hi + lo split is meant to keep
-// float32 accuracy), exact for pack_bf16. It checks index logic, fragment layouts and
-// synchronisation, not GPU rounding or speed.
-//   dev/cuda/host_emulation/run_mma.sh            (from the repository root; about a minute)
+// upper triangle of P, the score splits past 0) are NaN too. Tolerance, element by element:
+// |x - ref| <= tol · (sum of the absolute values of ref's terms), tol = 1e-2 (a bf16 rounding
+// moves a term by at most 2^-8 of it, and no kernel rounds a term more than twice: 7.8e-3), 1e-4
+// for the readback (its hi + lo split is meant to keep float32 accuracy), exact for pack_bf16.
+// It checks index logic, fragment layouts and synchronisation, not GPU rounding or speed.
+//   dev/cuda/host_emulation/run_mma.sh [KERNEL_SUBSTRING]     (about half a minute on 2 cores)
+// EMU_VERBOSE=1 prints the worst element of every output; EMU_STOP_AT_FIRST=1 stops at the
+// first failing kernel (mutants_mma.sh uses it).
 //
 // Adding a kernel (say sequence_scores_mma_kernel, written in chunk_products.cuh between the
 // pack_bf16 section and the launchers, so extract.py takes it along): write a function like
 // scores_case below: inputs from the Problem (q, a32, Qp and the bf16 operands Xq, Kq, vb, gb
-// are ready, with the kernels' layouts and padding), the output as nans(n), one emu::launch with
-// the launcher's block size and shared memory (and a grid smaller than the work), a float64 loop
-// for the reference (NaN where nothing may be written), and check(...); then call it from main.
+// are ready, with the kernels' layouts and padding), the output as nans<float>(n), one
+// emu::launch with the launcher's block size and shared memory (and small_grid(items): fewer
+// blocks than work items), a float64 loop that adds each term to an Acc (kUnwritten where
+// nothing may be written), and check(...); then add a line to `kernels` in main.
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -47,12 +51,27 @@ std::vector<double> doubles(const std::vector<T>& x) {
   return y;
 }
 
-// max |got - ref| / max |ref| <= tol, NaN exactly where ref is NaN (ref NaN = must stay unwritten).
-bool check(const std::string& what, const std::vector<double>& got, const std::vector<double>& ref, double tol) {
-  double diff = 0, scale = 0;
+// A float64 reference value and its magnitude: the sum of the absolute values of the terms
+// that make it up (a bf16 rounding of each term moves the value by at most 2^-8 of that).
+struct Acc {
+  double x = 0, m = 0;
+  void operator+=(double t) { x += t, m += std::fabs(t); }
+  Acc scaled(double f) const { return {x * f, m * std::fabs(f)}; }
+};
+const Acc kUnwritten{kNaN, kNaN};
+std::vector<Acc> exact(const std::vector<double>& x) {
+  std::vector<Acc> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = {x[i], std::fabs(x[i])};
+  return r;
+}
+
+// Every element: |got - ref| <= tol * magnitude (element-wise, so an error in the small entries
+// shows too), and NaN exactly where ref is NaN (ref NaN = must stay unwritten).
+bool check(const std::string& what, const std::vector<double>& got, const std::vector<Acc>& ref, double tol) {
+  double rel = 0;
   size_t unwritten = 0, stray = 0, worst = 0, first_bad = SIZE_MAX;
   for (size_t i = 0; i < ref.size(); ++i) {
-    const bool gn = std::isnan(got[i]), rn = std::isnan(ref[i]);
+    const bool gn = std::isnan(got[i]), rn = std::isnan(ref[i].x);
     if (gn || rn) {
       if (gn != rn) {
         (gn ? unwritten : stray) += 1;
@@ -60,15 +79,15 @@ bool check(const std::string& what, const std::vector<double>& got, const std::v
       }
       continue;
     }
-    if (std::fabs(got[i] - ref[i]) > diff) diff = std::fabs(got[i] - ref[i]), worst = i;
-    scale = std::max(scale, std::fabs(ref[i]));
+    const double diff = std::fabs(got[i] - ref[i].x);
+    const double r = diff == 0 ? 0 : ref[i].m > 0 ? diff / ref[i].m : INFINITY;
+    if (r > rel) rel = r, worst = i;
   }
-  const double rel = scale > 0 ? diff / scale : diff;
   const bool ok = unwritten == 0 && stray == 0 && rel <= tol;
-  std::printf("    %-10s max err / max %.2e (tol %.0e)", what.c_str(), rel, tol);
+  std::printf("    %-10s max err / magnitude %.2e (tol %.0e)", what.c_str(), rel, tol);
   if (unwritten || stray)
     std::printf(", %zu unwritten, %zu written that should not be (first at %zu)", unwritten, stray, first_bad);
-  if (rel > tol) std::printf(", worst at %zu: %.6g vs %.6g", worst, got[worst], ref[worst]);
+  if (rel > tol || std::getenv("EMU_VERBOSE")) std::printf(", worst at %zu: %.6g vs %.6g (magnitude %.3g)", worst, got[worst], ref[worst].x, ref[worst].m);
   std::printf("%s\n", ok ? "" : "  <-- FAIL");
   return ok;
 }
@@ -119,8 +138,9 @@ Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int6
   fill(p.q, p.B * H * T * L, 0, 1, 0.5);
   fill(p.v, p.B * H * T * E, -1, 1, 0);
   fill(p.g, p.B * H * T * E, -1, 1, 0);
-  p.a32.resize(H * L);  // every fifth latent decay 0, every fifth 1, the rest in [0.7, 1)
-  for (int64_t i = 0; i < H * L; ++i) p.a32[i] = i % 5 == 0 ? 0.0f : i % 5 == 1 ? 1.0f : float(0.7 + 0.3 * U01());
+  p.a32.resize(H * L);  // of every five latents: decay 0, decay 1, one in [0.3, 0.9), two in [0.9, 1)
+  for (int64_t i = 0; i < H * L; ++i)
+    p.a32[i] = i % 5 == 0 ? 0.0f : i % 5 == 1 ? 1.0f : i % 5 == 2 ? float(0.3 + 0.6 * U01()) : float(0.9 + 0.1 * U01());
   p.Qp.resize(nbh * T * L);
   for (auto& x : p.Qp) x = float(U01());
   p.init.resize(p.B * H * L * E);
@@ -156,7 +176,7 @@ bool pack_case(const Problem& p) {
   const Dims& d = p.d;
   auto out = nans<bf16>(d.nbh * d.T * d.Ep);
   emu::launch(3, 64, 0, [&] { pack_bf16_kernel<bf16>(d, p.vs, out.data()); });
-  return check("vb", doubles(out), doubles(p.vb), 0);
+  return check("vb", doubles(out), exact(doubles(p.vb)), 0);
 }
 
 // ---- scores: P[bh][c][sp][i][j] = sum_{l in slice sp} Qp_i a^(i-1-j) q_j, j < i < Cn; else 0 ----
@@ -166,14 +186,14 @@ bool scores_case(const Problem& p) {
   auto P = nans<float>(items * C * C);
   emu::launch(small_grid(items), kMmaThreads, sizeof(ScoreSmem),
               [&] { chunk_scores_mma_kernel<bf16>(d, p.qs, p.a32.data(), p.Qp.data(), P.data()); });
-  std::vector<double> ref(P.size(), 0.0);
+  std::vector<Acc> ref(P.size());
   const int64_t lslice = (d.L + S * kMmaLT - 1) / (S * kMmaLT) * kMmaLT;
   for (int64_t bh = 0; bh < d.nbh; ++bh)
     for (int64_t c = 0; c < d.nC; ++c)
       for (int64_t sp = 0; sp < S; ++sp)
         for (int64_t i = 0; i < p.chunk_len(c); ++i)
           for (int64_t j = 0; j < i; ++j) {
-            double x = 0;
+            Acc x;
             for (int64_t l = sp * lslice; l < std::min(d.L, (sp + 1) * lslice); ++l)
               x += double(p.Qp[(bh * d.T + c * C + i) * d.L + l]) * p.apow(p.h_of(bh), l, i - 1 - j) *
                    p.qf(bh, c * C + j, l);
@@ -197,19 +217,19 @@ bool states_case(const Problem& p, bool with_init) {
     chunk_states_mma_kernel<bf16, S, kReverse>(d, p.qs, p.Xq.data(), kReverse ? p.gb.data() : p.vb.data(),
                                                p.a32.data(), init, Hs.data(), outs);
   });
-  std::vector<double> ref_H(Hs.size(), 0.0), ref_out(out.size(), kNaN);
+  std::vector<Acc> ref_H(Hs.size()), ref_out(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t b = p.b_of(bh), h = p.h_of(bh);
-    std::vector<double> st(L * E, 0.0);
+    std::vector<Acc> st(L * E);
     if (with_init)
       for (int64_t l = 0; l < L; ++l)
-        for (int64_t e = 0; e < E; ++e) st[l * E + e] = p.init[p.init_s.at(b, h, l, e)];
+        for (int64_t e = 0; e < E; ++e) st[l * E + e] += p.init[p.init_s.at(b, h, l, e)];
     for (int64_t step = 0; step < d.nC; ++step) {
       const int64_t c = kReverse ? d.nC - 1 - step : step, Cn = p.chunk_len(c);
       for (int64_t l = 0; l < L; ++l)
         for (int64_t e = 0; e < E; ++e) {
           ref_H[((bh * d.nC + c) * d.Lp + l) * d.Ep + e] = st[l * E + e];
-          double x = p.apow(h, l, Cn) * st[l * E + e];
+          Acc x = st[l * E + e].scaled(p.apow(h, l, Cn));
           for (int64_t i = 0; i < Cn; ++i) {
             const int64_t t = c * d.C + i;
             const double k = kReverse ? bf(p.Xq, (bh * d.T + t) * d.Lp + l) : p.qf(bh, t, l) * p.apow(h, l, Cn - 1 - i);
@@ -246,13 +266,13 @@ bool output_case(const Problem& p) {
                                           kDv ? p.gb.data() : p.vb.data(), kDv ? Str4{} : outs,
                                           kDv ? reinterpret_cast<float*>(out.data()) : nullptr);
   });
-  std::vector<double> ref(out.size(), kNaN);
+  std::vector<Acc> ref(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh)
     for (int64_t c = 0; c < d.nC; ++c) {
       const int64_t Cn = p.chunk_len(c), t0 = c * C;
       for (int64_t i = 0; i < Cn; ++i)
         for (int64_t e = 0; e < E; ++e) {
-          double x = 0;
+          Acc x;
           for (int64_t l = 0; l < L; ++l)
             x += bf(kDv ? p.Kq : p.Xq, (bh * d.T + t0 + i) * d.Lp + l) *
                  double(to_float(Hs[((bh * d.nC + c) * d.Lp + l) * d.Ep + e]));
@@ -277,13 +297,13 @@ bool readback_case(const Problem& p) {
   emu::launch(small_grid(items), kMmaThreads, kReadbackSmem, [&] {
     chunk_readback_mma_kernel(d, Hs.data(), As.data(), p.gb.data(), p.vb.data(), W.data(), U.data(), HdH.data());
   });
-  std::vector<double> rW(W.size()), rU(U.size()), rH(HdH.size());
+  std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh)
     for (int64_t t = 0; t < d.T; ++t)
       for (int64_t l = 0; l < L; ++l) {
         const int64_t c = t / d.C;
         const float *h = &Hs[((bh * d.nC + c) * d.Lp + l) * d.Ep], *a = &As[((bh * d.nC + c) * d.Lp + l) * d.Ep];
-        double w = 0, u = 0, hh = 0;
+        Acc w, u, hh;
         for (int64_t e = 0; e < E; ++e) {
           w += double(h[e]) * bf(p.gb, (bh * d.T + t) * d.Ep + e);
           u += double(a[e]) * bf(p.vb, (bh * d.T + t) * d.Ep + e);
@@ -300,7 +320,10 @@ int failures = 0;
 void run(const Problem& p, const char* kernel, const std::function<bool()>& f) {
   std::printf("%s  [%s]\n", kernel, p.name.c_str());
   std::fflush(stdout);
-  if (!f()) ++failures;
+  if (!f()) {
+    ++failures;
+    if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
+  }
 }
 
 }  // namespace
