@@ -7,7 +7,7 @@
 // their PTX fragment layouts; see the top of shim.h for what is and is not emulated). Each is
 // compared with a plain float64 loop of its formula (the comments of chunk_products.cuh and
 // backward.cu) on small random problems: odd L and E (padding to the 64 / 128 tiles), a tail
-// chunk, chunks of 64, 32, 17 and 1, T = 1, decay exactly 0 and 1, several (b, h) pairs with a
+// chunk, chunks of 64, 32, 17 and 1, T = 1 and 0, decay exactly 0 and 1, several (b, h) pairs with a
 // batch offset bh0, both token-major and sequence-first layouts, score splits (some empty), grids
 // smaller than the work (grid-stride loops). Outputs start as NaN: an element left unwritten, or
 // one written that should not be, counts as a failure. Inputs that a kernel must not read (the
@@ -176,7 +176,18 @@ bool pack_case(const Problem& p) {
   const Dims& d = p.d;
   auto out = nans<bf16>(d.nbh * d.T * d.Ep);
   emu::launch(3, 64, 0, [&] { pack_bf16_kernel<bf16>(d, p.vs, out.data()); });
-  return check("vb", doubles(out), exact(doubles(p.vb)), 0);
+  bool ok = check("vb", doubles(out), exact(doubles(p.vb)), 0);
+  // Hv = 1: every head reads head 0's values (h stride 0)
+  Str4 v1 = p.vs;
+  v1.s[1] = 0;
+  std::vector<double> ref(out.size(), 0.0);
+  for (int64_t x = 0; x < int64_t(out.size()); ++x) {
+    const int64_t e = x % d.Ep, t = x / d.Ep % d.T, bh = x / (d.Ep * d.T);
+    if (e < d.E) ref[x] = to_float(p.v[v1.at(p.b_of(bh), p.h_of(bh), t, e)]);
+  }
+  out = nans<bf16>(out.size());
+  emu::launch(2, 96, 0, [&] { pack_bf16_kernel<bf16>(d, v1, out.data()); });
+  return ok & check("vb Hv=1", doubles(out), exact(ref), 0);
 }
 
 // ---- scores: P[bh][c][sp][i][j] = sum_{l in slice sp} Qp_i a^(i-1-j) q_j, j < i < Cn; else 0 ----
@@ -338,6 +349,7 @@ int main(int argc, char** argv) {
   problems.push_back(make_problem("H2 pairs2 T33 L100 E7 C32 [B,T,H,x]", 2, 2, 0, 33, 100, 7, 32, 2, true));
   problems.push_back(make_problem("H1 pairs1 T1 L5 E3 C64", 1, 1, 0, 1, 5, 3, 64, 1, false));
   problems.push_back(make_problem("H1 pairs1 T5 L9 E9 C1", 1, 1, 0, 5, 9, 9, 1, 1, false));
+  problems.push_back(make_problem("H2 pairs2 T0 L20 E20 C64", 2, 2, 0, 0, 20, 20, 64, 1, false));
   struct K {
     const char* name;
     std::function<bool(const Problem&)> f;
