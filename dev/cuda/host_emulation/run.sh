@@ -8,5 +8,5 @@ cd "$(dirname "$0")/../../.."
 dir=$(mktemp -d)
 python3 dev/cuda/host_emulation/extract.py "${1:-905c4ad}" "$dir/kernels.h"
 cp dev/cuda/host_emulation/shim.h "$dir/"
-g++ -std=c++20 -O1 -pthread -w -I "$dir" dev/cuda/host_emulation/emulate.cpp -o timeout 600 "$dir/emulate"  # a __syncthreads not every thread reaches hangs: the timeout says so
+g++ -std=c++20 -O1 -pthread -w -I "$dir" dev/cuda/host_emulation/emulate.cpp -o "$dir/emulate"
 timeout 600 "$dir/emulate"  # a __syncthreads not every thread reaches hangs: the timeout says so
