@@ -93,7 +93,7 @@ bool norm_scan_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, boo
   } o[2];
   for (int k = 0; k < 2; ++k) {
     o[k] = {nans(nbh * T * L), nans(nbh * (d.nC + 1) * L), nans(B * H * L),
-            std::vector<__nv_bfloat16>(nbh * T * d.Lp, {std::nanf("")}), {}};
+            std::vector<__nv_bfloat16>(nbh * T * d.Lp, __float2bfloat16_rn(std::nanf(""))), {}};
     o[k].Kq = o[k].Xq;
     __nv_bfloat16 *Xq = ops ? o[k].Xq.data() : nullptr, *Kq = ops ? o[k].Kq.data() : nullptr;
     const Str3 nout = str3(o[k].nout.data(), H * L, L);
@@ -108,7 +108,7 @@ bool norm_scan_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, boo
   }
   auto floats = [](const std::vector<__nv_bfloat16>& x) {
     std::vector<float> f(x.size());
-    for (size_t i = 0; i < x.size(); ++i) f[i] = x[i].v;
+    for (size_t i = 0; i < x.size(); ++i) f[i] = __bfloat162float(x[i]);
     return f;
   };
   const bool ok = same("Qp", o[1].Qp, o[0].Qp) & same("N", o[1].Nc, o[0].Nc) & same("rho_norm", o[1].nout, o[0].nout) &

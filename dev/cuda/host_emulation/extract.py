@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""Writes kernels.h for the host emulation: the normaliser-scan and bwd_local kernels of the
-working tree, and the same kernels at a base revision renamed with the suffix _old, cut out of
-the sources by their section comments (a missing marker stops with its name).
-usage: extract.py BASE_REV OUT_FILE   (run from the repository root)"""
+"""Writes the kernel header of the host emulation, cut out of the sources by their section
+comments (a missing marker stops with its name); run from the repository root.
+  extract.py BASE_REV OUT_FILE   kernels.h for emulate.cpp: the normaliser-scan and bwd_local
+                                 kernels of the working tree, and the same kernels at BASE_REV
+                                 renamed with the suffix _old
+  extract.py --mma OUT_FILE      kernels_mma.h for emulate_mma.cpp: the tensor-core kernels of the
+                                 working tree (MMA_PARTS below; a kernel added between the pack_bf16
+                                 section and the launchers of chunk_products.cuh comes along)"""
 import subprocess
 import sys
 
 base, out = sys.argv[1], sys.argv[2]
+SHARED = "extern __shared__ __align__(16) unsigned char smem_raw[];"
 
 
 def tree(path):
@@ -26,6 +31,23 @@ def cut(text, begin, end, where):
 
 
 kernels, backward = "src/cuda/chunk_kernels.cuh", "src/cuda/backward.cu"
+products, mma = "src/cuda/chunk_products.cuh", "src/cuda/mma.cuh"
+
+# (file, first line's start, the text that ends the part): the working tree's tensor-core kernels.
+MMA_PARTS = [
+    ("src/cuda/common.cuh", "// a^n for n >= 0", "// Block counts"),
+    (kernels, "// A strided tensor", "// How many slices of L"),
+    (mma, "// One warp's 32", "}  // namespace rhoscan::cuda_detail"),
+    (products, "constexpr int kMmaThreads", "// Sets the state and operand padding"),
+    (products, "// ---- y (v or G", "// ---- launchers"),
+    (backward, "constexpr int kLocalThreads", "\n\n"),
+    (backward, "// ---- bwd_local's contractions over E on tensor cores", "// gc_t = sum_l"),
+]
+if base == "--mma":
+    text = "\n".join(['#include "shim.h"'] + [cut(tree(f), b, e, f) for f, b, e in MMA_PARTS])
+    open(out, "w").write(text.replace(SHARED, "unsigned char* smem_raw = emu::smem;"))
+    sys.exit(0)
+
 new_k, old_k, new_b, old_b = tree(kernels), at_base(kernels), tree(backward), at_base(backward)
 parts = [
     '#include "shim.h"',
@@ -40,6 +62,5 @@ parts = [
     cut(old_b, "// One block per (bh, chunk, 16 latents)", "// The normaliser gradient across chunks",
         f"{base}:{backward}").replace("LocalSmem", "LocalSmemOld").replace("bwd_local_kernel", "bwd_local_kernel_old"),
 ]
-text = "\n".join(parts).replace("extern __shared__ __align__(16) unsigned char smem_raw[];",
-                                "unsigned char* smem_raw = emu::smem;")
+text = "\n".join(parts).replace(SHARED, "unsigned char* smem_raw = emu::smem;")
 open(out, "w").write(text)

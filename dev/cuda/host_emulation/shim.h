@@ -1,17 +1,51 @@
-// Host emulation of the CUDA constructs that the emulated kernels use: one std::thread per CUDA
-// thread, std::barrier for __syncthreads and for the warp exchange of __shfl_xor_sync, a block's
-// dynamic shared memory as one buffer. Slow (a thread per CUDA thread) and for index logic and
-// synchronisation only: float arithmetic follows the same source, not the GPU's rounding of
-// contracted FMAs. No tensor-core instructions (mma.sync, ldmatrix, cp.async).
+// Host emulation of the CUDA constructs that the emulated kernels use, for checking index logic
+// and synchronisation on a machine without a GPU.
+//
+// What is emulated:
+//   - threads: one std::thread per CUDA thread; the blocks of a launch run one after the other;
+//     __syncthreads is a std::barrier of the block, so a barrier that not every thread reaches
+//     hangs (run.sh / run_mma.sh put a timeout on the run);
+//   - dynamic shared memory: one 16-byte aligned buffer per launch, filled with 0xFF bytes (NaN as
+//     float and as bf16) at the start of every block, so a read of shared memory that the block
+//     never wrote shows as NaN in the outputs;
+//   - warp collectives (__shfl_xor_sync, ldmatrix, mma.sync): every lane posts its operands in a
+//     per-warp exchange buffer and waits on the warp's barrier, then reads the other lanes'
+//     operands (two buffers used alternately, so one barrier per collective suffices); all 32
+//     lanes must call them together, as on the GPU;
+//   - __nv_bfloat16: real 16-bit storage (the upper half of a float, round to nearest even), so
+//     the kernels' reinterpretation of bf16 pairs as uint32 (ldmatrix / mma operands,
+//     __nv_bfloat162 stores) means what it means on the GPU;
+//   - ldmatrix .x4 / .x4.trans and mma.sync.m16n8k16.row.col bf16 -> f32 with the fragment
+//     layouts of the PTX ISA; ldmatrix row addresses are checked to lie in shared memory and to be
+//     16-byte aligned;
+//   - cp.async 16 bytes (zero fill when !valid, the source not read), commit_group and
+//     wait_group<N>: by default the copies are deferred and land only when a cp_async_wait makes
+//     their group complete (the latest moment the GPU allows), so a missing wait or a read of a
+//     stage before its wait shows; EMU_CP_ASYNC=eager copies at issue time instead (the earliest
+//     moment). Destination in shared memory and 16-byte alignment of both sides are checked, and a
+//     thread that ends with copies it never waited for is reported.
+// What is not:
+//   - float rounding: the kernels' float arithmetic is compiled for the host, so the GPU's FMA
+//     contraction (one rounding for a*b+c) is not reproduced; mma.sync accumulates its 16
+//     products and the accumulator in double and rounds once to float (the GPU's tensor cores
+//     use their own, not bit-specified, accumulation order and truncation);
+//   - timing, occupancy, bank conflicts, register limits, __launch_bounds__, memory ordering
+//     between threads without a barrier (std::barrier orders everything), global-memory bounds
+//     (use the NaN-initialised outputs and the references of the tests).
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #define __global__
@@ -25,59 +59,109 @@ struct Dim3 {
 };
 inline thread_local Dim3 blockIdx, threadIdx;
 inline Dim3 gridDim, blockDim;
+using std::max;
 using std::min;
 
-struct float4 {
+struct alignas(8) float2 {
+  float x, y;
+};
+struct alignas(16) float4 {
   float x, y, z, w;
 };
-// bf16 as the float it rounds to (round to nearest even), enough for the operands' values.
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
+// bf16 as on the GPU: 16 bits, the upper half of a float32.
 struct __nv_bfloat16 {
-  float v;
+  uint16_t x;
 };
-inline __nv_bfloat16 __float2bfloat16_rn(float x) {
+struct alignas(4) __nv_bfloat162 {
+  __nv_bfloat16 x, y;
+};
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  float y;
-  std::memcpy(&y, &u, 4);
-  return {y};
+  std::memcpy(&u, &f, 4);
+  if (std::isnan(f)) return {static_cast<uint16_t>((u >> 16) | 0x40u)};  // quiet NaN, sign kept
+  u += 0x7fffu + ((u >> 16) & 1u);                                         // round to nearest even
+  return {static_cast<uint16_t>(u >> 16)};
 }
-template <typename T>
-inline T from_float(float x);
-template <>
-inline float from_float<float>(float x) {
-  return x;
+inline float __bfloat162float(__nv_bfloat16 b) {
+  const uint32_t u = uint32_t(b.x) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
 }
-template <>
-inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)}; }
+
 constexpr float kEpsF = 1e-6f;
+inline float to_float(float x) { return x; }
+inline float to_float(double x) { return static_cast<float>(x); }
+inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+T from_float(float x) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16_rn(x);
+  else
+    return static_cast<T>(x);
+}
 template <typename T>
 inline T __ldg(const T* p) {
   return *p;
 }
 template <typename T>
 inline float load(const void* base, int64_t offset) {
-  return float(__ldg(static_cast<const T*>(base) + offset));
+  return to_float(__ldg(static_cast<const T*>(base) + offset));
+}
+template <typename T>
+inline void store(void* base, int64_t offset, float x) {
+  static_cast<T*>(base)[offset] = from_float<T>(x);
 }
 
 namespace emu {
 inline unsigned char* smem = nullptr;
+inline size_t smem_size = 0;
 inline std::barrier<>* block_barrier = nullptr;
 inline std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
-inline std::vector<float> lanes;
+struct alignas(16) Slot {
+  unsigned char b[32];
+};
+inline std::vector<Slot> xbuf;              // [2][blockDim.x]: the two alternating exchange buffers
+inline thread_local unsigned xphase = 0;    // this thread's count of warp collectives
+inline bool cp_async_eager = false;
+struct Copy {
+  void* dst;
+  const void* src;
+  bool valid;
+};
+inline thread_local std::vector<Copy> open_copies;               // issued, not committed
+inline thread_local std::deque<std::vector<Copy>> copy_groups;   // committed, not complete
+inline std::atomic<int> errors{0};
+
+[[noreturn]] inline void fail(const char* what, const void* p) {
+  std::fprintf(stderr, "emulation error: %s (address %p, block %u thread %u)\n", what, p, blockIdx.x, threadIdx.x);
+  std::fflush(stderr);
+  std::abort();
+}
+inline void check_smem(const void* p, size_t n, const char* what) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  if (c < smem || c + n > smem + smem_size) fail(what, p);
+  if (reinterpret_cast<uintptr_t>(p) % 16) fail(what, p);
+}
 
 // Runs f() as `grid` blocks of `block` threads, one block after the other, with `smem_bytes` of
-// dynamic shared memory (16-byte aligned) that f reaches through emu::smem.
+// dynamic shared memory (16-byte aligned, 0xFF-filled per block) that f reaches through emu::smem.
 template <typename F>
 void launch(unsigned grid, unsigned block, size_t smem_bytes, F f) {
   gridDim.x = grid;
   blockDim.x = block;
+  const char* mode = std::getenv("EMU_CP_ASYNC");
+  cp_async_eager = mode && std::strcmp(mode, "eager") == 0;
   std::vector<unsigned char> buf(smem_bytes + 16);
   smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(buf.data()) + 15) & ~uintptr_t(15));
-  lanes.assign(block, 0.0f);
+  smem_size = smem_bytes;
+  xbuf.assign(2 * block, Slot{});
   for (unsigned b = 0; b < grid; ++b) {
+    std::memset(smem, 0xFF, smem_bytes);
     std::barrier<> bar(block);
     block_barrier = &bar;
     warp_barriers.clear();
@@ -89,20 +173,130 @@ void launch(unsigned grid, unsigned block, size_t smem_bytes, F f) {
         blockIdx.x = b;
         threadIdx.x = t;
         f();
+        if (!open_copies.empty() || !copy_groups.empty()) {
+          if (errors++ < 5)
+            std::fprintf(stderr, "emulation error: block %u thread %u ended with cp.async copies never waited for\n",
+                         b, t);
+        }
       });
     for (auto& t : threads) t.join();
   }
+}
+
+// The lanes' values of one warp collective, read after the exchange.
+template <typename T>
+struct Lanes {
+  const Slot* base;
+  T operator[](unsigned lane) const {
+    T x;
+    std::memcpy(&x, base[lane].b, sizeof(T));
+    return x;
+  }
+};
+// Posts this lane's value and waits for the warp. The buffer alternates with each collective:
+// a lane can write this buffer again only two collectives later, after every lane of the warp
+// has passed the next collective's barrier, i.e. has finished reading this one's values.
+template <typename T>
+Lanes<T> exchange(const T& mine) {
+  static_assert(sizeof(T) <= sizeof(Slot) && std::is_trivially_copyable_v<T>);
+  const unsigned t = threadIdx.x;
+  Slot* buf = &xbuf[(xphase++ & 1u) * blockDim.x];
+  std::memcpy(buf[t].b, &mine, sizeof(T));
+  warp_barriers[t / 32]->arrive_and_wait();
+  return {buf + (t & ~31u)};
 }
 }  // namespace emu
 
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
 // Every lane of the warp must call it together (as the kernels do).
 inline float __shfl_xor_sync(unsigned, float x, int o) {
-  const unsigned t = threadIdx.x, w = t / 32;
-  emu::warp_barriers[w]->arrive_and_wait();
-  emu::lanes[t] = x;
-  emu::warp_barriers[w]->arrive_and_wait();
-  const float y = emu::lanes[(t & ~31u) | ((t & 31u) ^ unsigned(o))];
-  emu::warp_barriers[w]->arrive_and_wait();
-  return y;
+  const unsigned lane = threadIdx.x & 31u;
+  return emu::exchange(x)[lane ^ unsigned(o)];
+}
+
+// ---- the tensor-core building blocks of src/cuda/mma.cuh ------------------------------------
+using bf16 = __nv_bfloat16;
+
+inline uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - emu::smem);
+}
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lanes 8m..8m+7 give the row addresses of
+// 8×8 matrix m; lane l receives in r[m] row l/4, columns 2(l%4), 2(l%4)+1 of matrix m (low half
+// first), or with .trans column l/4, rows 2(l%4), 2(l%4)+1 (the matrix read transposed).
+namespace emu {
+template <bool kTrans>
+inline void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  check_smem(p, 16, kTrans ? "ldmatrix.trans row address outside shared memory or not 16-byte aligned"
+                           : "ldmatrix row address outside shared memory or not 16-byte aligned");
+  const auto rows = exchange(p);
+  const unsigned lane = threadIdx.x & 31u, g = lane / 4, q = lane % 4;
+  for (unsigned m = 0; m < 4; ++m) {
+    uint16_t lo, hi;
+    if (kTrans) {
+      lo = static_cast<const uint16_t*>(rows[8 * m + 2 * q])[g];
+      hi = static_cast<const uint16_t*>(rows[8 * m + 2 * q + 1])[g];
+    } else {
+      const auto* row = static_cast<const uint16_t*>(rows[8 * m + g]);
+      lo = row[2 * q];
+      hi = row[2 * q + 1];
+    }
+    r[m] = uint32_t(lo) | (uint32_t(hi) << 16);
+  }
+}
+}  // namespace emu
+inline void ldsm_x4(uint32_t (&r)[4], const void* p) { emu::ldsm_x4<false>(r, p); }
+inline void ldsm_x4_trans(uint32_t (&r)[4], const void* p) { emu::ldsm_x4<true>(r, p); }
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, c += A·B with (g = lane / 4, q = lane % 4)
+//   A 16×16: a[0] (row g, k 2q..2q+1), a[1] (row g+8), a[2] (row g, k+8), a[3] (row g+8, k+8)
+//   B 16×8:  b0 (k 2q..2q+1, column g), b1 (k+8)
+//   C 16×8:  c[0], c[1] (row g, columns 2q, 2q+1), c[2], c[3] (row g+8)
+inline void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  struct Frag {
+    uint32_t a[4], b[2];
+  };
+  const auto lanes = emu::exchange(Frag{{a[0], a[1], a[2], a[3]}, {b0, b1}});
+  auto half = [](uint32_t reg, int k) {
+    return double(__bfloat162float(__nv_bfloat16{static_cast<uint16_t>(k % 2 ? reg >> 16 : reg & 0xffffu)}));
+  };
+  auto A = [&](int row, int k) { return half(lanes[(row % 8) * 4 + (k % 8) / 2].a[(row >= 8) + 2 * (k >= 8)], k); };
+  auto B = [&](int k, int col) { return half(lanes[col * 4 + (k % 8) / 2].b[k >= 8], k); };
+  const int lane = threadIdx.x & 31, g = lane / 4, q = lane % 4;
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + 8 * (r / 2), col = 2 * q + r % 2;
+    double s = c[r];
+    for (int k = 0; k < 16; ++k) s += A(row, k) * B(k, col);
+    c[r] = static_cast<float>(s);
+  }
+}
+
+// cp.async.cg.shared.global 16 bytes (zero fill when !valid: src is then not read), commit_group,
+// wait_group<N>. Deferred by default (see the top of this file).
+namespace emu {
+inline void do_copy(const Copy& c) {
+  if (c.valid)
+    std::memcpy(c.dst, c.src, 16);
+  else
+    std::memset(c.dst, 0, 16);
+}
+}  // namespace emu
+inline void cp_async16(void* dst, const void* src, bool valid = true) {
+  emu::check_smem(dst, 16, "cp.async destination outside shared memory or not 16-byte aligned");
+  if (valid && reinterpret_cast<uintptr_t>(src) % 16) emu::fail("cp.async source not 16-byte aligned", src);
+  if (emu::cp_async_eager)
+    emu::do_copy({dst, src, valid});
+  else
+    emu::open_copies.push_back({dst, src, valid});
+}
+inline void cp_async_commit() {
+  emu::copy_groups.push_back(std::move(emu::open_copies));
+  emu::open_copies.clear();
+}
+template <int N>
+inline void cp_async_wait() {
+  while (emu::copy_groups.size() > size_t(N)) {
+    for (const auto& c : emu::copy_groups.front()) emu::do_copy(c);
+    emu::copy_groups.pop_front();
+  }
 }

@@ -1,0 +1,380 @@
+// Host emulation check of the tensor-core (mma.sync) kernels, for a machine without a GPU.
+//
+// What it runs: the working tree's pack_bf16_kernel, chunk_scores_mma_kernel,
+// chunk_states_mma_kernel (forward with bf16 and with float32 stored states, and reverse),
+// chunk_output_mma_kernel (forward and dv) and chunk_readback_mma_kernel, cut out of src/cuda by
+// extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async emulated with
+// their PTX fragment layouts; see the top of shim.h for what is and is not emulated). Each is
+// compared with a plain float64 loop of its formula (the comments of chunk_products.cuh and
+// backward.cu) on small random problems: odd L and E (padding to the 64 / 128 tiles), a tail
+// chunk, chunks of 64, 32, 17 and 1, T = 1 and 0, decay exactly 0 and 1, several (b, h) pairs with a
+// batch offset bh0, both token-major and sequence-first layouts, score splits (some empty), grids
+// smaller than the work (grid-stride loops). Outputs start as NaN: an element left unwritten, or
+// one written that should not be, counts as a failure. Inputs that a kernel must not read (the
+// upper triangle of P, the score splits past 0) are NaN too. Tolerance, element by element:
+// |x - ref| <= tol · (sum of the absolute values of ref's terms), tol = 1e-2 (a bf16 rounding
+// moves a term by at most 2^-8 of it, and no kernel rounds a term more than twice: 7.8e-3), 1e-4
+// for the readback (its hi + lo split is meant to keep float32 accuracy), exact for pack_bf16.
+// It checks index logic, fragment layouts and synchronisation, not GPU rounding or speed.
+//   dev/cuda/host_emulation/run_mma.sh [KERNEL_SUBSTRING]     (about half a minute on 2 cores)
+// EMU_VERBOSE=1 prints the worst element of every output; EMU_STOP_AT_FIRST=1 stops at the
+// first failing kernel (mutants_mma.sh uses it).
+//
+// Adding a kernel (say sequence_scores_mma_kernel, written in chunk_products.cuh between the
+// pack_bf16 section and the launchers, so extract.py takes it along): write a function like
+// scores_case below: inputs from the Problem (q, a32, Qp and the bf16 operands Xq, Kq, vb, gb
+// are ready, with the kernels' layouts and padding), the output as nans<float>(n), one
+// emu::launch with the launcher's block size and shared memory (and small_grid(items): fewer
+// blocks than work items), a float64 loop that adds each term to an Acc (kUnwritten where
+// nothing may be written), and check(...); then add a line to `kernels` in main.
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+
+#include "kernels_mma.h"
+
+namespace {
+
+std::mt19937 rng(11);
+double U01() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng); }
+const float kNaN = std::nanf("");
+template <typename T>
+std::vector<T> nans(size_t n) {
+  return std::vector<T>(n, from_float<T>(kNaN));
+}
+float rbf(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }  // round to bf16
+template <typename T>
+std::vector<double> doubles(const std::vector<T>& x) {
+  std::vector<double> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = to_float(x[i]);
+  return y;
+}
+
+// A float64 reference value and its magnitude: the sum of the absolute values of the terms
+// that make it up (a bf16 rounding of each term moves the value by at most 2^-8 of that).
+struct Acc {
+  double x = 0, m = 0;
+  void operator+=(double t) { x += t, m += std::fabs(t); }
+  Acc scaled(double f) const { return {x * f, m * std::fabs(f)}; }
+};
+const Acc kUnwritten{kNaN, kNaN};
+std::vector<Acc> exact(const std::vector<double>& x) {
+  std::vector<Acc> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = {x[i], std::fabs(x[i])};
+  return r;
+}
+
+// Every element: |got - ref| <= tol * magnitude (element-wise, so an error in the small entries
+// shows too), and NaN exactly where ref is NaN (ref NaN = must stay unwritten).
+bool check(const std::string& what, const std::vector<double>& got, const std::vector<Acc>& ref, double tol) {
+  double rel = 0;
+  size_t unwritten = 0, stray = 0, worst = 0, first_bad = SIZE_MAX;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const bool gn = std::isnan(got[i]), rn = std::isnan(ref[i].x);
+    if (gn || rn) {
+      if (gn != rn) {
+        (gn ? unwritten : stray) += 1;
+        if (first_bad == SIZE_MAX) first_bad = i;
+      }
+      continue;
+    }
+    const double diff = std::fabs(got[i] - ref[i].x);
+    const double r = diff == 0 ? 0 : ref[i].m > 0 ? diff / ref[i].m : INFINITY;
+    if (r > rel) rel = r, worst = i;
+  }
+  const bool ok = unwritten == 0 && stray == 0 && rel <= tol;
+  std::printf("    %-10s max err / magnitude %.2e (tol %.0e)", what.c_str(), rel, tol);
+  if (unwritten || stray)
+    std::printf(", %zu unwritten, %zu written that should not be (first at %zu)", unwritten, stray, first_bad);
+  if (rel > tol || std::getenv("EMU_VERBOSE")) std::printf(", worst at %zu: %.6g vs %.6g (magnitude %.3g)", worst, got[worst], ref[worst].x, ref[worst].m);
+  std::printf("%s\n", ok ? "" : "  <-- FAIL");
+  return ok;
+}
+
+// One batch of (b, h) pairs with its inputs and the tensor-core operands, laid out as the
+// forward and backward make them (norm_apply_kernel's Xq and Kq, pack_bf16_kernel's vb and gb).
+struct Problem {
+  std::string name;
+  Dims d;
+  int64_t B = 0;          // batch rows covered (pairs bh0 .. bh0 + nbh - 1 of B·H)
+  bool seq_first = false;  // [B,T,H,x] instead of [B,H,T,x]
+  std::vector<bf16> q, v, g;                 // inputs [B,H,T,L] / [B,H,T,E] (or sequence-first)
+  std::vector<float> a32, Qp;                // decay [H][L]; read weights [nbh][T][L]
+  std::vector<bf16> Xq, Kq, vb, gb;          // operands [nbh][T][Lp] / [nbh][T][Ep]
+  std::vector<float> init;                   // an initial state / upstream state gradient [B,H,L,E]
+  Str4 qs, vs, gs, init_s;
+
+  Str4 strided(const void* p, int64_t X) const {
+    const int64_t H = d.H, T = d.T;
+    Str4 s;
+    s.p = p;
+    if (seq_first)
+      s.s[0] = T * H * X, s.s[1] = X, s.s[2] = H * X, s.s[3] = 1;
+    else
+      s.s[0] = H * T * X, s.s[1] = T * X, s.s[2] = X, s.s[3] = 1;
+    return s;
+  }
+  int64_t b_of(int64_t bh) const { return (d.bh0 + bh) / d.H; }
+  int64_t h_of(int64_t bh) const { return (d.bh0 + bh) % d.H; }
+  int64_t chunk_len(int64_t c) const { return std::min(d.C, d.T - c * d.C); }
+  double apow(int64_t h, int64_t l, int64_t n) const { return std::pow(double(a32[h * d.L + l]), double(n)); }
+  float qf(int64_t bh, int64_t t, int64_t l) const { return to_float(q[qs.at(b_of(bh), h_of(bh), t, l)]); }
+};
+
+Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int64_t T, int64_t L, int64_t E,
+                     int64_t C, int64_t nsplit, bool seq_first) {
+  Problem p;
+  p.name = name;
+  Dims& d = p.d;
+  d.H = H, d.T = T, d.L = L, d.E = E, d.C = C, d.nC = (T + C - 1) / C, d.bh0 = bh0, d.nbh = nbh, d.nsplit = nsplit;
+  d.Lp = (L + kMmaLT - 1) / kMmaLT * kMmaLT, d.Ep = (E + kMmaET - 1) / kMmaET * kMmaET;
+  p.B = (bh0 + nbh + H - 1) / H;
+  p.seq_first = seq_first;
+  auto fill = [](std::vector<bf16>& x, size_t n, double lo, double hi, double zeros) {
+    x.resize(n);
+    for (auto& y : x) y = __float2bfloat16_rn(U01() < zeros ? 0.0f : float(lo + (hi - lo) * U01()));
+  };
+  fill(p.q, p.B * H * T * L, 0, 1, 0.5);
+  fill(p.v, p.B * H * T * E, -1, 1, 0);
+  fill(p.g, p.B * H * T * E, -1, 1, 0);
+  p.a32.resize(H * L);  // of every five latents: decay 0, decay 1, one in [0.3, 0.9), two in [0.9, 1)
+  for (int64_t i = 0; i < H * L; ++i)
+    p.a32[i] = i % 5 == 0 ? 0.0f : i % 5 == 1 ? 1.0f : i % 5 == 2 ? float(0.3 + 0.6 * U01()) : float(0.9 + 0.1 * U01());
+  p.Qp.resize(nbh * T * L);
+  for (auto& x : p.Qp) x = float(U01());
+  p.init.resize(p.B * H * L * E);
+  for (auto& x : p.init) x = float(2 * U01() - 1);
+  p.qs = p.strided(p.q.data(), L), p.vs = p.strided(p.v.data(), E), p.gs = p.strided(p.g.data(), E);
+  p.init_s.p = p.init.data();
+  p.init_s.s[0] = H * L * E, p.init_s.s[1] = L * E, p.init_s.s[2] = E, p.init_s.s[3] = 1;
+  // operands, as norm_apply_kernel and pack_bf16_kernel write them (zeros in the padding)
+  const bf16 zero = __float2bfloat16_rn(0.0f);
+  p.Xq.assign(nbh * T * d.Lp, zero), p.Kq = p.Xq;
+  p.vb.assign(nbh * T * d.Ep, zero), p.gb = p.vb;
+  for (int64_t bh = 0; bh < nbh; ++bh)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t c = t / C, i = t % C, Cn = p.chunk_len(c), b = p.b_of(bh), h = p.h_of(bh);
+      for (int64_t l = 0; l < L; ++l) {
+        const float a = p.a32[h * L + l];
+        p.Xq[(bh * T + t) * d.Lp + l] = __float2bfloat16_rn(p.Qp[(bh * T + t) * L + l] * ipow(a, int(i)));
+        p.Kq[(bh * T + t) * d.Lp + l] = __float2bfloat16_rn(p.qf(bh, t, l) * ipow(a, int(Cn - 1 - i)));
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        p.vb[(bh * T + t) * d.Ep + e] = p.v[p.vs.at(b, h, t, e)];
+        p.gb[(bh * T + t) * d.Ep + e] = p.g[p.gs.at(b, h, t, e)];
+      }
+    }
+  return p;
+}
+
+unsigned small_grid(int64_t items) { return unsigned(std::max<int64_t>(1, std::min<int64_t>(items, 2))); }
+double bf(const std::vector<bf16>& x, int64_t i) { return to_float(x[i]); }
+
+// ---- pack_bf16: y strided -> [bh][t][Ep] bf16, zero padded (exact) ----------------------------
+bool pack_case(const Problem& p) {
+  const Dims& d = p.d;
+  auto out = nans<bf16>(d.nbh * d.T * d.Ep);
+  emu::launch(3, 64, 0, [&] { pack_bf16_kernel<bf16>(d, p.vs, out.data()); });
+  bool ok = check("vb", doubles(out), exact(doubles(p.vb)), 0);
+  // Hv = 1: every head reads head 0's values (h stride 0)
+  Str4 v1 = p.vs;
+  v1.s[1] = 0;
+  std::vector<double> ref(out.size(), 0.0);
+  for (int64_t x = 0; x < int64_t(out.size()); ++x) {
+    const int64_t e = x % d.Ep, t = x / d.Ep % d.T, bh = x / (d.Ep * d.T);
+    if (e < d.E) ref[x] = to_float(p.v[v1.at(p.b_of(bh), p.h_of(bh), t, e)]);
+  }
+  out = nans<bf16>(out.size());
+  emu::launch(2, 96, 0, [&] { pack_bf16_kernel<bf16>(d, v1, out.data()); });
+  return ok & check("vb Hv=1", doubles(out), exact(ref), 0);
+}
+
+// ---- scores: P[bh][c][sp][i][j] = sum_{l in slice sp} Qp_i a^(i-1-j) q_j, j < i < Cn; else 0 ----
+//      Qp float32 (backward) or bf16 (the tensor-core forward)
+template <typename QpT>
+bool scores_case(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t C = d.C, S = d.nsplit, items = d.nbh * d.nC * S;
+  auto P = nans<float>(items * C * C);
+  std::vector<QpT> Qp(p.Qp.size());
+  for (size_t i = 0; i < Qp.size(); ++i) Qp[i] = from_float<QpT>(p.Qp[i]);
+  emu::launch(small_grid(items), kMmaThreads, sizeof(ScoreSmem),
+              [&] { chunk_scores_mma_kernel<bf16, QpT>(d, p.qs, p.a32.data(), Qp.data(), P.data()); });
+  std::vector<Acc> ref(P.size());
+  const int64_t lslice = (d.L + S * kMmaLT - 1) / (S * kMmaLT) * kMmaLT;
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t c = 0; c < d.nC; ++c)
+      for (int64_t sp = 0; sp < S; ++sp)
+        for (int64_t i = 0; i < p.chunk_len(c); ++i)
+          for (int64_t j = 0; j < i; ++j) {
+            Acc x;
+            for (int64_t l = sp * lslice; l < std::min(d.L, (sp + 1) * lslice); ++l)
+              x += double(p.Qp[(bh * d.T + c * C + i) * d.L + l]) * p.apow(p.h_of(bh), l, i - 1 - j) *
+                   p.qf(bh, c * C + j, l);
+            ref[(((bh * d.nC + c) * S + sp) * C + i) * C + j] = x;
+          }
+  // a bf16 Qp is rounded once more before the kernel's Xs = Qp a^k: three roundings per term, 3 × 2^-8
+  return check("P", doubles(P), ref, std::is_same_v<QpT, bf16> ? 1.2e-2 : 1e-2);
+}
+
+// ---- chunk states: forward S_{c+1} = a^Cn S_c + sum_i q_i a^(Cn-1-i) ⊗ v_i, Hs[c] = S_c;
+//      reverse A_start = a^Cn A_end + sum_i Xq_i ⊗ G_i, Hs[c] = A_end of chunk c -------------------
+template <typename S, bool kReverse>
+bool states_case(const Problem& p, bool with_init) {
+  const Dims& d = p.d;
+  const int64_t L = d.L, E = d.E, items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
+  auto Hs = nans<S>(d.nbh * d.nC * d.Lp * d.Ep);
+  auto out = nans<float>(p.init.size());
+  Str4 init = p.init_s, outs = p.init_s;
+  outs.p = out.data();
+  if (!with_init) init = Str4{};
+  emu::launch(small_grid(items), kMmaThreads, kStatesMmaSmem, [&] {
+    chunk_states_mma_kernel<S, kReverse>(d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(),
+                                         p.a32.data(), init, Hs.data(), outs);
+  });
+  std::vector<Acc> ref_H(Hs.size()), ref_out(out.size(), kUnwritten);
+  for (int64_t bh = 0; bh < d.nbh; ++bh) {
+    const int64_t b = p.b_of(bh), h = p.h_of(bh);
+    std::vector<Acc> st(L * E);
+    if (with_init)
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t e = 0; e < E; ++e) st[l * E + e] += p.init[p.init_s.at(b, h, l, e)];
+    for (int64_t step = 0; step < d.nC; ++step) {
+      const int64_t c = kReverse ? d.nC - 1 - step : step, Cn = p.chunk_len(c);
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t e = 0; e < E; ++e) {
+          ref_H[((bh * d.nC + c) * d.Lp + l) * d.Ep + e] = st[l * E + e];
+          Acc x = st[l * E + e].scaled(p.apow(h, l, Cn));
+          for (int64_t i = 0; i < Cn; ++i) {
+            const int64_t t = c * d.C + i;
+            const double k = kReverse ? bf(p.Xq, (bh * d.T + t) * d.Lp + l) : p.qf(bh, t, l) * p.apow(h, l, Cn - 1 - i);
+            x += k * bf(kReverse ? p.gb : p.vb, (bh * d.T + t) * d.Ep + e);
+          }
+          st[l * E + e] = x;
+        }
+    }
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t e = 0; e < E; ++e) ref_out[p.init_s.at(b, h, l, e)] = st[l * E + e];
+  }
+  return check("Hs", doubles(Hs), ref_H, 1e-2) & check("final", doubles(out), ref_out, 1e-2);
+}
+
+// ---- chunk outputs: out_i = sum_l X_i[l] S[l,:] + sum_j Pm[i][j] Y_j, forward (X = Xq, S = H_c
+//      in bf16, Pm = P for j < i, Y = v) or dv (X = Kq, S = A_end in float32, Pm = P^T for j > i,
+//      Y = G). P's split 0 holds the sum; its upper triangle and the other splits are NaN. ------
+template <typename S, typename OutT, bool kDv>
+bool output_case(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t C = d.C, L = d.L, E = d.E, items = d.nbh * d.nC * (d.Ep / kMmaET);
+  std::vector<S> Hs(d.nbh * d.nC * d.Lp * d.Ep);
+  for (auto& x : Hs) x = from_float<S>(float(2 * U01() - 1));  // padding too: X's zeros must cancel it
+  std::vector<float> P(d.nbh * d.nC * d.nsplit * C * C, kNaN);
+  for (int64_t bc = 0; bc < d.nbh * d.nC; ++bc)
+    for (int64_t i = 0; i < C; ++i)
+      for (int64_t j = 0; j < i; ++j) P[(bc * d.nsplit * C + i) * C + j] = float(U01());
+  // forward: out Str4 in OutT, same layout as v; dv: out_ws [bh][t][e] float
+  std::vector<OutT> out = nans<OutT>(kDv ? d.nbh * d.T * E : p.v.size());
+  Str4 outs = p.vs;
+  outs.p = out.data();
+  emu::launch(small_grid(items), kMmaThreads, kOutMmaSmem, [&] {
+    chunk_output_mma_kernel<S, OutT, kDv>(d, kDv ? p.Kq.data() : p.Xq.data(), Hs.data(), P.data(),
+                                          kDv ? p.gb.data() : p.vb.data(), kDv ? Str4{} : outs,
+                                          kDv ? reinterpret_cast<float*>(out.data()) : nullptr);
+  });
+  std::vector<Acc> ref(out.size(), kUnwritten);
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t c = 0; c < d.nC; ++c) {
+      const int64_t Cn = p.chunk_len(c), t0 = c * C;
+      for (int64_t i = 0; i < Cn; ++i)
+        for (int64_t e = 0; e < E; ++e) {
+          Acc x;
+          for (int64_t l = 0; l < L; ++l)
+            x += bf(kDv ? p.Kq : p.Xq, (bh * d.T + t0 + i) * d.Lp + l) *
+                 double(to_float(Hs[((bh * d.nC + c) * d.Lp + l) * d.Ep + e]));
+          for (int64_t j = kDv ? i + 1 : 0; j < (kDv ? Cn : i); ++j) {
+            const double pm = P[(bh * d.nC + c) * d.nsplit * C * C + (kDv ? j * C + i : i * C + j)];
+            x += pm * bf(kDv ? p.gb : p.vb, (bh * d.T + t0 + j) * d.Ep + e);
+          }
+          ref[kDv ? (bh * d.T + t0 + i) * E + e : outs.at(p.b_of(bh), p.h_of(bh), t0 + i, e)] = x;
+        }
+    }
+  return check(kDv ? "dv" : "context", doubles(out), ref, 1e-2);
+}
+
+// ---- readback: W[t][l] = H_c[l,:]·G_t, U[t][l] = A_end[l,:]·v_t, HdH[c][l] = <H_c[l,:], A_end[l,:]>
+bool readback_case(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t L = d.L, E = d.E, items = d.nbh * d.nC * (d.Lp / kMmaLT);
+  std::vector<float> Hs(d.nbh * d.nC * d.Lp * d.Ep, 0.0f), As = Hs;  // zero padding, as chunk_states writes
+  for (int64_t x = 0; x < int64_t(Hs.size()); ++x)
+    if (x / d.Ep % d.Lp < L && x % d.Ep < E) Hs[x] = float(2 * U01() - 1), As[x] = float(2 * U01() - 1);
+  auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * d.nC * L);
+  emu::launch(small_grid(items), kMmaThreads, kReadbackSmem, [&] {
+    chunk_readback_mma_kernel(d, Hs.data(), As.data(), p.gb.data(), p.vb.data(), W.data(), U.data(), HdH.data());
+  });
+  std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t t = 0; t < d.T; ++t)
+      for (int64_t l = 0; l < L; ++l) {
+        const int64_t c = t / d.C;
+        const float *h = &Hs[((bh * d.nC + c) * d.Lp + l) * d.Ep], *a = &As[((bh * d.nC + c) * d.Lp + l) * d.Ep];
+        Acc w, u, hh;
+        for (int64_t e = 0; e < E; ++e) {
+          w += double(h[e]) * bf(p.gb, (bh * d.T + t) * d.Ep + e);
+          u += double(a[e]) * bf(p.vb, (bh * d.T + t) * d.Ep + e);
+          hh += double(h[e]) * a[e];
+        }
+        rW[(bh * d.T + t) * L + l] = w, rU[(bh * d.T + t) * L + l] = u;
+        rH[(bh * d.nC + c) * L + l] = hh;
+      }
+  return check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) &
+         check("HdH", doubles(HdH), rH, 1e-4);
+}
+
+int failures = 0;
+void run(const Problem& p, const char* kernel, const std::function<bool()>& f) {
+  std::printf("%s  [%s]\n", kernel, p.name.c_str());
+  std::fflush(stdout);
+  if (!f()) {
+    ++failures;
+    if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";  // a substring of the kernel names to run
+  std::vector<Problem> problems;
+  //                                  H  pairs bh0   T    L    E   C  nsplit seq_first
+  problems.push_back(make_problem("H2 pairs3@1 T150 L70 E130 C64 splits2", 2, 3, 1, 150, 70, 130, 64, 2, false));
+  problems.push_back(make_problem("H1 pairs2 T40 L13 E20 C17 [B,T,H,x]", 1, 2, 0, 40, 13, 20, 17, 1, true));
+  problems.push_back(make_problem("H3 pairs2@4 T64 L64 E128 C64 splits3", 3, 2, 4, 64, 64, 128, 64, 3, false));
+  problems.push_back(make_problem("H2 pairs2 T33 L100 E7 C32 [B,T,H,x]", 2, 2, 0, 33, 100, 7, 32, 2, true));
+  problems.push_back(make_problem("H1 pairs1 T1 L5 E3 C64", 1, 1, 0, 1, 5, 3, 64, 1, false));
+  problems.push_back(make_problem("H1 pairs1 T5 L9 E9 C1", 1, 1, 0, 5, 9, 9, 1, 1, false));
+  problems.push_back(make_problem("H2 pairs2 T0 L20 E20 C64", 2, 2, 0, 0, 20, 20, 64, 1, false));
+  struct K {
+    const char* name;
+    std::function<bool(const Problem&)> f;
+  };
+  const std::vector<K> kernels = {
+      {"pack_bf16", pack_case},
+      {"chunk_scores_mma", scores_case<float>},
+      {"chunk_scores_mma (bf16 Qp)", scores_case<bf16>},
+      {"chunk_states_mma forward, bf16 states", [](const Problem& p) { return states_case<bf16, false>(p, true); }},
+      {"chunk_states_mma forward, float32 states, no init",
+       [](const Problem& p) { return states_case<float, false>(p, false); }},
+      {"chunk_states_mma reverse", [](const Problem& p) { return states_case<float, true>(p, true); }},
+      {"chunk_output_mma forward", output_case<bf16, bf16, false>},
+      {"chunk_output_mma dv", output_case<float, float, true>},
+      {"chunk_readback_mma", readback_case},
+  };
+  for (const auto& p : problems)
+    for (const auto& k : kernels)
+      if (only.empty() || std::string(k.name).find(only) != std::string::npos) run(p, k.name, [&] { return k.f(p); });
+  if (emu::errors) std::printf("%d emulation errors (see stderr)\n", int(emu::errors));
+  std::printf("%s (%d failed)\n", failures || emu::errors ? "FAILED" : "all tensor-core kernels match", failures);
+  return failures || emu::errors ? 1 : 0;
+}

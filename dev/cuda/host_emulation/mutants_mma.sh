@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Sensitivity check of emulate_mma.cpp: plants known bugs (one at a time) in a copy of src/cuda
+# and expects run_mma's check to fail on each (a mutant that passes is reported as MISSED).
+#   dev/cuda/host_emulation/mutants_mma.sh      (from anywhere; a few minutes)
+set -u
+cd "$(dirname "$0")/../../.."
+root=$(pwd)
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cp "$root/dev/cuda/host_emulation/shim.h" "$dir/"
+# name | file | text | replacement | EMU_CP_ASYNC mode | expected (caught, or missed where the
+# mutant is known to pass: a missing cp.async wait with eager copies shows why the default defers)
+mutants=(
+  "A rows of ldmatrix (warp_mma_32x32)|src/cuda/mma.cuh|ldsm_x4(a[mt], As + (m + (lane & 15)) * lda + k0 + (lane >> 4) * 8)|ldsm_x4(a[mt], As + (m + (lane & 7)) * lda + k0 + (lane >> 4) * 8)|deferred|caught"
+  "B trans column half (warp_mma_32x32)|src/cuda/mma.cuh|ldsm_x4_trans(b[np], Bs + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ldb + n + (lane >> 4) * 8)|ldsm_x4_trans(b[np], Bs + (k0 + (lane >> 4) * 8 + (lane & 7)) * ldb + n + ((lane >> 3) & 1) * 8)|deferred|caught"
+  "accumulator column (for_each_acc)|src/cuda/mma.cuh|n0 + 8 * nt + 2 * q + r % 2|n0 + 8 * nt + 2 * q + r / 2|deferred|caught"
+  "states: no wait for the next stage|src/cuda/chunk_products.cuh|fetch((step + 1) \& 1, chunk_of(step + 1));\n        cp_async_wait<1>();|fetch((step + 1) \& 1, chunk_of(step + 1));|deferred|caught"
+  "states: no wait (eager cp.async misses it)|src/cuda/chunk_products.cuh|fetch((step + 1) \& 1, chunk_of(step + 1));\n        cp_async_wait<1>();|fetch((step + 1) \& 1, chunk_of(step + 1));|eager|missed"
+  "scores: a^16 off by one|src/cuda/chunk_products.cuh|a16 = ipow(al, 16)|a16 = ipow(al, 15)|deferred|caught"
+  "scores: diagonal pairs one short|src/cuda/chunk_products.cuh|fr = fi % 16;|fr = max(fi % 16 - 1, 0);|deferred|caught"
+  "output: P not transposed for dv|src/cuda/chunk_products.cuh|pm = Pc[kDv ? j * C + i : i * C + j];|pm = Pc[i * C + j];|deferred|caught"
+  "output: intra-chunk Y tile without the column offset|src/cuda/chunk_products.cuh|fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep + e0, d.Ep, ET);|fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep, d.Ep, ET);|deferred|caught"
+  "output: no barrier after the stage's wait (a race: caught when the threads interleave)|src/cuda/chunk_products.cuh|        cp_async_wait<0>();\n      }\n      __syncthreads();\n      warp_mma_32x32<false, false>|        cp_async_wait<0>();\n      }\n      warp_mma_32x32<false, false>|deferred|caught"
+  "readback: lo part dropped|src/cuda/backward.cu|__float2bfloat16_rn(hx[u] - __bfloat162float(hh))|__float2bfloat16_rn(0.0f)|deferred|caught"
+)
+missed=0
+for m in "${mutants[@]}"; do
+  IFS='|' read -r name file from to mode expect <<<"$m"
+  rm -rf "$dir/src" && mkdir -p "$dir/src" && cp -r "$root/src/cuda" "$dir/src/"
+  if ! python3 - "$dir/$file" "$from" "$to" <<'PY'
+import sys
+path, a, b = (x.replace("\\n", "\n").replace("\\&", "&") for x in sys.argv[1:4])
+s = open(path).read()
+if a not in s:
+    sys.exit(f"mutant text not found in {path}: {a!r}")
+open(path, "w").write(s.replace(a, b, 1))
+PY
+  then missed=$((missed + 1)); continue; fi
+  (cd "$dir" && python3 "$root/dev/cuda/host_emulation/extract.py" --mma kernels_mma.h) &&
+    g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w -I "$dir" "$root/dev/cuda/host_emulation/emulate_mma.cpp" -o "$dir/emu" || exit 2
+  if EMU_CP_ASYNC=$mode EMU_STOP_AT_FIRST=1 timeout 300 "$dir/emu" >"$dir/log" 2>&1; then
+    got=missed
+  else
+    got=caught
+  fi
+  where=$(grep -m1 -B1 'FAIL\|emulation error' "$dir/log" | head -1 | sed 's/^ *//')
+  if [ "$got" = "$expect" ]; then echo "ok       $got ($mode cp.async): $name${where:+  [$where]}"
+  else echo "UNEXPECTED $got ($mode cp.async): $name"; missed=$((missed + 1)); fi
+done
+echo "$missed unexpected"
+[ "$missed" = 0 ]

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Host emulation check of the tensor-core kernels (no GPU needed): the working tree's mma.sync
+# kernels of src/cuda against float64 loops, on the CPU (see emulate_mma.cpp).
+#   dev/cuda/host_emulation/run_mma.sh [KERNEL_SUBSTRING]      (from anywhere)
+# EMU_CP_ASYNC=eager makes cp.async copy at issue time instead of at the wait (shim.h);
+# EMU_BOTH=1 runs both modes.
+set -eu
+cd "$(dirname "$0")/../../.."
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+python3 dev/cuda/host_emulation/extract.py --mma "$dir/kernels_mma.h"
+cp dev/cuda/host_emulation/shim.h "$dir/"
+g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w -I "$dir" dev/cuda/host_emulation/emulate_mma.cpp -o "$dir/emulate_mma"
+# a __syncthreads that not every thread reaches hangs the emulation: the timeout says so
+timeout 600 "$dir/emulate_mma" "$@"
+if [ "${EMU_BOTH:-0}" = 1 ]; then
+  echo "--- again with EMU_CP_ASYNC=eager"
+  EMU_CP_ASYNC=eager timeout 600 "$dir/emulate_mma" "$@"
+fi
