@@ -76,14 +76,20 @@ __global__ void pack_bf16_kernel(Dims d, Str4 y, bf16* out) {
 // the kernel was issue-bound on them at 25 % occupancy.)
 constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
 constexpr int kStatesMmaSmem = 2 * 64 * (kStKS + kStVS) * static_cast<int>(sizeof(bf16));
-// Blocks per multiprocessor the registers are budgeted for: 3 (80 registers, a few bytes of
-// spill) against 2 (114 registers); RHOSCAN_STATES_MIN_BLOCKS=2 builds the other for comparison.
-#ifndef RHOSCAN_STATES_MIN_BLOCKS
-#define RHOSCAN_STATES_MIN_BLOCKS 3
+// Blocks per multiprocessor the registers are budgeted for (H200, 13e3caa, BDH-8k): 3 (80
+// registers, a few bytes of spill) suits the backward's float32 states (fwd+bwd 19.55 against
+// 20.09 ms with 2), 2 (114 registers) the forward's bf16 states (3.57 against 3.66 ms with 3).
+// RHOSCAN_STATES_MIN_BLOCKS=n builds every variant with n, for comparisons.
+template <typename S>
+constexpr int states_min_blocks() {
+#ifdef RHOSCAN_STATES_MIN_BLOCKS
+  return RHOSCAN_STATES_MIN_BLOCKS;
+#else
+  return std::is_same_v<S, float> ? 3 : 2;
 #endif
-constexpr int kStatesMinBlocks = RHOSCAN_STATES_MIN_BLOCKS;
+}
 template <typename S, bool kReverse>
-__global__ void __launch_bounds__(kMmaThreads, kStatesMinBlocks) chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals,
+__global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals,
                                                                           const float* a32, Str4 init, S* Hs,
                                                                           Str4 out) {
   constexpr int LT = kMmaLT, ET = kMmaET, KS = kStKS, VS = kStVS;
