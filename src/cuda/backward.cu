@@ -123,7 +123,7 @@ __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
 // thread owns tokens i = ig + 16 r (r < 4) of latent l.
 struct LocalSmem {
   float qs[64][kLocalLT], qps[64][kLocalLT], ns[64][kLocalLT], dn[64][kLocalLT];
-  float ms[64][64];
+  __align__(16) float ms[64][64];
   // E tiles, rows padded by 4 floats: 16-byte reads stay aligned and spread over the banks
   __align__(16) float hs[kLocalLT][kLocalET + 4];
   __align__(16) float dhs[kLocalLT][kLocalET + 4];
@@ -166,11 +166,14 @@ __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
       qs[i][x] = ok ? load<T>(q.p, q.at(b, h, t0 + i, lx)) : 0.0f;
       qps[i][x] = ok ? Qp[(bh * d.T + t0 + i) * d.L + lx] : 0.0f;
     }
-    for (int idx = threadIdx.x; idx < 64 * 64; idx += blockDim.x) {
-      const int i = idx / 64, j = idx % 64;
-      float m = 0.0f;
-      if (i < Cn && j < i) m = M[(bh * d.nC + c) * d.nsplit * C * C + i * C + j];  // split 0: the sum
-      ms[i][j] = m;
+    // M of the chunk (split 0 holds the sum). Only its strict lower triangle of rows < Cn is
+    // read below; at C = 64 the whole slot is copied in 16-byte pieces.
+    const float* Mc = M + (bh * d.nC + c) * d.nsplit * C * C;
+    if (C == 64) {
+      for (int idx = threadIdx.x; idx < 64 * 16; idx += blockDim.x)
+        *reinterpret_cast<float4*>(&ms[idx / 16][4 * (idx % 16)]) = reinterpret_cast<const float4*>(Mc)[idx];
+    } else {
+      for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
     }
     __syncthreads();
     // The threads < LT (token group 0, one per latent) walk the chunk for the per-latent scans:
@@ -236,23 +239,21 @@ __global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
       const int i = ig + 16 * r;
       gw[r] = av[r] = term4[r] = 0.0f;
       if (i < Cn) {
-        // j < i: a^(i-1-j) for the read of R_i, f(i-1-j) for da's pair term
-        float gwn = ipow(a, i) * W[r], t4 = 0.0f, pw = 1.0f, pwm1 = 0.0f;  // pw = a^n, pwm1 = a^(n-1)
-        for (int j = i - 1, n = 0; j >= 0; --j, ++n) {
-          gwn += pw * qs[j][ll] * ms[i][j];
-          t4 += n * pwm1 * qs[j][ll] * ms[i][j];
-          pwm1 = pw;
-          pw *= a;
+        // j < i: p = sum_j a^(i-1-j) x_j with x_j = q_j M[i][j] (the read of R_i) and its
+        // derivative dp = sum_j f(i-1-j) x_j (da's pair term), both by Horner from j = 0, the
+        // highest power: two FFMAs per j, every power a^n with n >= 0 (exact at a = 0 and 1).
+        float p = 0.0f, dp = 0.0f;
+        for (int j = 0; j < i; ++j) {
+          const float x = qs[j][ll] * ms[i][j];
+          dp = dp * a + p;
+          p = p * a + x;
         }
-        term4[r] = qps[i][ll] * t4;
-        gw[r] = gwn / (ns[i][ll] + kEpsF);
-        float avs = ipow(a, Cn - 1 - i) * U[r];
-        pw = 1.0f;
-        for (int k = i + 1; k < Cn; ++k) {
-          avs += pw * qps[k][ll] * ms[k][i];
-          pw *= a;
-        }
-        av[r] = avs;
+        term4[r] = qps[i][ll] * dp;
+        gw[r] = (ipow(a, i) * W[r] + p) / (ns[i][ll] + kEpsF);
+        // k > i: sum_k a^(k-i-1) Qp_k M[k][i], by Horner from k = Cn-1, the highest power
+        float avs = 0.0f;
+        for (int k = Cn - 1; k > i; --k) avs = avs * a + qps[k][ll] * ms[k][i];
+        av[r] = ipow(a, Cn - 1 - i) * U[r] + avs;
         dn[i][ll] = -qps[i][ll] * gw[r];
       }
     }
