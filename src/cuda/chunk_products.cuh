@@ -73,19 +73,25 @@ __global__ void pack_bf16_kernel(Dims d, Str4 y, bf16* out) {
 // q_i a^(Cn-1-i) (forward) or Xq = Qp_i a^i (backward), both written by norm_apply. The next
 // chunk's tiles are fetched by cp.async while the current one is multiplied. (Computing the keys
 // here from q instead cost 16 strided loads, 16 products and 16 shared stores per thread and chunk:
-// the kernel was issue-bound on them at 25 % occupancy.)
+// the kernel was issue-bound on them at 25 % occupancy.) kStatesStages shared-memory stages: the
+// tiles of chunk step + kStatesStages - 1 are in flight while chunk step is multiplied.
+#ifndef RHOSCAN_STATES_STAGES
+#define RHOSCAN_STATES_STAGES 3
+#endif
+constexpr int kStatesStages = RHOSCAN_STATES_STAGES;
 constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
-constexpr int kStatesMmaSmem = 2 * 64 * (kStKS + kStVS) * static_cast<int>(sizeof(bf16));
-// Blocks per multiprocessor the registers are budgeted for (H200, 13e3caa, BDH-8k): 3 (80
-// registers, a few bytes of spill) suits the backward's float32 states (fwd+bwd 19.55 against
-// 20.09 ms with 2), 2 (114 registers) the forward's bf16 states (3.57 against 3.66 ms with 3).
+constexpr int kStatesMmaSmem = kStatesStages * 64 * (kStKS + kStVS) * static_cast<int>(sizeof(bf16));
+// Blocks per multiprocessor the registers are budgeted for. With two stages (H200, 13e3caa,
+// BDH-8k): 3 (80 registers, a few bytes of spill) suited the backward's float32 states (fwd+bwd
+// 19.55 against 20.09 ms with 2), 2 (114 registers) the forward's bf16 states (3.57 against
+// 3.66 ms with 3). Three stages take 78 KiB of shared memory per block: 2 blocks per SM.
 // RHOSCAN_STATES_MIN_BLOCKS=n builds every variant with n, for comparisons.
 template <typename S>
 constexpr int states_min_blocks() {
 #ifdef RHOSCAN_STATES_MIN_BLOCKS
   return RHOSCAN_STATES_MIN_BLOCKS;
 #else
-  return std::is_same_v<S, float> ? 3 : 2;
+  return kStatesStages == 2 && std::is_same_v<S, float> ? 3 : 2;
 #endif
 }
 template <typename S, bool kReverse>
@@ -94,9 +100,10 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_sta
                                                                           Str4 out) {
   constexpr int LT = kMmaLT, ET = kMmaET, KS = kStKS, VS = kStVS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* ks = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens][KS]: K[i][l]
-  bf16* vs = ks + 2 * 64 * KS;                    // [2 stages][64 tokens][VS]: V[i][e]
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  constexpr int NS = kStatesStages;
+  bf16* ks = reinterpret_cast<bf16*>(smem_raw);  // [NS stages][64 tokens][KS]: K[i][l]
+  bf16* vs = ks + NS * 64 * KS;                   // [NS stages][64 tokens][VS]: V[i][e]
+  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, tq = threadIdx.x % 4;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's latents and columns in the tile
   const int64_t nlt = d.Lp / LT, net = d.Ep / ET;
   const float* init_p = static_cast<const float*>(init.p);
@@ -105,7 +112,15 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_sta
     const int64_t bh = item / (nlt * net), lt = (item / net) % nlt, et = item % net;
     const int64_t b = d.b_of(bh), h = d.h_of(bh), l0 = lt * LT, e0 = et * ET;
     auto chunk_of = [&](int64_t step) { return kReverse ? d.nC - 1 - step : step; };
-    auto fetch = [&](int stage, int64_t c) {
+    // One commit group per step, empty past the last chunk, so that cp_async_wait<NS - 1> at
+    // step s always means: the tiles of step s have landed.
+    auto fetch = [&](int64_t step) {
+      if (step >= d.nC) {
+        cp_async_commit();
+        return;
+      }
+      const int stage = static_cast<int>(step % NS);
+      const int64_t c = chunk_of(step);
       const int Cn = static_cast<int>(d.chunk_len(c));
       const bf16* kc = keys + (bh * d.T + c * d.C) * d.Lp + l0;
       for (int idx = threadIdx.x; idx < 64 * (LT / 8); idx += blockDim.x) {
@@ -136,7 +151,7 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_sta
       x = (init_p && l < d.L && e < d.E) ? init_p[init.at(b, h, l, e)] : 0.0f;
     });
     __syncthreads();  // the previous item's tiles are consumed
-    if (d.nC > 0) fetch(0, chunk_of(0));
+    for (int k = 0; k < NS - 1; ++k) fetch(k);
     for (int64_t step = 0; step < d.nC; ++step) {
       const int64_t c = chunk_of(step);
       const int Cn = static_cast<int>(d.chunk_len(c));
@@ -156,12 +171,8 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_sta
                     __floats2bfloat162_rn(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
             }
       }
-      if (step + 1 < d.nC) {
-        fetch((step + 1) & 1, chunk_of(step + 1));
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
+      fetch(step + NS - 1);  // into the stage consumed at step - 1
+      cp_async_wait<NS - 1>();
       __syncthreads();
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -175,9 +186,9 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_sta
           }
         }
       // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l]), B = V (stored [i][e])
-      const int stage = static_cast<int>(step & 1);
+      const int stage = static_cast<int>(step % NS);
       warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, (Cn + 15) / 16 * 16);
-      __syncthreads();  // this stage is refilled by the fetch of the step after next
+      __syncthreads();  // this stage is refilled by the next step's fetch
     }
     if (out_p) {
       for_each_acc(acc, wm, wn, [&](int lr, int ec, float& x) {
