@@ -291,15 +291,22 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
 //   a^(i-1-j) = a^(i-r) · a^(r-1-j),  i - r = i mod 16,  r-1-j = 16 (si-sj-1) + 15 - j mod 16,
 // so each of the six 16×16 blocks is one bf16 mma product over L of Xs[i] = Qp_i a^(i mod 16)
 // and Kd[j] = q_j a^(16 (d-1) + 15 - j mod 16), d = si - sj (warps 0-5, one block each). Inside
-// the four diagonal blocks the exponent is i-1-j < 15 directly: float32 FFMA, thread (i, quarter
-// of the latent tile) accumulating its pairs (i, j < i) of the sub-block, the quarters added by a
-// fixed shuffle tree. Like chunk_scores_kernel, a block covers one of d.nsplit slices of L
-// (multiples of 64 latents) and writes that split's partial P; reduce_splits adds them.
+// each of the four diagonal blocks the same split at its middle r = 16 s + 8 makes the lower-left
+// 8×8 quadrant (i mod 16 >= 8 > j mod 16) an mma product of Xs8[i] = Qp_i a^(i mod 16 - 8) and
+// Kd8[j] = q_j a^(7 - j mod 16) (warps 6 and 7, two blocks each, the 16-row mma's upper rows
+// unused). What is left are the 8×8 triangles (i, j in the same 8 tokens, exponent i-1-j < 7):
+// float32 FFMA, thread (i, quarter of the latent tile) accumulating its pairs (i, j < i), the
+// quarters added by a fixed shuffle tree. (Before the quadrants went to mma, the FFMA triangles
+// were 16×16: twice the FFMA work, which dominated the kernel.) Like chunk_scores_kernel, a block
+// covers one of d.nsplit slices of L (multiples of 64 latents) and writes that split's partial P;
+// reduce_splits adds them.
 constexpr int kScS = kMmaLT + 8, kScF = kMmaLT + 1;
 struct ScoreSmem {
   float qp[64][kScF], qf[64][kScF];  // Qp and q of the latent tile, float32
   __align__(16) bf16 xs[64][kScS];   // Qp_i a^(i mod 16)
   __align__(16) bf16 kd[3][48][kScS];  // kd[d-1][j] = q_j a^(16(d-1) + 15 - j mod 16), j < 16 (4 - d)
+  __align__(16) bf16 xs8[64][kScS];    // Qp_i a^(i mod 16 - 8) where i mod 16 >= 8, else 0
+  __align__(16) bf16 kd8[64][kScS];    // q_j a^(7 - j mod 16) where j mod 16 < 8, else 0
   float a[64];                         // decay of the tile's latents
 };
 template <typename T, typename QpT>
@@ -313,7 +320,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
   // mma warps 0-5: the sub-block pairs (1,0), (2,0), (2,1), (3,0), (3,1), (3,2)
   const int si = warp < 1 ? 1 : warp < 3 ? 2 : 3, sj = warp - si * (si - 1) / 2;
   // FFMA threads: token fi, latents [16 fq, 16 fq + 16) of the tile
-  const int fi = threadIdx.x / 4, fq = threadIdx.x % 4, fr = fi % 16;  // fr: pairs (fi, fi-1-k), k < fr
+  const int fi = threadIdx.x / 4, fq = threadIdx.x % 4, fr = fi % 8;  // fr: pairs (fi, fi-1-k), k < fr
   // operand threads: latent ol, sub-block og
   const int ol = threadIdx.x % LT, og = threadIdx.x / LT;
   const int64_t lslice = (d.L + d.nsplit * LT - 1) / (d.nsplit * LT) * LT;
@@ -333,7 +340,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
         qr[k] = ok ? load<T>(q.p, q.at(b, h, t0 + i, l)) : 0.0f;
       }
     };
-    float mac[2][4] = {}, fac[15] = {};
+    float mac[2][4] = {}, fac[7] = {};
     fetch(l_begin);
     for (int64_t l0 = l_begin; l0 < l_end; l0 += LT) {
       __syncthreads();  // the previous tile is consumed
@@ -341,23 +348,27 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
         const float al = l0 + ol < d.L ? a32[h * d.L + l0 + ol] : 0.0f;
         const float a16 = ipow(al, 16), a32v = a16 * a16;
         if (og == 0) S.a[ol] = al;
-        float pw = 1.0f;
+        float pw = 1.0f, pw8 = 1.0f;
 #pragma unroll
-        for (int k = 0; k < 16; ++k) {  // a^k
+        for (int k = 0; k < 16; ++k) {  // pw = a^k, pw8 = a^(k-8) from k = 8
           const int i = og * 16 + k;
           S.qp[i][ol] = qpr[k];
           S.qf[i][ol] = qr[k];
           S.xs[i][ol] = __float2bfloat16_rn(qpr[k] * pw);
+          S.xs8[i][ol] = __float2bfloat16_rn(k >= 8 ? qpr[k] * pw8 : 0.0f);
           pw *= al;
+          if (k >= 8) pw8 *= al;
         }
-        pw = 1.0f;
+        pw = 1.0f, pw8 = 1.0f;
 #pragma unroll
-        for (int k = 15; k >= 0; --k) {  // a^(15 - k)
+        for (int k = 15; k >= 0; --k) {  // pw = a^(15 - k), pw8 = a^(7 - k) from k = 7
           const int j = og * 16 + k;
           if (og <= 2) S.kd[0][j][ol] = __float2bfloat16_rn(qr[k] * pw);
           if (og <= 1) S.kd[1][j][ol] = __float2bfloat16_rn(qr[k] * pw * a16);
           if (og == 0) S.kd[2][j][ol] = __float2bfloat16_rn(qr[k] * pw * a32v);
+          S.kd8[j][ol] = __float2bfloat16_rn(k < 8 ? qr[k] * pw8 : 0.0f);
           pw *= al;
+          if (k < 8) pw8 *= al;
         }
       }
       __syncthreads();
@@ -373,14 +384,28 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
           mma_bf16_16816(mac[0], af, bfr[0], bfr[1]);
           mma_bf16_16816(mac[1], af, bfr[2], bfr[3]);
         }
+      } else {  // warps 6, 7: the lower-left quadrants of diagonal blocks 2 (warp - 6) and + 1
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int sb = 2 * (warp - 6) + h;
+          const bf16* A = &S.xs8[16 * sb][0];
+          const bf16* B = &S.kd8[16 * sb][0];
+#pragma unroll
+          for (int k0 = 0; k0 < LT; k0 += 16) {
+            uint32_t af[4], bfr[4];
+            ldsm_x4(af, A + (lane & 15) * kScS + k0 + (lane >> 4) * 8);
+            ldsm_x4(bfr, B + ((lane >> 4) * 8 + (lane & 7)) * kScS + k0 + ((lane >> 3) & 1) * 8);
+            mma_bf16_16816(mac[h], af, bfr[0], bfr[1]);  // columns 16 sb + 0..7 only
+          }
+        }
       }
-      {  // diagonal sub-blocks: pairs (fi, fi-1-k), exponent k
+      {  // the 8×8 diagonal triangles: pairs (fi, fi-1-k), exponent k < 7
 #pragma unroll 4
         for (int ll = 16 * fq; ll < 16 * fq + 16; ++ll) {
           const float av = S.a[ll];
           float pw = S.qp[fi][ll];
 #pragma unroll
-          for (int k = 0; k < 15; ++k) {
+          for (int k = 0; k < 7; ++k) {
             if (k < fr) {
               fac[k] += pw * S.qf[fi - 1 - k][ll];
               pw *= av;
@@ -400,9 +425,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
           const int i = 16 * si + g + 8 * (r / 2), j = 16 * sj + 8 * nt + 2 * tq + r % 2;
           if (i < Cn) Pc[i * C + j] = mac[nt][r];
         }
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int r = 2; r < 4; ++r) {  // the accumulator rows g + 8: tokens 16 sb + 8 + g
+          const int sb = 2 * (warp - 6) + h, i = 16 * sb + 8 + g, j = 16 * sb + 2 * tq + r % 2;
+          if (i < Cn) Pc[i * C + j] = mac[h][r];
+        }
     }
 #pragma unroll
-    for (int k = 0; k < 15; ++k) {
+    for (int k = 0; k < 7; ++k) {
       float x = fac[k];
       x += __shfl_xor_sync(0xffffffffu, x, 1);
       x += __shfl_xor_sync(0xffffffffu, x, 2);
