@@ -2,7 +2,7 @@
 # One device call: build, CUDA tests, compute-sanitizer, benchmarks. Logs and JSON go to $OUT.
 # usage (on the GPU machine, in the source root): scripts/cuda_device_run.sh [stages...]
 #   stages: dev build test sanitize bench (default: build test sanitize bench); also profile, ncu,
-#   workspace, ab
+#   workspace, ab (AB_VARIANTS)
 #   dev: builds and runs each standalone kernel harness dev/cuda/*.cu (one nvcc command each, the
 #   one at the top of the file), printing its PASS/FAIL and timing lines; sanitize then also runs
 #   them under memcheck with --small.
@@ -58,16 +58,23 @@ for s in $stages; do
         echo "memcheck $n rc=$?"; grep -E "ERROR SUMMARY|ALL PASS|FAIL:" "$OUT/memcheck_$n.log" | head -3
       done ;;
     ab)
-      # A second build of the CLI with AB_FLAGS (e.g. -DRHOSCAN_STATES_MIN_BLOCKS=2) and the
-      # benchmark of AB_CASES in both builds, one after the other: a compile-time variant against
-      # the main build in the same session.
-      cmake -S . -B /tmp/b_ab -G Ninja -DRHOSCAN_VULKAN=OFF -DRHOSCAN_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
-        -DCMAKE_CUDA_FLAGS="${AB_FLAGS:-}" > $OUT/ab_configure.log 2>&1 && cmake --build /tmp/b_ab -j16 --target rhoscan_cli \
-        > $OUT/ab_build.log 2>&1 || { echo "ab build failed"; tail -20 $OUT/ab_build.log; }
-      for build in $B /tmp/b_ab; do
-        echo "-- $build ${AB_FLAGS:-}"
-        timeout 120 $build/tools/rhoscan bench --device cuda --cases ${AB_CASES:-BDH-8k,long-T8192} --backward --repeats 5 \
-          --json $OUT/bench-ab.jsonl --commit "$commit${build#$B}" 2>&1 | grep -E "^(BDH|long|step)"
+      # Compile-time variants against the main build in the same session: AB_VARIANTS is a list of
+      # CUDA flag sets separated by ';' (e.g. "-DRHOSCAN_STATES_STAGES=2;-DRHOSCAN_LOCAL_MIN_BLOCKS=2");
+      # each gets its own build of the CLI, and AB_CASES are benchmarked in every build in turn.
+      IFS=';' read -ra variants <<< "${AB_VARIANTS:-}"
+      builds=("$B")
+      for i in "${!variants[@]}"; do
+        vb=/tmp/b_ab$i
+        cmake -S . -B $vb -G Ninja -DRHOSCAN_VULKAN=OFF -DRHOSCAN_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
+          -DCMAKE_CUDA_FLAGS="${variants[$i]}" > $OUT/ab${i}_configure.log 2>&1 &&
+          cmake --build $vb -j16 --target rhoscan_cli > $OUT/ab${i}_build.log 2>&1 && builds+=("$vb") ||
+          { echo "ab build '${variants[$i]}' failed"; tail -20 $OUT/ab${i}_build.log; }
+      done
+      for k in "${!builds[@]}"; do
+        label=$commit; [ "$k" -gt 0 ] && label="$commit+${variants[$((k - 1))]}"
+        echo "-- $label"
+        timeout 120 ${builds[$k]}/tools/rhoscan bench --device cuda --cases ${AB_CASES:-BDH-8k,long-T8192} --backward \
+          --repeats 5 --json $OUT/bench-ab.jsonl --commit "$label" 2>&1 | grep -E "^(BDH|long|step)"
       done ;;
     workspace)
       # BDH-8k forward+backward under several workspace caps (MiB): what the batching of (b, h)

@@ -135,8 +135,12 @@ struct LocalSmem {
 
 // Wr, Ur, HdHr (optional): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
 // alias dqp (each thread reads its W[t][l] before it writes dqp[t][l]).
+// 3 blocks per SM (80 registers); RHOSCAN_LOCAL_MIN_BLOCKS=n builds it with n, for comparisons.
+#ifndef RHOSCAN_LOCAL_MIN_BLOCKS
+#define RHOSCAN_LOCAL_MIN_BLOCKS 3
+#endif
 template <typename T>
-__global__ void __launch_bounds__(kLocalThreads, 3) bwd_local_kernel(
+__global__ void __launch_bounds__(kLocalThreads, RHOSCAN_LOCAL_MIN_BLOCKS) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
