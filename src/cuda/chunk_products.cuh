@@ -74,9 +74,11 @@ __global__ void pack_bf16_kernel(Dims d, Str4 y, bf16* out) {
 // chunk's tiles are fetched by cp.async while the current one is multiplied. (Computing the keys
 // here from q instead cost 16 strided loads, 16 products and 16 shared stores per thread and chunk:
 // the kernel was issue-bound on them at 25 % occupancy.) kStatesStages shared-memory stages: the
-// tiles of chunk step + kStatesStages - 1 are in flight while chunk step is multiplied.
+// tiles of chunk step + kStatesStages - 1 are in flight while chunk step is multiplied. Two, as
+// measured (H200, de4791b, BDH-8k forward+backward): 17.75 ms against 18.26 ms with three (78 KiB
+// of shared memory per block, so 2 blocks per SM for the float32 states as well).
 #ifndef RHOSCAN_STATES_STAGES
-#define RHOSCAN_STATES_STAGES 3
+#define RHOSCAN_STATES_STAGES 2
 #endif
 constexpr int kStatesStages = RHOSCAN_STATES_STAGES;
 constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
@@ -187,7 +189,10 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_sta
         }
       // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l]), B = V (stored [i][e])
       const int stage = static_cast<int>(step % NS);
-      warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, (Cn + 15) / 16 * 16);
+      if (Cn == 64)  // every chunk but a tail at the default chunk: the k loop fully unrolled
+        warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, 64);
+      else
+        warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, (Cn + 15) / 16 * 16);
       __syncthreads();  // this stage is refilled by the next step's fetch
     }
     if (out_p) {

@@ -57,6 +57,7 @@ template <bool kATrans, bool kBTrans>
 __device__ __forceinline__ void warp_mma_32x32(float (&acc)[2][4][4], const bf16* As, int lda, const bf16* Bs,
                                                int ldb, int m0, int n0, int kdim) {
   const int lane = threadIdx.x & 31;
+#pragma unroll 4
   for (int k0 = 0; k0 < kdim; k0 += 16) {
     uint32_t a[2][4], b[2][4];
 #pragma unroll
