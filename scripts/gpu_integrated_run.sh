@@ -5,6 +5,7 @@
 #
 #   bash scripts/gpu_integrated_run.sh build-test   # build; CUDA + Vulkan tests; PyTorch GPU tests
 #   bash scripts/gpu_integrated_run.sh bench        # CUDA and Vulkan benchmarks; BDH GPU preset
+#   bash scripts/gpu_integrated_run.sh ncu          # Nsight Compute detail of the heavy kernels
 #
 # Needs, carried from the build machine: .gpucarry/gtest-src (googletest sources: the GPU image has
 # none) and .gpucarry/jargon.txt (the BDH corpus, uncompressed), .gl/ and .vkbench/ (Vulkan loader
@@ -75,5 +76,15 @@ case $stage in
         grep -E "^model|^final|^training speed" "$OUT/bdh_gpu_$attention.log"
       done
     fi
+    ;;
+  ncu)
+    # One launch of each heavy kernel at BDH-8k (bfloat16 forward+backward) with the sections that
+    # say where its time goes (stall reasons, the source lines they sit on): $OUT/ncu-KERNEL.txt.
+    for k in ${NCU_KERNELS:-chunk_states_mma bwd_local_kernel chunk_scores_mma norm_apply_kernel chunk_readback_mma}; do
+      timeout 120 ncu --clock-control none -k regex:$k -c 1 --section SpeedOfLight --section Occupancy \
+        --section LaunchStats --section WarpStateStats --section SchedulerStats --section SourceCounters \
+        $B/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 1 > "$OUT/ncu-$k.txt" 2>&1
+      echo "ncu $k rc=$?"; grep -E "Duration|Warp Cycles Per Issued|Issued Warp|No Eligible" "$OUT/ncu-$k.txt" | head -5
+    done
     ;;
 esac

@@ -185,6 +185,7 @@ __global__ void __launch_bounds__(kLocalThreads, RHOSCAN_LOCAL_MIN_BLOCKS) bwd_l
     float zsum = 0.0f;
     if (threadIdx.x < LT) {
       float N = lok ? Nc[(bh * (d.nC + 1) + c) * d.L + l] : 0.0f;
+#pragma unroll 8  // the shared loads of q are independent of the chain: issued ahead
       for (int i = 0; i < Cn; ++i) {
         ns[i][ll] = N;
         zsum = a * zsum + N;
@@ -277,6 +278,7 @@ __global__ void __launch_bounds__(kLocalThreads, RHOSCAN_LOCAL_MIN_BLOCKS) bwd_l
     float bsum = 0.0f;
     if (threadIdx.x < LT) {
       float x = 0.0f;
+#pragma unroll 8
       for (int i = Cn - 1; i >= 0; --i) {
         S.ib[i][ll] = x;
         x = dn[i][ll] + a * x;
