@@ -82,7 +82,20 @@ __global__ void pack_bf16_kernel(Dims d, Str4 y, bf16* out) {
 #endif
 constexpr int kStatesStages = RHOSCAN_STATES_STAGES;
 constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
-constexpr int kStatesMmaSmem = kStatesStages * 64 * (kStKS + kStVS) * static_cast<int>(sizeof(bf16));
+// bf16 chunk states (the forward) leave through a per-warp staging tile, so that each row goes out
+// in 16-byte pieces (the accumulator layout gives 4-byte pieces, half of every 32-byte sector
+// written per instruction); float32 states (the backward) are stored directly.
+#ifndef RHOSCAN_STATES_STAGED_STORE
+#define RHOSCAN_STATES_STAGED_STORE 1
+#endif
+template <typename S>
+constexpr bool kStatesStaged = RHOSCAN_STATES_STAGED_STORE && std::is_same_v<S, bf16>;
+constexpr int kStStS = 32 + 8;  // a warp's 32×32 staging tile, rows padded
+template <typename S>
+constexpr int states_mma_smem() {
+  return kStatesStages * 64 * (kStKS + kStVS) * static_cast<int>(sizeof(bf16)) +
+         (kStatesStaged<S> ? 8 * 32 * kStStS * static_cast<int>(sizeof(bf16)) : 0);
+}
 // Blocks per multiprocessor the registers are budgeted for. With two stages (H200, 13e3caa,
 // BDH-8k): 3 (80 registers, a few bytes of spill) suited the backward's float32 states (fwd+bwd
 // 19.55 against 20.09 ms with 2), 2 (114 registers) the forward's bf16 states (3.57 against
@@ -105,7 +118,8 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_sta
   constexpr int NS = kStatesStages;
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);  // [NS stages][64 tokens][KS]: K[i][l]
   bf16* vs = ks + NS * 64 * KS;                   // [NS stages][64 tokens][VS]: V[i][e]
-  const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, tq = threadIdx.x % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  bf16* staging = vs + NS * 64 * VS + warp * 32 * kStStS;  // this warp's [32][kStStS] (kStatesStaged)
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's latents and columns in the tile
   const int64_t nlt = d.Lp / LT, net = d.Ep / ET;
   const float* init_p = static_cast<const float*>(init.p);
@@ -157,7 +171,26 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_sta
     for (int64_t step = 0; step < d.nC; ++step) {
       const int64_t c = chunk_of(step);
       const int Cn = static_cast<int>(d.chunk_len(c));
-      if (Hs != nullptr) {
+      if (Hs != nullptr && kStatesStaged<S>) {
+        // the warp's tile to shared memory, then out by rows: lane -> row lane / 4 + 8 k, 16 bytes
+        // at column 8 (lane % 4); the warp reads only what it wrote (__syncwarp orders it)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+              *reinterpret_cast<__nv_bfloat162*>(&staging[(16 * mt + g + 8 * hf) * kStStS + 8 * nt + 2 * tq]) =
+                  __floats2bfloat162_rn(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+        __syncwarp();
+        S* Hw = Hs + ((bh * d.nC + c) * d.Lp + l0 + wm) * d.Ep + e0 + wn;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int r = lane / 4 + 8 * k, c8 = 8 * (lane % 4);
+          *reinterpret_cast<uint4*>(Hw + r * d.Ep + c8) = *reinterpret_cast<const uint4*>(&staging[r * kStStS + c8]);
+        }
+        __syncwarp();  // read before the next step overwrites it
+      } else if (Hs != nullptr) {
         S* Hc = Hs + ((bh * d.nC + c) * d.Lp + l0) * d.Ep + e0;
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
@@ -482,9 +515,9 @@ void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, co
                          Str4 init, S* Hs, Str4 out, cudaStream_t stream) {
   if constexpr (kTC) {
     auto kernel = chunk_states_mma_kernel<S, kReverse>;
-    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kStatesMmaSmem));
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, states_mma_smem<S>()));
     const int64_t items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
-    kernel<<<grid_for(items), kMmaThreads, kStatesMmaSmem, stream>>>(d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb,
+    kernel<<<grid_for(items), kMmaThreads, states_mma_smem<S>(), stream>>>(d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb,
                                                                      a32, init, Hs, out);
     RHOSCAN_CUDA_LAUNCHED("chunk_states_mma_kernel");
   } else {

@@ -229,7 +229,7 @@ bool states_case(const Problem& p, bool with_init) {
   Str4 init = p.init_s, outs = p.init_s;
   outs.p = out.data();
   if (!with_init) init = Str4{};
-  emu::launch(small_grid(items), kMmaThreads, kStatesMmaSmem, [&] {
+  emu::launch(small_grid(items), kMmaThreads, states_mma_smem<S>(), [&] {
     chunk_states_mma_kernel<S, kReverse>(d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(),
                                          p.a32.data(), init, Hs.data(), outs);
   });

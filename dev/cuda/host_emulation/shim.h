@@ -65,6 +65,9 @@ using std::min;
 struct alignas(8) float2 {
   float x, y;
 };
+struct alignas(16) uint4 {
+  uint32_t x, y, z, w;
+};
 struct alignas(16) float4 {
   float x, y, z, w;
 };
@@ -210,6 +213,8 @@ Lanes<T> exchange(const T& mine) {
 }  // namespace emu
 
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+// __syncwarp: the warp's barrier (the lanes' shared-memory writes before it are seen after it).
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
 // Every lane of the warp must call it together (as the kernels do).
 inline float __shfl_xor_sync(unsigned, float x, int o) {
   const unsigned lane = threadIdx.x & 31u;
