@@ -82,19 +82,22 @@ __global__ void pack_bf16_kernel(Dims d, Str4 y, bf16* out) {
 #endif
 constexpr int kStatesStages = RHOSCAN_STATES_STAGES;
 constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
-// bf16 chunk states (the forward) leave through a per-warp staging tile, so that each row goes out
-// in 16-byte pieces (the accumulator layout gives 4-byte pieces, half of every 32-byte sector
-// written per instruction); float32 states (the backward) are stored directly.
+// Chunk states leave through a per-warp staging tile in shared memory, so that each row goes out
+// in 16-byte pieces (the accumulator layout gives 4- or 8-byte pieces: half of every 32-byte
+// sector written per instruction). For bf16 states (the forward) this took the BDH-8k forward from
+// 3.41 to 2.97 ms (H200, 1a64848). RHOSCAN_STATES_STAGED_STORE: 0 no staging, 1 bf16 states only,
+// 2 float32 states too (36 KiB more shared memory: 2 blocks per SM instead of 3).
 #ifndef RHOSCAN_STATES_STAGED_STORE
 #define RHOSCAN_STATES_STAGED_STORE 1
 #endif
 template <typename S>
-constexpr bool kStatesStaged = RHOSCAN_STATES_STAGED_STORE && std::is_same_v<S, bf16>;
-constexpr int kStStS = 32 + 8;  // a warp's 32×32 staging tile, rows padded
+constexpr bool kStatesStaged = RHOSCAN_STATES_STAGED_STORE >= (std::is_same_v<S, bf16> ? 1 : 2);
+template <typename S>
+constexpr int kStStS = 32 + 16 / static_cast<int>(sizeof(S));  // a warp's 32×32 tile, rows padded by 16 bytes
 template <typename S>
 constexpr int states_mma_smem() {
   return kStatesStages * 64 * (kStKS + kStVS) * static_cast<int>(sizeof(bf16)) +
-         (kStatesStaged<S> ? 8 * 32 * kStStS * static_cast<int>(sizeof(bf16)) : 0);
+         (kStatesStaged<S> ? 8 * 32 * kStStS<S> * static_cast<int>(sizeof(S)) : 0);
 }
 // Blocks per multiprocessor the registers are budgeted for. With two stages (H200, 13e3caa,
 // BDH-8k): 3 (80 registers, a few bytes of spill) suited the backward's float32 states (fwd+bwd
@@ -106,7 +109,7 @@ constexpr int states_min_blocks() {
 #ifdef RHOSCAN_STATES_MIN_BLOCKS
   return RHOSCAN_STATES_MIN_BLOCKS;
 #else
-  return kStatesStages == 2 && std::is_same_v<S, float> ? 3 : 2;
+  return kStatesStages == 2 && std::is_same_v<S, float> && !kStatesStaged<S> ? 3 : 2;
 #endif
 }
 template <typename S, bool kReverse>
@@ -119,7 +122,7 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_sta
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);  // [NS stages][64 tokens][KS]: K[i][l]
   bf16* vs = ks + NS * 64 * KS;                   // [NS stages][64 tokens][VS]: V[i][e]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-  bf16* staging = vs + NS * 64 * VS + warp * 32 * kStStS;  // this warp's [32][kStStS] (kStatesStaged)
+  S* staging = reinterpret_cast<S*>(vs + NS * 64 * VS) + warp * 32 * kStStS<S>;  // [32][kStStS] if staged
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's latents and columns in the tile
   const int64_t nlt = d.Lp / LT, net = d.Ep / ET;
   const float* init_p = static_cast<const float*>(init.p);
@@ -172,22 +175,28 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_sta
       const int64_t c = chunk_of(step);
       const int Cn = static_cast<int>(d.chunk_len(c));
       if (Hs != nullptr && kStatesStaged<S>) {
-        // the warp's tile to shared memory, then out by rows: lane -> row lane / 4 + 8 k, 16 bytes
-        // at column 8 (lane % 4); the warp reads only what it wrote (__syncwarp orders it)
+        // the warp's tile to shared memory, then out by rows in 16-byte pieces (PR of them per row,
+        // E16 elements each); the warp reads only what it wrote (__syncwarp orders it)
+        constexpr int E16 = 16 / static_cast<int>(sizeof(S)), PR = 32 / E16, SS = kStStS<S>;
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
           for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf)
-              *reinterpret_cast<__nv_bfloat162*>(&staging[(16 * mt + g + 8 * hf) * kStStS + 8 * nt + 2 * tq]) =
-                  __floats2bfloat162_rn(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+            for (int hf = 0; hf < 2; ++hf) {
+              S* dst = &staging[(16 * mt + g + 8 * hf) * SS + 8 * nt + 2 * tq];
+              if constexpr (std::is_same_v<S, float>)
+                *reinterpret_cast<float2*>(dst) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+              else
+                *reinterpret_cast<__nv_bfloat162*>(dst) =
+                    __floats2bfloat162_rn(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+            }
         __syncwarp();
         S* Hw = Hs + ((bh * d.nC + c) * d.Lp + l0 + wm) * d.Ep + e0 + wn;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int r = lane / 4 + 8 * k, c8 = 8 * (lane % 4);
-          *reinterpret_cast<uint4*>(Hw + r * d.Ep + c8) = *reinterpret_cast<const uint4*>(&staging[r * kStStS + c8]);
+        for (int k = 0; k < PR; ++k) {  // lane -> row lane / PR + (32 / PR) k, piece lane % PR
+          const int r = lane / PR + (32 / PR) * k, cp = E16 * (lane % PR);
+          *reinterpret_cast<uint4*>(Hw + r * d.Ep + cp) = *reinterpret_cast<const uint4*>(&staging[r * SS + cp]);
         }
         __syncwarp();  // read before the next step overwrites it
       } else if (Hs != nullptr) {
