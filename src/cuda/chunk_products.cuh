@@ -84,11 +84,12 @@ constexpr int kStatesStages = RHOSCAN_STATES_STAGES;
 constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
 // Chunk states leave through a per-warp staging tile in shared memory, so that each row goes out
 // in 16-byte pieces (the accumulator layout gives 4- or 8-byte pieces: half of every 32-byte
-// sector written per instruction). For bf16 states (the forward) this took the BDH-8k forward from
-// 3.41 to 2.97 ms (H200, 1a64848). RHOSCAN_STATES_STAGED_STORE: 0 no staging, 1 bf16 states only,
-// 2 float32 states too (36 KiB more shared memory: 2 blocks per SM instead of 3).
+// sector written per instruction). Measured on the H200 at BDH-8k: bf16 states (the forward) took
+// the forward from 3.41 to 2.97 ms (1a64848); float32 states (the backward; 36 KiB more shared
+// memory, so 2 blocks per SM instead of 3) forward+backward from 17.04 to 15.69 ms (b029cae).
+// RHOSCAN_STATES_STAGED_STORE: 0 no staging, 1 bf16 states only, 2 (default) both.
 #ifndef RHOSCAN_STATES_STAGED_STORE
-#define RHOSCAN_STATES_STAGED_STORE 1
+#define RHOSCAN_STATES_STAGED_STORE 2
 #endif
 template <typename S>
 constexpr bool kStatesStaged = RHOSCAN_STATES_STAGED_STORE >= (std::is_same_v<S, bf16> ? 1 : 2);
