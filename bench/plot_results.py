@@ -60,7 +60,8 @@ def shape_of(r):
 
 
 def plot_cuda_builds(rows, out):
-    rows = [r for r in rows if r.get("dtype") == "bfloat16" and "median_ms" in r]
+    # builds only: compile-time variants measured beside a build are recorded as "commit+FLAG"
+    rows = [r for r in rows if r.get("dtype") == "bfloat16" and "median_ms" in r and "+" not in r["commit"]]
     commits = in_order(r["commit"] for r in rows)
     shapes = in_order(shape_of(r) for r in rows)
     name = {shape_of(r): r["case"] for r in rows}  # the latest name of each shape

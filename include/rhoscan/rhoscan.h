@@ -111,7 +111,7 @@ struct Options {
   bool deterministic = true;     // bitwise-reproducible gradients (no order-varying atomics)
   bool allow_tf32 = false;       // reserved: CUDA float32 on TF32 tensor cores (ignored today)
   int num_threads = 0;           // CPU backends: 0 = all hardware threads
-  int64_t max_workspace_bytes = 0;  // device workspace cap; 0 = backend default
+  int64_t max_workspace_bytes = 0;  // device workspace cap; 0 = backend default (docs/API.md)
   void* stream = nullptr;        // CUDA: a cudaStream_t to run on (null: the default stream)
 };
 
