@@ -92,7 +92,8 @@ def plot_cuda_builds(rows, out):
 
 
 def latest(rows, **match):
-    found = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+    """The last row of a build (not of a compile-time variant, "commit+FLAG") matching `match`."""
+    found = [r for r in rows if all(r.get(k) == v for k, v in match.items()) and "+" not in r.get("commit", "")]
     return found[-1] if found else None
 
 
