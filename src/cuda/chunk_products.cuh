@@ -85,7 +85,7 @@ constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix 
 // Chunk states leave through a per-warp staging tile in shared memory, so that each row goes out
 // in 16-byte pieces (the accumulator layout gives 4- or 8-byte pieces: half of every 32-byte
 // sector written per instruction). Measured on the H200 at BDH-8k: bf16 states (the forward) took
-// the forward from 3.41 to 2.97 ms (1a64848); float32 states (the backward; 36 KiB more shared
+// the forward from 3.41 to 2.97 ms (1a64848); float32 states (the backward; 40 KiB more shared
 // memory, so 2 blocks per SM instead of 3) forward+backward from 17.04 to 15.69 ms (b029cae).
 // RHOSCAN_STATES_STAGED_STORE: 0 no staging, 1 bf16 states only, 2 (default) both.
 #ifndef RHOSCAN_STATES_STAGED_STORE
@@ -93,8 +93,10 @@ constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix 
 #endif
 template <typename S>
 constexpr bool kStatesStaged = RHOSCAN_STATES_STAGED_STORE >= (std::is_same_v<S, bf16> ? 1 : 2);
+// a warp's 32×32 staging tile, rows padded by 8 elements: conflict-free 4-byte (bf16 pairs) and
+// 8-byte (float pairs) stores of the accumulator layout
 template <typename S>
-constexpr int kStStS = 32 + 16 / static_cast<int>(sizeof(S));  // a warp's 32×32 tile, rows padded by 16 bytes
+constexpr int kStStS = 32 + 8;
 template <typename S>
 constexpr int states_mma_smem() {
   return kStatesStages * 64 * (kStKS + kStVS) * static_cast<int>(sizeof(bf16)) +
@@ -447,9 +449,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
           }
         }
       }
-      {  // the 8×8 diagonal triangles: pairs (fi, fi-1-k), exponent k < 7
+      {  // the 8×8 diagonal triangles: pairs (fi, fi-1-k), exponent k < 7. Thread fq takes the
+         // latents 8 fq + (m mod 8) + 32 (m / 8): with rows of 65 floats, the warp's 8 tokens × 4
+         // quarters then fall in 32 different banks (16 consecutive latents per quarter: 2-way
+         // conflicts on both shared reads)
 #pragma unroll 4
-        for (int ll = 16 * fq; ll < 16 * fq + 16; ++ll) {
+        for (int m = 0; m < 16; ++m) {
+          const int ll = 8 * fq + (m & 7) + 32 * (m >> 3);
           const float av = S.a[ll];
           float pw = S.qp[fi][ll];
 #pragma unroll
