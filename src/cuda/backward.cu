@@ -135,7 +135,8 @@ struct LocalSmem {
 
 // Wr, Ur, HdHr (optional): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
 // alias dqp (each thread reads its W[t][l] before it writes dqp[t][l]).
-// 3 blocks per SM (80 registers); RHOSCAN_LOCAL_MIN_BLOCKS=n builds it with n, for comparisons.
+// 3 blocks per SM (80 registers, a little spill): with 2 the BDH-8k forward+backward took 19.56
+// against 18.26 ms (H200, de4791b). RHOSCAN_LOCAL_MIN_BLOCKS=n builds it with n, for comparisons.
 #ifndef RHOSCAN_LOCAL_MIN_BLOCKS
 #define RHOSCAN_LOCAL_MIN_BLOCKS 3
 #endif

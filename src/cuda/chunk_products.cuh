@@ -116,9 +116,8 @@ constexpr int states_min_blocks() {
 #endif
 }
 template <typename S, bool kReverse>
-__global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>()) chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals,
-                                                                          const float* a32, Str4 init, S* Hs,
-                                                                          Str4 out) {
+__global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
+    chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs, Str4 out) {
   constexpr int LT = kMmaLT, ET = kMmaET, KS = kStKS, VS = kStVS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int NS = kStatesStages;
