@@ -155,10 +155,24 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
       }
       cp_async_commit();
     };
-    // acc[mt][nt][r] is the state at latent l0 + row(mt, r), column e0 + col(nt, r)
+    // acc[mt][nt][r] is the state at latent l0 + row(mt, r), column e0 + wn + 8 nt + 2 tq + r % 2
     auto row = [&](int mt, int r) { return wm + 16 * mt + g + 8 * (r / 2); };
-    auto col = [&](int nt, int r) { return wn + 8 * nt + 2 * tq + r % 2; };
     float acc[2][4][4], a[2][2], a_full[2][2];  // a_full = a^C, the decay of every chunk but a tail
+    // the warp's 32×32 block of acc, rounded to S, to base[r * stride + c] (r, c in the warp's block)
+    auto put_warp_tile = [&](S* base, int64_t stride) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            S* dst = base + (16 * mt + g + 8 * hf) * stride + 8 * nt + 2 * tq;
+            if constexpr (std::is_same_v<S, float>)
+              *reinterpret_cast<float2*>(dst) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+            else
+              *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+          }
+    };
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -180,19 +194,7 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
         // the warp's tile to shared memory, then out by rows in 16-byte pieces (PR of them per row,
         // E16 elements each); the warp reads only what it wrote (__syncwarp orders it)
         constexpr int E16 = 16 / static_cast<int>(sizeof(S)), PR = 32 / E16, SS = kStStS<S>;
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-              S* dst = &staging[(16 * mt + g + 8 * hf) * SS + 8 * nt + 2 * tq];
-              if constexpr (std::is_same_v<S, float>)
-                *reinterpret_cast<float2*>(dst) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-              else
-                *reinterpret_cast<__nv_bfloat162*>(dst) =
-                    __floats2bfloat162_rn(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-            }
+        put_warp_tile(staging, SS);
         __syncwarp();
         S* Hw = Hs + ((bh * d.nC + c) * d.Lp + l0 + wm) * d.Ep + e0 + wn;
 #pragma unroll
@@ -202,20 +204,7 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
         }
         __syncwarp();  // read before the next step overwrites it
       } else if (Hs != nullptr) {
-        S* Hc = Hs + ((bh * d.nC + c) * d.Lp + l0) * d.Ep + e0;
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-              S* dst = &Hc[row(mt, 2 * hf) * d.Ep + col(nt, 0)];
-              if constexpr (std::is_same_v<S, float>)
-                *reinterpret_cast<float2*>(dst) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-              else
-                *reinterpret_cast<__nv_bfloat162*>(dst) =
-                    __floats2bfloat162_rn(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-            }
+        put_warp_tile(Hs + ((bh * d.nC + c) * d.Lp + l0 + wm) * d.Ep + e0 + wn, d.Ep);
       }
       fetch(step + NS - 1);  // into the stage consumed at step - 1
       cp_async_wait<NS - 1>();
