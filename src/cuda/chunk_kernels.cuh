@@ -110,10 +110,11 @@ __global__ void token_sum_kernel(Dims d, Str4 q, float* s) {
 //                   Nc, so Nc[bh][c][l] = N at chunk start c (c = 0..nC, the last is N_T); N_T to
 //                   rho_norm when n_out is given (n0 may alias n_out: read before written);
 //   norm_apply      (bh, c, l): from N at its chunk start, walks the chunk's tokens and writes Qp
-//                   ([bh][t][l] float32) and, on the tensor-core path, the bf16 operands of the
-//                   chunk products, rows of d.Lp with zeros past L, for token i of its chunk:
+//                   ([bh][t][l], float32 or bf16) and, on the tensor-core path, the bf16 operands
+//                   of the chunk products, rows of d.Lp with zeros past L, for token i of its chunk:
 //                     Xq[bh][t][l] = Qp_t[l] a^i          (the read of the chunk-start state)
-//                     Kq[bh][t][l] = q_t[l] a^(Cn-1-i)     (when given: the backward's dv operand)
+//                     Kq[bh][t][l] = q_t[l] a^(Cn-1-i)     (when given: the state keys, and the
+//                                                          backward's dv operand)
 // N is summed chunk by chunk instead of token by token: the same float32 accuracy, not bitwise the
 // token-by-token order, and a fixed order (independent of the batching): deterministic.
 // Every thread's index is l-fastest, so a warp's loads and stores of one token are contiguous.
