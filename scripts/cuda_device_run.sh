@@ -2,7 +2,7 @@
 # One device call: build, CUDA tests, compute-sanitizer, benchmarks. Logs and JSON go to $OUT.
 # usage (on the GPU machine, in the source root): scripts/cuda_device_run.sh [stages...]
 #   stages: dev build test sanitize bench (default: build test sanitize bench); also profile, ncu,
-#   workspace, ab (AB_VARIANTS)
+#   workspace, ab (AB_VARIANTS), sanitize-all (the whole CUDA suite under memcheck and racecheck)
 #   dev: builds and runs each standalone kernel harness dev/cuda/*.cu (one nvcc command each, the
 #   one at the top of the file), printing its PASS/FAIL and timing lines; sanitize then also runs
 #   them under memcheck with --small.
@@ -83,6 +83,17 @@ for s in $stages; do
         timeout 120 $B/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 5 --workspace-mib $mib \
           --json $OUT/bench-workspace.jsonl --commit "$commit" 2>&1 | grep -E "^BDH|peak memory"
       done ;;
+    sanitize-all)
+      # memcheck over every CUDA test (test_cuda and the harness's CUDA cases, all dtypes), then
+      # racecheck over test_cuda: issue 4 asks for a clean sanitizer on the whole suite (the
+      # sanitize stage covers a subset, to stay short). Several minutes.
+      timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_cuda > $OUT/memcheck_all_cuda.log 2>&1
+      echo "memcheck test_cuda rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck_all_cuda.log | head -5
+      timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_backends --gtest_filter='*cuda*' \
+        > $OUT/memcheck_all_harness.log 2>&1
+      echo "memcheck harness (cuda) rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck_all_harness.log | head -5
+      timeout 400 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/test_cuda > $OUT/racecheck_all.log 2>&1
+      echo "racecheck test_cuda rc=$?"; grep -E "RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck_all.log | head -5 ;;
     bench)
       timeout 240 $B/tools/rhoscan bench --device cuda --backward --repeats 5 --json $OUT/bench.jsonl --commit "$commit" 2>&1 | tee $OUT/bench.log ;;
     profile)
