@@ -491,6 +491,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     token_sum_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
     launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, Str3{}, o.Xq, o.Kq, stream);
+    make_key_remainders<kTC, T>(d, q, a32, o, stream);
     launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, M, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     pack_values<kTC, T>(d, gctx, o.gb, o.glo, stream);

@@ -104,7 +104,7 @@ struct Problem {
   std::vector<bf16> Xq, Kq, vb, gb;          // operands [nbh][T][Lp] / [nbh][T][Ep]
   // split values (float16 inputs): the bf16 remainders of v and G, [nbh][T][Ep]. Here a quarter of
   // the values' size, not the 2^-9 of real remainders, so that a missing lo pass stands out.
-  std::vector<bf16> vlo, glo;
+  std::vector<bf16> vlo, glo, Kq_lo;  // Kq_lo [nbh][T][Lp]: split keys (the same quarter size)
   std::vector<float> init;                   // an initial state / upstream state gradient [B,H,L,E]
   Str4 qs, vs, gs, init_s;
 
@@ -153,7 +153,7 @@ Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int6
   p.init_s.s[0] = H * L * E, p.init_s.s[1] = L * E, p.init_s.s[2] = E, p.init_s.s[3] = 1;
   // operands, as norm_apply_kernel and pack_bf16_kernel write them (zeros in the padding)
   const bf16 zero = __float2bfloat16_rn(0.0f);
-  p.Xq.assign(nbh * T * d.Lp, zero), p.Kq = p.Xq;
+  p.Xq.assign(nbh * T * d.Lp, zero), p.Kq = p.Xq, p.Kq_lo = p.Xq;
   p.vb.assign(nbh * T * d.Ep, zero), p.gb = p.vb, p.vlo = p.vb, p.glo = p.vb;
   for (int64_t bh = 0; bh < nbh; ++bh)
     for (int64_t t = 0; t < T; ++t) {
@@ -162,6 +162,7 @@ Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int6
         const float a = p.a32[h * L + l];
         p.Xq[(bh * T + t) * d.Lp + l] = __float2bfloat16_rn(p.Qp[(bh * T + t) * L + l] * ipow(a, int(i)));
         p.Kq[(bh * T + t) * d.Lp + l] = __float2bfloat16_rn(p.qf(bh, t, l) * ipow(a, int(Cn - 1 - i)));
+        p.Kq_lo[(bh * T + t) * d.Lp + l] = __float2bfloat16_rn(float(0.5 * U01() - 0.25));
       }
       for (int64_t e = 0; e < E; ++e) {
         p.vb[(bh * T + t) * d.Ep + e] = p.v[p.vs.at(b, h, t, e)];
@@ -242,9 +243,26 @@ bool scores_case(const Problem& p) {
   return check("P", doubles(P), ref, std::is_same_v<QpT, bf16> ? 1.2e-2 : 1e-2);
 }
 
+// ---- key remainders: Kq_lo = bf16(q_t a^(Cn-1-i) - Kq), zero padded (exact) ------------------
+bool key_remainder_case(const Problem& p) {
+  const Dims& d = p.d;
+  auto out = nans<bf16>(d.nbh * d.T * d.Lp);
+  emu::launch(small_grid(d.nbh * d.T), 64, 0,
+              [&] { key_remainder_kernel<bf16>(d, p.qs, p.a32.data(), p.Kq.data(), out.data()); });
+  std::vector<double> ref(out.size(), 0.0);
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t t = 0; t < d.T; ++t)
+      for (int64_t l = 0; l < d.L; ++l) {
+        const int64_t c = t / d.C, n = p.chunk_len(c) - 1 - t % d.C, x = (bh * d.T + t) * d.Lp + l;
+        const float k = p.qf(bh, t, l) * ipow(p.a32[p.h_of(bh) * d.L + l], int(n));
+        ref[x] = rbf(k - float(bf(p.Kq, x)));
+      }
+  return check("Kq_lo", doubles(out), exact(ref), 0);
+}
+
 // ---- chunk states: forward S_{c+1} = a^Cn S_c + sum_i q_i a^(Cn-1-i) ⊗ v_i, Hs[c] = S_c;
 //      reverse A_start = a^Cn A_end + sum_i Xq_i ⊗ G_i, Hs[c] = A_end of chunk c -------------------
-template <typename S, bool kReverse, bool kLo = false>
+template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false>
 bool states_case(const Problem& p, bool with_init) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E, items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
@@ -253,10 +271,11 @@ bool states_case(const Problem& p, bool with_init) {
   Str4 init = p.init_s, outs = p.init_s;
   outs.p = out.data();
   if (!with_init) init = Str4{};
-  emu::launch(small_grid(items), kMmaThreads, states_mma_smem<S, kLo>(), [&] {
-    chunk_states_mma_kernel<S, kReverse, kLo>(d, kReverse ? p.Xq.data() : p.Kq.data(),
-                                              kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init, Hs.data(), outs,
-                                              kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr);
+  emu::launch(small_grid(items), kMmaThreads, states_mma_smem<S, kLo, kKeyLo>(), [&] {
+    chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo>(d, kReverse ? p.Xq.data() : p.Kq.data(),
+                                                      kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init,
+                                                      Hs.data(), outs, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr,
+                                                      kKeyLo ? p.Kq_lo.data() : nullptr);
   });
   std::vector<Acc> ref_H(Hs.size()), ref_out(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
@@ -274,7 +293,10 @@ bool states_case(const Problem& p, bool with_init) {
           for (int64_t i = 0; i < Cn; ++i) {
             const int64_t t = c * d.C + i;
             const double k = kReverse ? bf(p.Xq, (bh * d.T + t) * d.Lp + l) : p.qf(bh, t, l) * p.apow(h, l, Cn - 1 - i);
-            x += k * val(kReverse ? p.gb : p.vb, kReverse ? p.glo : p.vlo, kLo, (bh * d.T + t) * d.Ep + e);
+            const int64_t y = (bh * d.T + t) * d.Ep + e;
+            x += k * val(kReverse ? p.gb : p.vb, kReverse ? p.glo : p.vlo, kLo, y);
+            // split keys: K_lo times V's hi (the kernel leaves out K_lo V_lo)
+            if (kKeyLo) x += bf(p.Kq_lo, (bh * d.T + t) * d.Lp + l) * bf(p.vb, y);
           }
           st[l * E + e] = x;
         }
@@ -406,6 +428,9 @@ int main(int argc, char** argv) {
       {"chunk_states_mma forward, float32 states, split values",
        [](const Problem& p) { return states_case<float, false, true>(p, false); }},
       {"chunk_states_mma reverse, split values", [](const Problem& p) { return states_case<float, true, true>(p, true); }},
+      {"key_remainder, split keys", key_remainder_case},
+      {"chunk_states_mma forward, float32 states, split values and keys",
+       [](const Problem& p) { return states_case<float, false, true, true>(p, true); }},
       {"chunk_output_mma forward, split values", output_case<bf16, bf16, false, true>},
       {"chunk_output_mma dv, split values", output_case<float, float, true, true>},
       {"chunk_readback_mma, split values", readback_case<true>},
