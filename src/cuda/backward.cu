@@ -1,6 +1,7 @@
-// The CUDA backward. For bfloat16 inputs the chunk states, dv and bwd_local's contractions over E
-// run on tensor cores (chunk_products.cuh, chunk_readback_mma_kernel); float32 and float16 keep
-// FFMA. The scores and the rest of bwd_local are FFMA on every path.
+// The CUDA backward. For bfloat16 and float16 inputs the chunk states, dv and bwd_local's
+// contractions over E run on tensor cores (chunk_products.cuh, chunk_readback_mma_kernel; float16
+// values and upstream gradients as bf16 hi + lo pairs, see kSplitValues); float32 keeps FFMA. The
+// scores M and the rest of bwd_local are FFMA on every path.
 // Per batch of (b, h) pairs (bounded by options.max_workspace_bytes):
 //   1. the forward's scan, scores P (and M[i][j] = G_i·v_j), chunk-start states H_c (float32);
 //   2. chunk-end states of the reverse recurrence A (chunk_states<reverse>), dR_0 = A_0;
@@ -37,13 +38,22 @@ constexpr int kLocalLT = 16, kLocalET = 32;
 // tokens, HdH[c][l] = <H_c[l,:], A_end[l,:]>. The float32 states are split into bf16 hi + lo
 // (x = hi + lo to about 2^-16 relative) and G, v are exact in bf16, so W and U keep float32-level
 // accuracy: gw = W / (N + eps) enters dq as the difference gw - gc. Warps 0-3 compute W, 4-7 U.
+// kLo (split values, float16): gb_lo and vb_lo hold G's and v's bf16 remainders; the products
+// then add S_hi·Y_lo (S_lo·Y_lo is below float32 resolution).
 constexpr int kRbS = kMmaLT + 8;
-constexpr int kReadbackSmem = 6 * 64 * kRbS * static_cast<int>(sizeof(bf16));
+template <bool kLo>
+constexpr int readback_smem() {
+  return (kLo ? 8 : 6) * 64 * kRbS * static_cast<int>(sizeof(bf16));
+}
+template <bool kLo = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) chunk_readback_mma_kernel(Dims d, const float* Hs, const float* dHs,
                                                                             const bf16* gb, const bf16* vb, float* W,
-                                                                            float* U, float* HdH) {
+                                                                            float* U, float* HdH,
+                                                                            const bf16* gb_lo = nullptr,
+                                                                            const bf16* vb_lo = nullptr) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  // tiles 0, 1: H hi, lo; 2, 3: A_end hi, lo ([64 latents][kRbS]); 4: G, 5: v ([64 tokens][kRbS])
+  // tiles 0, 1: H hi, lo; 2, 3: A_end hi, lo ([64 latents][kRbS]); 4: G, 5: v ([64 tokens][kRbS]);
+  // if kLo, 6: G lo, 7: v lo
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw);
   auto tile = [&](int k) { return tiles + k * 64 * kRbS; };
   const int warp = threadIdx.x / 32;
@@ -64,6 +74,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_readback_mma_kernel(Dims
         const int i = idx / 8, p = 8 * (idx % 8);
         cp_async16(tile(4) + i * kRbS + p, Gc + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
         cp_async16(tile(5) + i * kRbS + p, Vc + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
+        if constexpr (kLo) {
+          cp_async16(tile(6) + i * kRbS + p, gb_lo + (Gc - gb) + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
+          cp_async16(tile(7) + i * kRbS + p, vb_lo + (Vc - vb) + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
+        }
       }
       cp_async_commit();
 #pragma unroll
@@ -88,6 +102,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_readback_mma_kernel(Dims
       const bf16* Y = tile(is_u ? 5 : 4);
       warp_mma_32x32<false, true>(acc, tile(is_u ? 2 : 0), kRbS, Y, kRbS, wm, wn, 64);
       warp_mma_32x32<false, true>(acc, tile(is_u ? 3 : 1), kRbS, Y, kRbS, wm, wn, 64);
+      if constexpr (kLo) warp_mma_32x32<false, true>(acc, tile(is_u ? 2 : 0), kRbS, tile(is_u ? 7 : 6), kRbS, wm, wn, 64);
     }
     float* out = is_u ? U : W;
     for_each_acc(acc, wm, wn, [&](int lr, int i, float& x) {
@@ -416,7 +431,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const int64_t nlt = (L + kLocalLT - 1) / kLocalLT;
   const int64_t per_bh = Workspace::floats(nT) * 2 + Workspace::floats(nT * L) * 2 + Workspace::floats((nC + 1) * L) +
                          Workspace::floats(nC * 16 * C * C) * 2 + chunk_state_bytes<float>(d) * 2 +
-                         operand_bytes<kTC>(d, 2, 2) + Workspace::floats(nT * nlt) + Workspace::floats(nT * E) +
+                         operand_bytes<kTC, T>(d, 2, 2) + Workspace::floats(nT * nlt) + Workspace::floats(nT * E) +
                          Workspace::floats(nC * L) * 4 + Workspace::floats(L) +
                          (kTC ? Workspace::floats(nT * L) + Workspace::floats(nC * L) : 0);  // U, HdH
   const int64_t cap = workspace_cap(g.options.max_workspace_bytes, kDefaultBackwardWorkspaceCap);
@@ -462,7 +477,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* M = ws.take_floats(n * nC * d.nsplit * C * C);
     float* Hs = ws.take_floats(n * nC * d.Lp * d.Ep);
     float* dHs = ws.take_floats(n * nC * d.Lp * d.Ep);
-    const Operands16 o = take_operands<kTC>(ws, d, true);
+    const Operands16 o = take_operands<kTC, T>(ws, d, true);
     float* gcp = ws.take_floats(n * nT * nlt);
     float* dvp = ws.take_floats(n * nT * E);
     float* dap = ws.take_floats(n * nC * L);
@@ -476,19 +491,21 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     token_sum_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
     launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, Str3{}, o.Xq, o.Kq, stream);
+    make_key_remainders<kTC, T>(d, q, a32, o, stream);
     launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, M, stream);
-    pack_values<kTC, T>(d, v, o.vb, stream);
-    pack_values<kTC, T>(d, gctx, o.gb, stream);
+    pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
+    pack_values<kTC, T>(d, gctx, o.gb, o.glo, stream);
     launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream);
     launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream);
     launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(LocalSmem))));
     if constexpr (kTC) {
-      RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(chunk_readback_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              kReadbackSmem));
-      chunk_readback_mma_kernel<<<grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, kReadbackSmem, stream>>>(
-          d, Hs, dHs, o.gb, o.vb, dqp, Ur, HdHr);
+      constexpr bool kLo = kSplitValues<T>;
+      RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(chunk_readback_mma_kernel<kLo>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, readback_smem<kLo>()));
+      chunk_readback_mma_kernel<kLo><<<grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, readback_smem<kLo>(), stream>>>(
+          d, Hs, dHs, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
       RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
     }
     bwd_local_kernel<T><<<grid_for(n * nC * nlt), kLocalThreads, sizeof(LocalSmem), stream>>>(

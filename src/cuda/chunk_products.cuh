@@ -20,13 +20,22 @@
 
 namespace rhoscan::cuda_detail {
 
-// Which inputs take the tensor-core path. The forward: bfloat16 and float16. The backward:
-// bfloat16 only; float16 keeps FFMA there, because rounding its values and upstream gradients to
-// bf16 (3 mantissa bits fewer) took grad_q past the 5e-3 bar on the harness's decay-0/1 cases.
+// Which inputs take the tensor-core path: bfloat16 and float16, forward and backward.
 template <typename T>
 constexpr bool kTensorCoreForward = !std::is_same_v<T, float>;
 template <typename T>
-constexpr bool kTensorCoreBackward = std::is_same_v<T, bf16>;
+constexpr bool kTensorCoreBackward = !std::is_same_v<T, float>;
+// float16 values and upstream gradients enter the tensor cores as bf16 hi + lo pairs (v = hi + lo
+// exactly: 11 significant bits fit in two 8-bit bf16 significands, and bf16's exponent range
+// covers float16's), so every product with them takes two mma passes. So do the state keys
+// Kq = q a^(Cn-1-i) of the backward's recomputed chunk states H: W = H·G enters dq as the
+// cancelling difference gw - gc, against a normaliser N computed from the exact q. Rounding the
+// values and gradients to bf16 (3 mantissa bits fewer than float16) took grad_q to 0.014-0.026 RMS
+// relative error on the harness's decay-0/1, zero-row float16 cases (bar 5e-3); with the values
+// split but the keys not, still 0.017 and 0.0068 (H200, c745b5d): at decay 0 and 1 a bfloat16
+// q makes exact keys, a float16 q does not.
+template <typename T>
+constexpr bool kSplitValues = std::is_same_v<T, __half>;
 // The element type of the forward's stored chunk states (the backward's are float32).
 template <bool kTC>
 using StateT = std::conditional_t<kTC, bf16, float>;
@@ -48,21 +57,47 @@ template <typename S>
 int64_t chunk_state_bytes(const Dims& d) {
   return Workspace::bytes<S>(d.nC * d.Lp * d.Ep);
 }
-template <bool kTC>
+// (cols counts v and G; split values (float16) double it: hi and lo arrays).
+// The float16 backward (cols == 2) also keeps Kq's remainders: one more [T][Lp] array.
+template <bool kTC, typename T>
 int64_t operand_bytes(const Dims& d, int lat, int cols) {
-  return kTC ? lat * Workspace::bytes<bf16>(d.T * d.Lp) + cols * Workspace::bytes<bf16>(d.T * d.Ep) : 0;
+  const int col_arrays = kSplitValues<T> ? 2 * cols : cols;
+  if (kSplitValues<T> && cols == 2) ++lat;
+  return kTC ? lat * Workspace::bytes<bf16>(d.T * d.Lp) + col_arrays * Workspace::bytes<bf16>(d.T * d.Ep) : 0;
 }
 
 // ---- y (v or G, strided, any 16-bit type) to contiguous bf16 rows [bh][t][Ep], zero padded ----
 // A block per row (bh, t), its threads along e: the row's indices once per row (64-bit divisions
 // per element made this copy cost a tenth of the BDH-base forward+backward).
+// With lo given, also the remainder lo = y - hi, rounded to bf16 (exact for float16 y).
 template <typename T>
-__global__ void pack_bf16_kernel(Dims d, Str4 y, bf16* out) {
+__global__ void pack_bf16_kernel(Dims d, Str4 y, bf16* out, bf16* lo = nullptr) {
   for (int64_t r = blockIdx.x; r < d.nbh * d.T; r += gridDim.x) {
     const int64_t bh = r / d.T, t = r - bh * d.T;
     const int64_t y0 = y.at(d.b_of(bh), d.h_of(bh), t, 0);
-    for (int64_t e = threadIdx.x; e < d.Ep; e += blockDim.x)
-      out[r * d.Ep + e] = __float2bfloat16_rn(e < d.E ? load<T>(y.p, y0 + e * y.s[3]) : 0.0f);
+    for (int64_t e = threadIdx.x; e < d.Ep; e += blockDim.x) {
+      const float x = e < d.E ? load<T>(y.p, y0 + e * y.s[3]) : 0.0f;
+      const bf16 hi = __float2bfloat16_rn(x);
+      out[r * d.Ep + e] = hi;
+      if (lo) lo[r * d.Ep + e] = __float2bfloat16_rn(x - __bfloat162float(hi));
+    }
+  }
+}
+
+// The remainders of the state keys, Kq_lo = q_i a^(Cn-1-i) - Kq (bf16; Kq as norm_apply wrote it),
+// zero in the padding latents: split keys (the float16 backward's recomputed states). A block per
+// row (bh, t), its threads along l.
+template <typename T>
+__global__ void key_remainder_kernel(Dims d, Str4 q, const float* a32, const bf16* Kq, bf16* Kq_lo) {
+  for (int64_t r = blockIdx.x; r < d.nbh * d.T; r += gridDim.x) {
+    const int64_t bh = r / d.T, t = r - bh * d.T, c = t / d.C, h = d.h_of(bh);
+    const int n = static_cast<int>(d.chunk_len(c) - 1 - (t - c * d.C));
+    const int64_t q0 = q.at(d.b_of(bh), h, t, 0);
+    for (int64_t l = threadIdx.x; l < d.Lp; l += blockDim.x) {
+      float x = 0.0f;
+      if (l < d.L) x = load<T>(q.p, q0 + l * q.s[3]) * ipow(a32[h * d.L + l], n) - __bfloat162float(Kq[r * d.Lp + l]);
+      Kq_lo[r * d.Lp + l] = __float2bfloat16_rn(x);
+    }
   }
 }
 
@@ -97,9 +132,9 @@ constexpr bool kStatesStaged = RHOSCAN_STATES_STAGED_STORE >= (std::is_same_v<S,
 // 8-byte (float pairs) stores of the accumulator layout
 template <typename S>
 constexpr int kStStS = 32 + 8;
-template <typename S>
+template <typename S, bool kLo = false, bool kKeyLo = false>
 constexpr int states_mma_smem() {
-  return kStatesStages * 64 * (kStKS + kStVS) * static_cast<int>(sizeof(bf16)) +
+  return kStatesStages * 64 * ((kKeyLo ? 2 : 1) * kStKS + (kLo ? 2 : 1) * kStVS) * static_cast<int>(sizeof(bf16)) +
          (kStatesStaged<S> ? 8 * 32 * kStStS<S> * static_cast<int>(sizeof(S)) : 0);
 }
 // Blocks per multiprocessor the registers are budgeted for. With two stages (H200, 13e3caa,
@@ -115,16 +150,21 @@ constexpr int states_min_blocks() {
   return kStatesStages == 2 && std::is_same_v<S, float> && !kStatesStaged<S> ? 3 : 2;
 #endif
 }
-template <typename S, bool kReverse>
+// kLo: vals_lo holds the values' bf16 remainders (split values), multiplied in a second pass;
+// kKeyLo: keys_lo the keys' (split keys), a third pass K_lo^T V (K_lo^T V_lo is left out).
+template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false>
 __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
-    chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs, Str4 out) {
+    chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs, Str4 out,
+                            const bf16* vals_lo = nullptr, const bf16* keys_lo = nullptr) {
   constexpr int LT = kMmaLT, ET = kMmaET, KS = kStKS, VS = kStVS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int NS = kStatesStages;
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);  // [NS stages][64 tokens][KS]: K[i][l]
   bf16* vs = ks + NS * 64 * KS;                   // [NS stages][64 tokens][VS]: V[i][e]
+  bf16* vs_lo = vs + NS * 64 * VS;                 // [NS stages][64 tokens][VS] if kLo: V's remainders
+  bf16* ks_lo = vs + (kLo ? 2 : 1) * NS * 64 * VS;  // [NS stages][64 tokens][KS] if kKeyLo: K's remainders
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-  S* staging = reinterpret_cast<S*>(vs + NS * 64 * VS) + warp * 32 * kStStS<S>;  // [32][kStStS] if staged
+  S* staging = reinterpret_cast<S*>(ks_lo + (kKeyLo ? NS * 64 * KS : 0)) + warp * 32 * kStStS<S>;  // if staged
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's latents and columns in the tile
   const int64_t nlt = d.Lp / LT, net = d.Ep / ET;
   const float* init_p = static_cast<const float*>(init.p);
@@ -147,11 +187,15 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
       for (int idx = threadIdx.x; idx < 64 * (LT / 8); idx += blockDim.x) {
         const int i = idx / (LT / 8), p = 8 * (idx % (LT / 8));
         cp_async16(ks + (stage * 64 + i) * KS + p, kc + min(i, Cn - 1) * d.Lp + p, i < Cn);
+        if constexpr (kKeyLo)
+          cp_async16(ks_lo + (stage * 64 + i) * KS + p, keys_lo + (kc - keys) + min(i, Cn - 1) * d.Lp + p, i < Cn);
       }
       const bf16* vc = vals + (bh * d.T + c * d.C) * d.Ep + e0;
       for (int idx = threadIdx.x; idx < 64 * (ET / 8); idx += blockDim.x) {
         const int i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
         cp_async16(vs + (stage * 64 + i) * VS + p, vc + min(i, Cn - 1) * d.Ep + p, i < Cn);
+        if constexpr (kLo)
+          cp_async16(vs_lo + (stage * 64 + i) * VS + p, vals_lo + (vc - vals) + min(i, Cn - 1) * d.Ep + p, i < Cn);
       }
       cp_async_commit();
     };
@@ -222,10 +266,20 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
         }
       // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l]), B = V (stored [i][e])
       const int stage = static_cast<int>(step % NS);
-      if (Cn == 64)  // every chunk but a tail at the default chunk: the k loop fully unrolled
+      if (Cn == 64) {  // every chunk but a tail at the default chunk: the k loop fully unrolled
         warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, 64);
-      else
-        warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, (Cn + 15) / 16 * 16);
+        if constexpr (kLo)
+          warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs_lo + stage * 64 * VS, VS, wm, wn, 64);
+        if constexpr (kKeyLo)
+          warp_mma_32x32<true, false>(acc, ks_lo + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, 64);
+      } else {
+        const int kdim = (Cn + 15) / 16 * 16;
+        warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, kdim);
+        if constexpr (kLo)
+          warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs_lo + stage * 64 * VS, VS, wm, wn, kdim);
+        if constexpr (kKeyLo)
+          warp_mma_32x32<true, false>(acc, ks_lo + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, kdim);
+      }
       __syncthreads();  // this stage is refilled by the next step's fetch
     }
     if (out_p) {
@@ -244,10 +298,11 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
 // bf16 states, loads converted to bf16 for float32 states.
 constexpr int kOutXS = kMmaLT + 8, kOutHS = kMmaET + 8;
 constexpr int kOutMmaSmem = 2 * 64 * (kOutXS + kOutHS) * static_cast<int>(sizeof(bf16));
-template <typename S, typename OutT, bool kDv>
+// kLo: Y_lo holds Y's bf16 remainders (split values), the intra-chunk product's second pass.
+template <typename S, typename OutT, bool kDv, bool kLo = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d, const bf16* X, const S* Hs,
                                                                           const float* P, const bf16* Y, Str4 out,
-                                                                          float* out_ws) {
+                                                                          float* out_ws, const bf16* Y_lo = nullptr) {
   constexpr int LT = kMmaLT, ET = kMmaET, XS = kOutXS, HS = kOutHS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens][XS]
@@ -310,10 +365,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
       xs[i * XS + j] = __float2bfloat16_rn(pm);
     }
     fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep + e0, d.Ep, ET);
+    if constexpr (kLo) fetch_rows(hs + 64 * HS, HS, Y_lo + (bh * d.T + t0) * d.Ep + e0, d.Ep, ET);  // stage 1
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
     warp_mma_32x32<false, false>(acc, xs, XS, hs, HS, wm, wn, 64);
+    if constexpr (kLo) warp_mma_32x32<false, false>(acc, xs, XS, hs + 64 * HS, HS, wm, wn, 64);
     for_each_acc(acc, wm, wn, [&](int i, int ec, float& x) {
       const int64_t e = e0 + ec;
       if (i >= Cn || e >= d.E) return;
@@ -493,8 +550,11 @@ struct Operands16 {
   bf16* Kq = nullptr;  // q_i a^(Cn-1-i) [bh][T][Lp] (the state keys; backward: also the dv operand)
   bf16* vb = nullptr;  // v packed       [bh][T][Ep]
   bf16* gb = nullptr;  // G packed       [bh][T][Ep] (backward)
+  bf16* vlo = nullptr;  // v - vb, bf16   [bh][T][Ep] (split values only)
+  bf16* glo = nullptr;  // G - gb, bf16   [bh][T][Ep] (split values, backward)
+  bf16* Kq_lo = nullptr;  // the remainders of Kq [bh][T][Lp] (split values, backward)
 };
-template <bool kTC>
+template <bool kTC, typename T>
 Operands16 take_operands(Workspace& ws, const Dims& d, bool backward) {
   Operands16 o;
   if constexpr (kTC) {
@@ -502,14 +562,29 @@ Operands16 take_operands(Workspace& ws, const Dims& d, bool backward) {
     o.Kq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
     o.vb = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
     if (backward) o.gb = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
+    if constexpr (kSplitValues<T>) {
+      o.vlo = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
+      if (backward) o.glo = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
+      if (backward) o.Kq_lo = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
+    }
   }
   return o;
 }
 template <bool kTC, typename T>
-void pack_values(const Dims& d, Str4 y, bf16* out, cudaStream_t stream) {
+void pack_values(const Dims& d, Str4 y, bf16* out, bf16* lo, cudaStream_t stream) {
   if constexpr (kTC) {
-    pack_bf16_kernel<T><<<grid_for(d.nbh * d.T), 128, 0, stream>>>(d, y, out);
+    pack_bf16_kernel<T><<<grid_for(d.nbh * d.T), 128, 0, stream>>>(d, y, out, lo);
     RHOSCAN_CUDA_LAUNCHED("pack_bf16_kernel");
+  }
+}
+
+// Kq's remainders where the operands have room for them (the float16 backward), after norm_scan.
+template <bool kTC, typename T>
+void make_key_remainders(const Dims& d, Str4 q, const float* a32, const Operands16& o, cudaStream_t stream) {
+  if constexpr (kTC) {
+    if (o.Kq_lo == nullptr) return;
+    key_remainder_kernel<T><<<grid_for(d.nbh * d.T), 256, 0, stream>>>(d, q, a32, o.Kq, o.Kq_lo);
+    RHOSCAN_CUDA_LAUNCHED("key_remainder_kernel");
   }
 }
 
@@ -518,12 +593,23 @@ template <bool kTC, typename T, bool kReverse, typename S, typename QpT>
 void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, const QpT* Qp, const Operands16& o,
                          Str4 init, S* Hs, Str4 out, cudaStream_t stream) {
   if constexpr (kTC) {
-    auto kernel = chunk_states_mma_kernel<S, kReverse>;
-    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, states_mma_smem<S>()));
-    const int64_t items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
-    kernel<<<grid_for(items), kMmaThreads, states_mma_smem<S>(), stream>>>(d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb,
-                                                                     a32, init, Hs, out);
-    RHOSCAN_CUDA_LAUNCHED("chunk_states_mma_kernel");
+    constexpr bool kLo = kSplitValues<T>;
+    auto launch = [&](auto key_lo) {
+      constexpr bool kKeyLo = decltype(key_lo)::value;
+      auto kernel = chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo>;
+      constexpr int smem = states_mma_smem<S, kLo, kKeyLo>();
+      RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      const int64_t items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
+      kernel<<<grid_for(items), kMmaThreads, smem, stream>>>(d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb, a32,
+                                                             init, Hs, out, kReverse ? o.glo : o.vlo, o.Kq_lo);
+      RHOSCAN_CUDA_LAUNCHED("chunk_states_mma_kernel");
+    };
+    if constexpr (kLo && !kReverse) {  // split keys where their remainders were made (the backward)
+      if (o.Kq_lo) launch(std::true_type{});
+      else launch(std::false_type{});
+    } else {
+      launch(std::false_type{});
+    }
   } else {
     const int64_t items = d.nbh * ((d.L + kStateLT - 1) / kStateLT) * ((d.E + kStateET - 1) / kStateET);
     chunk_states_kernel<T, kReverse><<<grid_for(items), kStateThreads, 0, stream>>>(d, key, val, a32, Qp, init, Hs,
@@ -537,10 +623,10 @@ template <bool kTC, typename T, typename OutT, bool kDv, typename S, typename Qp
 void launch_chunk_output(const Dims& d, Str4 q, Str4 y, const float* a32, const QpT* Qp, const Operands16& o,
                          const S* Hs, const float* P, Str4 out, float* out_ws, cudaStream_t stream) {
   if constexpr (kTC) {
-    auto kernel = chunk_output_mma_kernel<S, OutT, kDv>;
+    auto kernel = chunk_output_mma_kernel<S, OutT, kDv, kSplitValues<T>>;
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOutMmaSmem));
     kernel<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, kOutMmaSmem, stream>>>(
-        d, kDv ? o.Kq : o.Xq, Hs, P, kDv ? o.gb : o.vb, out, out_ws);
+        d, kDv ? o.Kq : o.Xq, Hs, P, kDv ? o.gb : o.vb, out, out_ws, kDv ? o.glo : o.vlo);
     RHOSCAN_CUDA_LAUNCHED("chunk_output_mma_kernel");
   } else {
     chunk_output_kernel<T, OutT, kDv><<<grid_for(d.nbh * d.nC * ((d.E + 63) / 64)), kOutThreads, 0, stream>>>(

@@ -24,7 +24,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   using QpT = std::conditional_t<kTC, bf16, float>;  // bf16 where only the mma scores read it
   const int64_t per_bh = Workspace::floats(p.T) + Workspace::bytes<QpT>(p.T * p.L) +
                          Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
-                         chunk_state_bytes<StateT<kTC>>(d) + operand_bytes<kTC>(d, 2, 1);
+                         chunk_state_bytes<StateT<kTC>>(d) + operand_bytes<kTC, T>(d, 2, 1);
   const int64_t cap = workspace_cap(f.options.max_workspace_bytes, kDefaultWorkspaceCap);
   if (shared + per_bh > cap)
     throw Error(ErrorKind::out_of_memory,
@@ -52,12 +52,12 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     float* Nc = ws.take_floats(d.nbh * (d.nC + 1) * p.L);
     float* P = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
     StateT<kTC>* Hs = ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
-    const Operands16 o = take_operands<kTC>(ws, d, false);
+    const Operands16 o = take_operands<kTC, T>(ws, d, false);
     token_sum_kernel<T><<<grid_for(d.nbh * p.T, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
     launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, n_out, o.Xq, o.Kq, stream);
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
-    pack_values<kTC, T>(d, v, o.vb, stream);
+    pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
     launch_chunk_output<kTC, T, T, false>(d, q, v, a32, Qp, o, Hs, P, ctx, nullptr, stream);
     ws.reset();

@@ -102,6 +102,9 @@ struct Problem {
   std::vector<bf16> q, v, g;                 // inputs [B,H,T,L] / [B,H,T,E] (or sequence-first)
   std::vector<float> a32, Qp;                // decay [H][L]; read weights [nbh][T][L]
   std::vector<bf16> Xq, Kq, vb, gb;          // operands [nbh][T][Lp] / [nbh][T][Ep]
+  // split values (float16 inputs): the bf16 remainders of v and G, [nbh][T][Ep]. Here a quarter of
+  // the values' size, not the 2^-9 of real remainders, so that a missing lo pass stands out.
+  std::vector<bf16> vlo, glo, Kq_lo;  // Kq_lo [nbh][T][Lp]: split keys (the same quarter size)
   std::vector<float> init;                   // an initial state / upstream state gradient [B,H,L,E]
   Str4 qs, vs, gs, init_s;
 
@@ -150,8 +153,8 @@ Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int6
   p.init_s.s[0] = H * L * E, p.init_s.s[1] = L * E, p.init_s.s[2] = E, p.init_s.s[3] = 1;
   // operands, as norm_apply_kernel and pack_bf16_kernel write them (zeros in the padding)
   const bf16 zero = __float2bfloat16_rn(0.0f);
-  p.Xq.assign(nbh * T * d.Lp, zero), p.Kq = p.Xq;
-  p.vb.assign(nbh * T * d.Ep, zero), p.gb = p.vb;
+  p.Xq.assign(nbh * T * d.Lp, zero), p.Kq = p.Xq, p.Kq_lo = p.Xq;
+  p.vb.assign(nbh * T * d.Ep, zero), p.gb = p.vb, p.vlo = p.vb, p.glo = p.vb;
   for (int64_t bh = 0; bh < nbh; ++bh)
     for (int64_t t = 0; t < T; ++t) {
       const int64_t c = t / C, i = t % C, Cn = p.chunk_len(c), b = p.b_of(bh), h = p.h_of(bh);
@@ -159,10 +162,13 @@ Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int6
         const float a = p.a32[h * L + l];
         p.Xq[(bh * T + t) * d.Lp + l] = __float2bfloat16_rn(p.Qp[(bh * T + t) * L + l] * ipow(a, int(i)));
         p.Kq[(bh * T + t) * d.Lp + l] = __float2bfloat16_rn(p.qf(bh, t, l) * ipow(a, int(Cn - 1 - i)));
+        p.Kq_lo[(bh * T + t) * d.Lp + l] = __float2bfloat16_rn(float(0.5 * U01() - 0.25));
       }
       for (int64_t e = 0; e < E; ++e) {
         p.vb[(bh * T + t) * d.Ep + e] = p.v[p.vs.at(b, h, t, e)];
         p.gb[(bh * T + t) * d.Ep + e] = p.g[p.gs.at(b, h, t, e)];
+        p.vlo[(bh * T + t) * d.Ep + e] = __float2bfloat16_rn(float(0.5 * U01() - 0.25));
+        p.glo[(bh * T + t) * d.Ep + e] = __float2bfloat16_rn(float(0.5 * U01() - 0.25));
       }
     }
   return p;
@@ -170,6 +176,10 @@ Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int6
 
 unsigned small_grid(int64_t items) { return unsigned(std::max<int64_t>(1, std::min<int64_t>(items, 2))); }
 double bf(const std::vector<bf16>& x, int64_t i) { return to_float(x[i]); }
+// a value operand as the kernel sees it: hi, plus lo when the values are split
+double val(const std::vector<bf16>& hi, const std::vector<bf16>& lo, bool split, int64_t i) {
+  return bf(hi, i) + (split ? bf(lo, i) : 0.0);
+}
 
 // ---- pack_bf16: y strided -> [bh][t][Ep] bf16, zero padded (exact) ----------------------------
 bool pack_case(const Problem& p) {
@@ -187,7 +197,22 @@ bool pack_case(const Problem& p) {
   }
   out = nans<bf16>(out.size());
   emu::launch(2, 96, 0, [&] { pack_bf16_kernel<bf16>(d, v1, out.data()); });
-  return ok & check("vb Hv=1", doubles(out), exact(ref), 0);
+  ok &= check("vb Hv=1", doubles(out), exact(ref), 0);
+  // split values: float inputs with more bits than bf16, hi = bf16(x) and lo = bf16(x - hi)
+  std::vector<float> vf(p.v.size());
+  for (auto& x : vf) x = float(2 * U01() - 1);
+  Str4 vfs = p.vs;
+  vfs.p = vf.data();
+  auto hi = nans<bf16>(out.size()), lo = nans<bf16>(out.size());
+  emu::launch(2, 64, 0, [&] { pack_bf16_kernel<float>(d, vfs, hi.data(), lo.data()); });
+  std::vector<double> ref_hi(out.size(), 0.0), ref_lo(out.size(), 0.0);
+  for (int64_t x = 0; x < int64_t(out.size()); ++x) {
+    const int64_t e = x % d.Ep, t = x / d.Ep % d.T, bh = x / (d.Ep * d.T);
+    if (e >= d.E) continue;
+    const float y = vf[vfs.at(p.b_of(bh), p.h_of(bh), t, e)];
+    ref_hi[x] = rbf(y), ref_lo[x] = rbf(y - rbf(y));
+  }
+  return ok & check("vb hi (split)", doubles(hi), exact(ref_hi), 0) & check("vb lo (split)", doubles(lo), exact(ref_lo), 0);
 }
 
 // ---- scores: P[bh][c][sp][i][j] = sum_{l in slice sp} Qp_i a^(i-1-j) q_j, j < i < Cn; else 0 ----
@@ -218,9 +243,26 @@ bool scores_case(const Problem& p) {
   return check("P", doubles(P), ref, std::is_same_v<QpT, bf16> ? 1.2e-2 : 1e-2);
 }
 
+// ---- key remainders: Kq_lo = bf16(q_t a^(Cn-1-i) - Kq), zero padded (exact) ------------------
+bool key_remainder_case(const Problem& p) {
+  const Dims& d = p.d;
+  auto out = nans<bf16>(d.nbh * d.T * d.Lp);
+  emu::launch(small_grid(d.nbh * d.T), 64, 0,
+              [&] { key_remainder_kernel<bf16>(d, p.qs, p.a32.data(), p.Kq.data(), out.data()); });
+  std::vector<double> ref(out.size(), 0.0);
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t t = 0; t < d.T; ++t)
+      for (int64_t l = 0; l < d.L; ++l) {
+        const int64_t c = t / d.C, n = p.chunk_len(c) - 1 - t % d.C, x = (bh * d.T + t) * d.Lp + l;
+        const float k = p.qf(bh, t, l) * ipow(p.a32[p.h_of(bh) * d.L + l], int(n));
+        ref[x] = rbf(k - float(bf(p.Kq, x)));
+      }
+  return check("Kq_lo", doubles(out), exact(ref), 0);
+}
+
 // ---- chunk states: forward S_{c+1} = a^Cn S_c + sum_i q_i a^(Cn-1-i) ⊗ v_i, Hs[c] = S_c;
 //      reverse A_start = a^Cn A_end + sum_i Xq_i ⊗ G_i, Hs[c] = A_end of chunk c -------------------
-template <typename S, bool kReverse>
+template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false>
 bool states_case(const Problem& p, bool with_init) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E, items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
@@ -229,9 +271,11 @@ bool states_case(const Problem& p, bool with_init) {
   Str4 init = p.init_s, outs = p.init_s;
   outs.p = out.data();
   if (!with_init) init = Str4{};
-  emu::launch(small_grid(items), kMmaThreads, states_mma_smem<S>(), [&] {
-    chunk_states_mma_kernel<S, kReverse>(d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(),
-                                         p.a32.data(), init, Hs.data(), outs);
+  emu::launch(small_grid(items), kMmaThreads, states_mma_smem<S, kLo, kKeyLo>(), [&] {
+    chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo>(d, kReverse ? p.Xq.data() : p.Kq.data(),
+                                                      kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init,
+                                                      Hs.data(), outs, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr,
+                                                      kKeyLo ? p.Kq_lo.data() : nullptr);
   });
   std::vector<Acc> ref_H(Hs.size()), ref_out(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
@@ -249,7 +293,10 @@ bool states_case(const Problem& p, bool with_init) {
           for (int64_t i = 0; i < Cn; ++i) {
             const int64_t t = c * d.C + i;
             const double k = kReverse ? bf(p.Xq, (bh * d.T + t) * d.Lp + l) : p.qf(bh, t, l) * p.apow(h, l, Cn - 1 - i);
-            x += k * bf(kReverse ? p.gb : p.vb, (bh * d.T + t) * d.Ep + e);
+            const int64_t y = (bh * d.T + t) * d.Ep + e;
+            x += k * val(kReverse ? p.gb : p.vb, kReverse ? p.glo : p.vlo, kLo, y);
+            // split keys: K_lo times V's hi (the kernel leaves out K_lo V_lo)
+            if (kKeyLo) x += bf(p.Kq_lo, (bh * d.T + t) * d.Lp + l) * bf(p.vb, y);
           }
           st[l * E + e] = x;
         }
@@ -263,7 +310,7 @@ bool states_case(const Problem& p, bool with_init) {
 // ---- chunk outputs: out_i = sum_l X_i[l] S[l,:] + sum_j Pm[i][j] Y_j, forward (X = Xq, S = H_c
 //      in bf16, Pm = P for j < i, Y = v) or dv (X = Kq, S = A_end in float32, Pm = P^T for j > i,
 //      Y = G). P's split 0 holds the sum; its upper triangle and the other splits are NaN. ------
-template <typename S, typename OutT, bool kDv>
+template <typename S, typename OutT, bool kDv, bool kLo = false>
 bool output_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t C = d.C, L = d.L, E = d.E, items = d.nbh * d.nC * (d.Ep / kMmaET);
@@ -278,9 +325,10 @@ bool output_case(const Problem& p) {
   Str4 outs = p.vs;
   outs.p = out.data();
   emu::launch(small_grid(items), kMmaThreads, kOutMmaSmem, [&] {
-    chunk_output_mma_kernel<S, OutT, kDv>(d, kDv ? p.Kq.data() : p.Xq.data(), Hs.data(), P.data(),
-                                          kDv ? p.gb.data() : p.vb.data(), kDv ? Str4{} : outs,
-                                          kDv ? reinterpret_cast<float*>(out.data()) : nullptr);
+    chunk_output_mma_kernel<S, OutT, kDv, kLo>(d, kDv ? p.Kq.data() : p.Xq.data(), Hs.data(), P.data(),
+                                               kDv ? p.gb.data() : p.vb.data(), kDv ? Str4{} : outs,
+                                               kDv ? reinterpret_cast<float*>(out.data()) : nullptr,
+                                               kLo ? (kDv ? p.glo.data() : p.vlo.data()) : nullptr);
   });
   std::vector<Acc> ref(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh)
@@ -294,7 +342,7 @@ bool output_case(const Problem& p) {
                  double(to_float(Hs[((bh * d.nC + c) * d.Lp + l) * d.Ep + e]));
           for (int64_t j = kDv ? i + 1 : 0; j < (kDv ? Cn : i); ++j) {
             const double pm = P[(bh * d.nC + c) * d.nsplit * C * C + (kDv ? j * C + i : i * C + j)];
-            x += pm * bf(kDv ? p.gb : p.vb, (bh * d.T + t0 + j) * d.Ep + e);
+            x += pm * val(kDv ? p.gb : p.vb, kDv ? p.glo : p.vlo, kLo, (bh * d.T + t0 + j) * d.Ep + e);
           }
           ref[kDv ? (bh * d.T + t0 + i) * E + e : outs.at(p.b_of(bh), p.h_of(bh), t0 + i, e)] = x;
         }
@@ -303,6 +351,7 @@ bool output_case(const Problem& p) {
 }
 
 // ---- readback: W[t][l] = H_c[l,:]·G_t, U[t][l] = A_end[l,:]·v_t, HdH[c][l] = <H_c[l,:], A_end[l,:]>
+template <bool kLo = false>
 bool readback_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E, items = d.nbh * d.nC * (d.Lp / kMmaLT);
@@ -310,8 +359,9 @@ bool readback_case(const Problem& p) {
   for (int64_t x = 0; x < int64_t(Hs.size()); ++x)
     if (x / d.Ep % d.Lp < L && x % d.Ep < E) Hs[x] = float(2 * U01() - 1), As[x] = float(2 * U01() - 1);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * d.nC * L);
-  emu::launch(small_grid(items), kMmaThreads, kReadbackSmem, [&] {
-    chunk_readback_mma_kernel(d, Hs.data(), As.data(), p.gb.data(), p.vb.data(), W.data(), U.data(), HdH.data());
+  emu::launch(small_grid(items), kMmaThreads, readback_smem<kLo>(), [&] {
+    chunk_readback_mma_kernel<kLo>(d, Hs.data(), As.data(), p.gb.data(), p.vb.data(), W.data(), U.data(), HdH.data(),
+                                   kLo ? p.glo.data() : nullptr, kLo ? p.vlo.data() : nullptr);
   });
   std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh)
@@ -321,15 +371,17 @@ bool readback_case(const Problem& p) {
         const float *h = &Hs[((bh * d.nC + c) * d.Lp + l) * d.Ep], *a = &As[((bh * d.nC + c) * d.Lp + l) * d.Ep];
         Acc w, u, hh;
         for (int64_t e = 0; e < E; ++e) {
-          w += double(h[e]) * bf(p.gb, (bh * d.T + t) * d.Ep + e);
-          u += double(a[e]) * bf(p.vb, (bh * d.T + t) * d.Ep + e);
+          // split values: S (hi + lo) times Y's hi, plus S's bf16 hi times Y's lo (the kernel's three
+          // products; S_lo·Y_lo is left out, below float32 resolution with real float16 remainders)
+          const int64_t y = (bh * d.T + t) * d.Ep + e;
+          w += double(h[e]) * bf(p.gb, y) + (kLo ? double(rbf(h[e])) * bf(p.glo, y) : 0.0);
+          u += double(a[e]) * bf(p.vb, y) + (kLo ? double(rbf(a[e])) * bf(p.vlo, y) : 0.0);
           hh += double(h[e]) * a[e];
         }
         rW[(bh * d.T + t) * L + l] = w, rU[(bh * d.T + t) * L + l] = u;
         rH[(bh * d.nC + c) * L + l] = hh;
       }
-  return check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) &
-         check("HdH", doubles(HdH), rH, 1e-4);
+  return check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) & check("HdH", doubles(HdH), rH, 1e-4);
 }
 
 int failures = 0;
@@ -369,7 +421,19 @@ int main(int argc, char** argv) {
       {"chunk_states_mma reverse", [](const Problem& p) { return states_case<float, true>(p, true); }},
       {"chunk_output_mma forward", output_case<bf16, bf16, false>},
       {"chunk_output_mma dv", output_case<float, float, true>},
-      {"chunk_readback_mma", readback_case},
+      {"chunk_readback_mma", readback_case<false>},
+      // split values (float16 inputs): the lo passes
+      {"chunk_states_mma forward, bf16 states, split values",
+       [](const Problem& p) { return states_case<bf16, false, true>(p, true); }},
+      {"chunk_states_mma forward, float32 states, split values",
+       [](const Problem& p) { return states_case<float, false, true>(p, false); }},
+      {"chunk_states_mma reverse, split values", [](const Problem& p) { return states_case<float, true, true>(p, true); }},
+      {"key_remainder, split keys", key_remainder_case},
+      {"chunk_states_mma forward, float32 states, split values and keys",
+       [](const Problem& p) { return states_case<float, false, true, true>(p, true); }},
+      {"chunk_output_mma forward, split values", output_case<bf16, bf16, false, true>},
+      {"chunk_output_mma dv, split values", output_case<float, float, true, true>},
+      {"chunk_readback_mma, split values", readback_case<true>},
   };
   for (const auto& p : problems)
     for (const auto& k : kernels)
