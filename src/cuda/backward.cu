@@ -173,10 +173,21 @@ struct LocalSmem {
 };
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
 
+// ipow for 0 <= n < 64 (the exponents inside a chunk, kMaxChunk = 64) without the loop's
+// branches: the same multiplications in the same order, so the same result.
+__device__ __forceinline__ float ipow64(float a, int n) {
+  float r = 1.0f, b = a;
+#pragma unroll
+  for (int bit = 0; bit < 6; ++bit) {
+    if ((n >> bit) & 1) r *= b;
+    b *= b;
+  }
+  return r;
+}
 // pw[k] = a^(n0+k-1) for k = 0..4 where n0+k-1 >= 0, else 0: a^(n0+k) = pw[k+1] and
 // f(n0+k) = (n0+k) pw[k] (f(0) = 0 · 0). One ipow, then running products.
 __device__ __forceinline__ void pow_run(float a, int n0, float (&pw)[5]) {
-  float x = n0 > 0 ? ipow(a, n0 - 1) : 0.0f;
+  float x = n0 > 0 ? ipow64(a, n0 - 1) : 0.0f;
   pw[0] = x;
 #pragma unroll
   for (int k = 1; k < 5; ++k) {
@@ -212,13 +223,18 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
 #pragma unroll
     for (int u = 0; u < 2; ++u) a[u] = l0 + x0 + u < d.L ? a32[h * d.L + l0 + x0 + u] : 0.0f;
     __syncthreads();  // the previous item's reads of shared memory are done
+    // The [64 tokens][64 latents] tiles are copied with a fixed column xc per thread and rows
+    // ic + 4k (coalesced 128-byte rows per warp, index arithmetic once per tile, all loads in flight).
+    const int xc = threadIdx.x % LT, ic = threadIdx.x / LT;
+    const bool xok = l0 + xc < d.L;
+    const int64_t tile0 = (bh * d.T + t0 + ic) * d.L + l0 + xc;  // [t][l] offset of (ic, xc)
     if constexpr (kReadback) {
-      for (int idx = threadIdx.x; idx < 64 * LT; idx += blockDim.x) {
-        const int i = idx / LT, x = idx % LT;
-        const int64_t lx = l0 + x, o = (bh * d.T + t0 + i) * d.L + lx;
-        const bool ok = i < Cn && lx < d.L;
-        S.w[i][x] = ok ? Wr[o] : 0.0f;
-        S.u[i][x] = ok ? Ur[o] : 0.0f;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const int i = ic + 4 * k;
+        const bool ok = xok && i < Cn;
+        S.w[i][xc] = ok ? Wr[tile0 + 4 * k * d.L] : 0.0f;
+        S.u[i][xc] = ok ? Ur[tile0 + 4 * k * d.L] : 0.0f;
       }
       if (threadIdx.x < LT) S.hdh[threadIdx.x] = l0 + threadIdx.x < d.L ? HdHr[(bh * d.nC + c) * d.L + l0 + threadIdx.x] : 0.0f;
     } else {
@@ -279,12 +295,15 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       if (warp == 0) S.hdh[lane] = hd[0], S.hdh[lane + 32] = hd[1];
       __syncthreads();  // the E tiles are consumed before the row phase's arrays overwrite them
     }
-    for (int idx = threadIdx.x; idx < 64 * LT; idx += blockDim.x) {
-      const int i = idx / LT, x = idx % LT;
-      const int64_t lx = l0 + x;
-      const bool ok = i < Cn && lx < d.L;
-      qs[i][x] = ok ? load<T>(q.p, q.at(b, h, t0 + i, lx)) : 0.0f;
-      qps[i][x] = ok ? Qp[(bh * d.T + t0 + i) * d.L + lx] : 0.0f;
+    {
+      const int64_t q0 = q.at(b, h, t0 + ic, l0 + xc);
+#pragma unroll 8
+      for (int k = 0; k < 16; ++k) {
+        const int i = ic + 4 * k;
+        const bool ok = xok && i < Cn;
+        qs[i][xc] = ok ? load<T>(q.p, q0 + 4 * k * q.s[2]) : 0.0f;
+        qps[i][xc] = ok ? Qp[tile0 + 4 * k * d.L] : 0.0f;
+      }
     }
     // M of the chunk (split 0 holds the sum). Only its strict lower triangle of rows < Cn is
     // read for the rows < Cn; at C = 64 the whole slot is copied in 16-byte pieces.
@@ -433,10 +452,10 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       bsum[0] = x[0], bsum[1] = x[1];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < Cn * LT; idx += blockDim.x) {
-      const int i = idx / LT, x = idx % LT;
-      const int64_t lx = l0 + x;
-      if (lx < d.L) dqp[(bh * d.T + t0 + i) * d.L + lx] = S.u[i][x] + S.w[i][x];
+#pragma unroll 4
+    for (int k = 0; k < 16; ++k) {
+      const int i = ic + 4 * k;
+      if (xok && i < Cn) dqp[tile0 + 4 * k * d.L] = S.u[i][xc] + S.w[i][xc];
     }
     if (warp == 0) {
 #pragma unroll
@@ -550,6 +569,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   d.nC = (p.T + d.C - 1) / d.C;
   constexpr bool kTC = kTensorCoreBackward<T>;
   set_padding<kTC>(d);
+  static_assert(kMaxChunk == 64, "bwd_local_kernel: 64-row chunk tiles, exponents < 64 (ipow64)");
   const int64_t nT = p.T, L = p.L, E = p.E, nC = d.nC, C = d.C;
   const int64_t shared = Workspace::floats(p.H * L) + Workspace::doubles(p.H * L) +
                          Workspace::floats(p.B * p.Hv * nT * E);
