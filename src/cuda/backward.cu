@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         const int i = i0 + r, n = Cn - 1 - i;
         if (i >= Cn) break;  // warp-uniform
         const int64_t row = bh * d.T + t0 + i;
-        const float si = s[row];
+        const float rs = 1.0f / s[row];  // one division per row, not one per latent
         const float2 N2 = *reinterpret_cast<const float2*>(&ns[i][x0]);
         const float2 W2 = *reinterpret_cast<const float2*>(&S.w[i][x0]);
         const float2 U2 = *reinterpret_cast<const float2*>(&S.u[i][x0]);
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
           const float gw = (pa[u][r + 1] * Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
           const float av = pd[u][4 - r] * Uv[u] + avs[r][u];
           dn[u] = -qp[u] * gw;
-          part[u] = gw / si + av;
+          part[u] = gw * rs + av;
           da[u] += qv[u] * Uv[u] * (float(n) * pd[u][3 - r]) + qp[u] * Wv[u] * (float(i) * pa[u][r]) + qp[u] * dp[r][u];
           gc += gw * qv[u];
         }
@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         *reinterpret_cast<float2*>(&S.u[i][x0]) = make_float2(part[0], part[1]);
         // gcp[bh][t][lt] = sum over the block's 64 latents of gw_t[l] w_t[l] (w = q / s)
         for (int o = 16; o > 0; o >>= 1) gc += __shfl_xor_sync(0xffffffffu, gc, o);
-        if (lane == 0) gcp[row * nlt + lt] = gc / si;
+        if (lane == 0) gcp[row * nlt + lt] = gc * rs;
       }
     }
     S.red[warp][x0] = da[0];
