@@ -223,19 +223,34 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
 #pragma unroll
     for (int u = 0; u < 2; ++u) a[u] = l0 + x0 + u < d.L ? a32[h * d.L + l0 + x0 + u] : 0.0f;
     __syncthreads();  // the previous item's reads of shared memory are done
-    // The [64 tokens][64 latents] tiles are copied with a fixed column xc per thread and rows
-    // ic + 4k (coalesced 128-byte rows per warp, index arithmetic once per tile, all loads in flight).
+    // The [64 tokens][64 latents] float32 tiles (Wr, Ur, Qp: rows of L floats) are copied by
+    // 16-byte cp.async when L % 4 == 0 (4 per thread and tile, zero-filled outside the chunk and
+    // past L), else with a fixed column xc per thread and rows ic + 4k (coalesced, index
+    // arithmetic once per tile). The copies were ~12 instructions per element, a tenth of the
+    // block's work, when each element was a separate indexed load.
     const int xc = threadIdx.x % LT, ic = threadIdx.x / LT;
-    const bool xok = l0 + xc < d.L;
+    const bool xok = l0 + xc < d.L, vec = d.L % 4 == 0;
     const int64_t tile0 = (bh * d.T + t0 + ic) * d.L + l0 + xc;  // [t][l] offset of (ic, xc)
-    if constexpr (kReadback) {
+    auto copy_tile = [&](float (*dst)[LT], const float* src) {
+      if (vec) {
 #pragma unroll
-      for (int k = 0; k < 16; ++k) {
-        const int i = ic + 4 * k;
-        const bool ok = xok && i < Cn;
-        S.w[i][xc] = ok ? Wr[tile0 + 4 * k * d.L] : 0.0f;
-        S.u[i][xc] = ok ? Ur[tile0 + 4 * k * d.L] : 0.0f;
+        for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
+          const int idx = threadIdx.x + kLocalThreads * k, i = idx / (LT / 4), x = 4 * (idx % (LT / 4));
+          const bool ok = i < Cn && l0 + x < d.L;
+          const int64_t o = (bh * d.T + t0 + min(i, Cn - 1)) * d.L + (l0 + x < d.L - 4 ? l0 + x : d.L - 4);
+          cp_async16(&dst[i][x], src + o, ok);
+        }
+      } else {
+#pragma unroll 8
+        for (int k = 0; k < 16; ++k) {
+          const int i = ic + 4 * k;
+          dst[i][xc] = xok && i < Cn ? src[tile0 + 4 * k * d.L] : 0.0f;
+        }
       }
+    };
+    if constexpr (kReadback) {
+      copy_tile(S.w, Wr);
+      copy_tile(S.u, Ur);
       if (threadIdx.x < LT) S.hdh[threadIdx.x] = l0 + threadIdx.x < d.L ? HdHr[(bh * d.nC + c) * d.L + l0 + threadIdx.x] : 0.0f;
     } else {
       // W_i = H_c[l,:]·G_i, U_i = A_end[l,:]·v_i over E in tiles of ET: each thread the rows of
@@ -259,7 +274,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
           S.e.vs[i][ee] = ok ? load<T>(v.p, v.at(b, h, t0 + i, e)) : 0.0f;
         }
         __syncthreads();
-#pragma unroll 2
+#pragma unroll 1
         for (int ee = 0; ee < ET; ee += 4) {
           float4 hv[2], dv[2];
 #pragma unroll
@@ -295,14 +310,30 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       if (warp == 0) S.hdh[lane] = hd[0], S.hdh[lane + 32] = hd[1];
       __syncthreads();  // the E tiles are consumed before the row phase's arrays overwrite them
     }
-    {
+    copy_tile(qps, Qp);
+    cp_async_commit();
+    // q: 4 latents a load where the rows are contiguous and aligned (BDH's case), else one.
+    if (vec && q.s[3] == 1 && q.s[2] % 4 == 0 && q.s[1] % 4 == 0 && q.s[0] % 4 == 0 &&
+        reinterpret_cast<uintptr_t>(q.p) % (4 * sizeof(T)) == 0) {
+      struct alignas(4 * sizeof(T)) Four {
+        T x[4];
+      };
+#pragma unroll
+      for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
+        const int idx = threadIdx.x + kLocalThreads * k, i = idx / (LT / 4), x = 4 * (idx % (LT / 4));
+        float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < Cn && l0 + x < d.L) {
+          const Four v4 = *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
+          f = make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
+        }
+        *reinterpret_cast<float4*>(&qs[i][x]) = f;
+      }
+    } else {
       const int64_t q0 = q.at(b, h, t0 + ic, l0 + xc);
 #pragma unroll 8
       for (int k = 0; k < 16; ++k) {
         const int i = ic + 4 * k;
-        const bool ok = xok && i < Cn;
-        qs[i][xc] = ok ? load<T>(q.p, q0 + 4 * k * q.s[2]) : 0.0f;
-        qps[i][xc] = ok ? Qp[tile0 + 4 * k * d.L] : 0.0f;
+        qs[i][xc] = xok && i < Cn ? load<T>(q.p, q0 + 4 * k * q.s[2]) : 0.0f;
       }
     }
     // M of the chunk (split 0 holds the sum). Only its strict lower triangle of rows < Cn is
@@ -314,6 +345,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     } else {
       for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
     }
+    cp_async_wait<0>();
     __syncthreads();
     // Warp 0 walks the chunk: N_i, and zsum = sum_i a^(Cn-1-i) N_i (Horner), da's B·N weight.
     float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
