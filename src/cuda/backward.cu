@@ -6,7 +6,7 @@
 //   1. the forward's scan, scores P (and M[i][j] = G_i·v_j), chunk-start states H_c (float32);
 //   2. chunk-end states of the reverse recurrence A (chunk_states<reverse>), dR_0 = A_0;
 //   3. dv_t = (q_t a^(Cn-1-i))·A_end + sum_{k>i} P[k][i] G_k (chunk_output<dv>);
-//   4. per (chunk, 16 latents): gw_t, sum_e A_{t+1} v_t, the normaliser gradient inside the
+//   4. per (chunk, 64 latents): gw_t, sum_e A_{t+1} v_t, the normaliser gradient inside the
 //      chunk, the partial dq, the chunk's share of da, and the block's share of
 //      gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t) (bwd_local_kernel, then gc_reduce_kernel);
 //   5. the normaliser gradient across chunks (bscan_kernel), dN_0 = B_0, and dq.
@@ -31,7 +31,7 @@ namespace {
 
 
 constexpr int kLocalThreads = 256;
-constexpr int kLocalLT = 16, kLocalET = 32;
+constexpr int kLocalLT = 64, kLocalET = 32;
 
 // ---- bwd_local's contractions over E on tensor cores (bfloat16 backward) ---------------------
 // Per (bh, chunk, 64 latents): W[t][l] = H_c[l,:]·G_t and U[t][l] = A_end[l,:]·v_t for the chunk's
@@ -134,60 +134,227 @@ __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
   }
 }
 
-// One block per (bh, chunk, 16 latents); 256 threads = 16 latents × 16 token groups, each
-// thread owns tokens i = ig + 16 r (r < 4) of latent l.
-struct LocalSmem {
-  float qs[64][kLocalLT], qps[64][kLocalLT], ns[64][kLocalLT], dn[64][kLocalLT];
-  __align__(16) float ms[64][64];
-  // E tiles, rows padded by 4 floats: 16-byte reads stay aligned and spread over the banks
-  __align__(16) float hs[kLocalLT][kLocalET + 4];
-  __align__(16) float dhs[kLocalLT][kLocalET + 4];
-  __align__(16) float gs[64][kLocalET + 4];
-  __align__(16) float vs[64][kLocalET + 4];
-  float ib[64][kLocalLT];  // ib_i = sum_{k>i} a^(k-i-1) dn_k
-  float red[16][kLocalLT];
+// ---- bwd_local: one block per (bh, chunk, 64 latents) -------------------------------------
+// Layout, and why. The previous layout (a block per 16 latents, a thread per (latent, token
+// group), each thread's j and k loops over its own rows and one latent) was issue-bound: Nsight
+// Compute at BDH-8k (bench/results/ncu-h200-6fe913d) measured 2.61 ms per batch of 16 pairs, 0.66
+// issued warps per scheduler, SM 66 %, DRAM 10 %, 80 registers, 3 blocks per SM, and ~27 issued
+// thread-instructions per (i, j, latent) term of the triangular loops, whose floating-point work
+// is 5 (p, dp: FMUL + 2 FFMA; avs: FMUL + FFMA). The rest went to 2 scalar shared loads per term
+// (with a 2-way bank conflict on M), loop control of variable, not unrolled trip counts, and
+// dependent chains of one latent.
+// Now 256 threads = 8 warps; lane λ owns latents 2λ, 2λ+1 of the block (float2 shared loads of a
+// q / Qp row: 256 contiguous bytes per warp, conflict-free) and warp w owns the row groups
+// i0 = 4w and 4w + 32, four consecutive rows i0 .. i0+3 each, worked together so that one load
+// feeds many FMAs and the loops are warp-uniform (no divergence):
+//   gw:  for j < i0, four j at a time: q_j (float2) and M[i0+r][j..j+3] (a float4 that every lane
+//        reads at one address: a broadcast) feed p = p a + q_j M[i][j], dp = dp a + p for 4 rows ×
+//        2 latents (24 FP instructions for 2 shared loads); then the triangle j = i0 .. i0+2.
+//   avs: for k from Cn-1 down to i0+4: Qp_k (float2) and M[k][i0..i0+3] (one broadcast float4:
+//        the four rows' column entries are contiguous in row k) feed avs = avs a + Qp_k M[k][i]
+//        (16 FP instructions for 2 loads); then the triangle k = i0+3 .. i0+1.
+// That is 3.6 (gw) and 2.5 (avs) instructions per term in the PTX of the unrolled loops (114 for
+// 32 gw terms: 96 FP, 8 shared loads; 79 for 32 avs terms: 64 FP, 8 loads), ~6 per (i, j) pair
+// of the two loops against ~27 before, and the shared-memory
+// wavefronts per FP instruction (3 per 24, 3 per 16) stay under the 1-per-4 that four schedulers
+// sharing one shared-memory port can sustain; one row at a time would not (q_j feeds only 3 FP
+// instructions per latent then). Work per warp is balanced: row i has i gw terms and Cn-1-i avs
+// terms, Cn-1 in all, and every warp has two groups of 4 rows.
+// Whatever depends on a row's powers of a (a^i, a^(Cn-1-i), f(i), f(Cn-1-i)) comes from two ipow
+// per group and running products (pow_run): every power a^n has n >= 0, exact at a = 0 and 1.
+// The per-latent scans (N inside the chunk, the normaliser gradient ib) run on warp 0, two
+// latents per lane (two independent chains each); the block's 16 warps on an SM (2 blocks, by the
+// ~98 KB of shared memory) overlap them with the other block's loops.
+// gcp[bh][t][lt] (lt: the 64-latent block) is one warp's sum over the block's latents (lane sums,
+// then a fixed shuffle tree), so no cross-warp reduction; da's per-thread partials go through
+// red[warp][latent] and are summed in warp order: every sum in a fixed order, no atomics.
+// The E loop (float32 / float16: no readback) computes W and U into the same shared arrays that
+// the readback path fills from Wr, Ur, with its tiles in the space of the row phase's arrays.
+struct LocalRowTiles {
+  float qs[64][kLocalLT], qps[64][kLocalLT], ns[64][kLocalLT];
+  float ms[64][64];
 };
+struct LocalETiles {  // rows padded by 4 floats: 16-byte reads stay aligned and spread over the banks
+  float hs[kLocalLT][kLocalET + 4], dhs[kLocalLT][kLocalET + 4];
+  float gs[64][kLocalET + 4], vs[64][kLocalET + 4];
+};
+struct LocalSmem {
+  union {
+    LocalRowTiles r;
+    LocalETiles e;
+  };
+  __align__(16) float w[64][kLocalLT];  // W, then dn (row phase), then ib (reverse scan)
+  __align__(16) float u[64][kLocalLT];  // U, then gw / s + av (row phase)
+  float red[8][kLocalLT];
+  float hdh[kLocalLT];
+};
+static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
 
-// Wr, Ur, HdHr (optional): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
-// alias dqp (each thread reads its W[t][l] before it writes dqp[t][l]).
-// 3 blocks per SM (80 registers, a little spill): with 2 the BDH-8k forward+backward took 19.56
-// against 18.26 ms (H200, de4791b). RHOSCAN_LOCAL_MIN_BLOCKS=n builds it with n, for comparisons.
-#ifndef RHOSCAN_LOCAL_MIN_BLOCKS
-#define RHOSCAN_LOCAL_MIN_BLOCKS 3
-#endif
-template <typename T>
-__global__ void __launch_bounds__(kLocalThreads, RHOSCAN_LOCAL_MIN_BLOCKS) bwd_local_kernel(
+// ipow for 0 <= n < 64 (the exponents inside a chunk, kMaxChunk = 64) without the loop's
+// branches: the same multiplications in the same order, so the same result.
+__device__ __forceinline__ float ipow64(float a, int n) {
+  float r = 1.0f, b = a;
+#pragma unroll
+  for (int bit = 0; bit < 6; ++bit) {
+    if ((n >> bit) & 1) r *= b;
+    b *= b;
+  }
+  return r;
+}
+// pw[k] = a^(n0+k-1) for k = 0..4 where n0+k-1 >= 0, else 0: a^(n0+k) = pw[k+1] and
+// f(n0+k) = (n0+k) pw[k] (f(0) = 0 · 0). One ipow, then running products.
+__device__ __forceinline__ void pow_run(float a, int n0, float (&pw)[5]) {
+  float x = n0 > 0 ? ipow64(a, n0 - 1) : 0.0f;
+  pw[0] = x;
+#pragma unroll
+  for (int k = 1; k < 5; ++k) {
+    x = n0 + k - 1 == 0 ? 1.0f : x * a;
+    pw[k] = x;
+  }
+}
+__device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
+
+// Wr, Ur, HdHr (kReadback): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
+// alias dqp (the block copies its W[t][l] to shared memory before it writes dqp[t][l]).
+// Without kReadback the block computes them from Hs, dHs, g, v (its E loop).
+template <typename T, bool kReadback>
+__global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
-  constexpr int LT = kLocalLT, ET = kLocalET, RPT = 4;
+  constexpr int LT = kLocalLT, ET = kLocalET;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   LocalSmem& S = *reinterpret_cast<LocalSmem*>(smem_raw);
-  auto& qs = S.qs;
-  auto& qps = S.qps;
-  auto& ns = S.ns;
-  auto& dn = S.dn;
-  auto& ms = S.ms;
-  auto& red = S.red;
+  auto& qs = S.r.qs;
+  auto& qps = S.r.qps;
+  auto& ns = S.r.ns;
+  auto& ms = S.r.ms;
   const int C = static_cast<int>(d.C);
-  const int ll = threadIdx.x % LT, ig = threadIdx.x / LT;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, x0 = 2 * lane;
   const int64_t nlt = (d.L + LT - 1) / LT;
   for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
     const int64_t bh = item / (d.nC * nlt), c = (item / nlt) % d.nC, lt = item % nlt;
-    const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, l0 = lt * LT, l = l0 + ll;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, l0 = lt * LT;
     const int Cn = static_cast<int>(d.chunk_len(c));
-    const bool lok = l < d.L;
-    const float a = lok ? a32[h * d.L + l] : 0.0f;
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < 64 * LT; idx += blockDim.x) {
-      const int i = idx / LT, x = idx % LT;
-      const int64_t lx = l0 + x;
-      const bool ok = i < Cn && lx < d.L;
-      qs[i][x] = ok ? load<T>(q.p, q.at(b, h, t0 + i, lx)) : 0.0f;
-      qps[i][x] = ok ? Qp[(bh * d.T + t0 + i) * d.L + lx] : 0.0f;
+    float a[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) a[u] = l0 + x0 + u < d.L ? a32[h * d.L + l0 + x0 + u] : 0.0f;
+    __syncthreads();  // the previous item's reads of shared memory are done
+    // The [64 tokens][64 latents] float32 tiles (Wr, Ur, Qp: rows of L floats) are copied by
+    // 16-byte cp.async when L % 4 == 0 (4 per thread and tile, zero-filled outside the chunk and
+    // past L), else with a fixed column xc per thread and rows ic + 4k (coalesced, index
+    // arithmetic once per tile). The copies were ~12 instructions per element, a tenth of the
+    // block's work, when each element was a separate indexed load.
+    const int xc = threadIdx.x % LT, ic = threadIdx.x / LT;
+    const bool xok = l0 + xc < d.L, vec = d.L % 4 == 0;
+    const int64_t tile0 = (bh * d.T + t0 + ic) * d.L + l0 + xc;  // [t][l] offset of (ic, xc)
+    auto copy_tile = [&](float (*dst)[LT], const float* src) {
+      if (vec) {
+#pragma unroll
+        for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
+          const int idx = threadIdx.x + kLocalThreads * k, i = idx / (LT / 4), x = 4 * (idx % (LT / 4));
+          const bool ok = i < Cn && l0 + x < d.L;
+          const int64_t o = (bh * d.T + t0 + min(i, Cn - 1)) * d.L + (l0 + x < d.L - 4 ? l0 + x : d.L - 4);
+          cp_async16(&dst[i][x], src + o, ok);
+        }
+      } else {
+#pragma unroll 8
+        for (int k = 0; k < 16; ++k) {
+          const int i = ic + 4 * k;
+          dst[i][xc] = xok && i < Cn ? src[tile0 + 4 * k * d.L] : 0.0f;
+        }
+      }
+    };
+    if constexpr (kReadback) {
+      copy_tile(S.w, Wr);
+      copy_tile(S.u, Ur);
+      if (threadIdx.x < LT) S.hdh[threadIdx.x] = l0 + threadIdx.x < d.L ? HdHr[(bh * d.nC + c) * d.L + l0 + threadIdx.x] : 0.0f;
+    } else {
+      // W_i = H_c[l,:]·G_i, U_i = A_end[l,:]·v_i over E in tiles of ET: each thread the rows of
+      // its warp's two groups and latents lane, lane + 32 (rows of hs 36 floats apart: the 8
+      // lanes of a quarter-warp's 16-byte reads hit distinct banks); G and v rows are broadcasts.
+      float Wa[2][4][2] = {}, Ua[2][4][2] = {}, hd[2] = {};
+      for (int64_t e0 = 0; e0 < d.E; e0 += ET) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < LT * ET; idx += blockDim.x) {
+          const int x = idx / ET, ee = idx % ET;
+          const int64_t lx = l0 + x, e = e0 + ee;
+          const bool ok = lx < d.L && e < d.E;
+          S.e.hs[x][ee] = ok ? Hs[((bh * d.nC + c) * d.Lp + lx) * d.Ep + e] : 0.0f;
+          S.e.dhs[x][ee] = ok ? dHs[((bh * d.nC + c) * d.Lp + lx) * d.Ep + e] : 0.0f;
+        }
+        for (int idx = threadIdx.x; idx < 64 * ET; idx += blockDim.x) {
+          const int i = idx / ET, ee = idx % ET;
+          const int64_t e = e0 + ee;
+          const bool ok = i < Cn && e < d.E;
+          S.e.gs[i][ee] = ok ? load<T>(g.p, g.at(b, h, t0 + i, e)) : 0.0f;
+          S.e.vs[i][ee] = ok ? load<T>(v.p, v.at(b, h, t0 + i, e)) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 1
+        for (int ee = 0; ee < ET; ee += 4) {
+          float4 hv[2], dv[2];
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            hv[u] = *reinterpret_cast<const float4*>(&S.e.hs[lane + 32 * u][ee]);
+            dv[u] = *reinterpret_cast<const float4*>(&S.e.dhs[lane + 32 * u][ee]);
+            if (warp == 0) hd[u] += hv[u].x * dv[u].x + hv[u].y * dv[u].y + hv[u].z * dv[u].z + hv[u].w * dv[u].w;
+          }
+#pragma unroll
+          for (int gi = 0; gi < 2; ++gi)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int i = 4 * (warp + 8 * gi) + r;
+              const float4 gv = *reinterpret_cast<const float4*>(&S.e.gs[i][ee]);
+              const float4 vv = *reinterpret_cast<const float4*>(&S.e.vs[i][ee]);
+#pragma unroll
+              for (int u = 0; u < 2; ++u) {
+                Wa[gi][r][u] += hv[u].x * gv.x + hv[u].y * gv.y + hv[u].z * gv.z + hv[u].w * gv.w;
+                Ua[gi][r][u] += dv[u].x * vv.x + dv[u].y * vv.y + dv[u].z * vv.z + dv[u].w * vv.w;
+              }
+            }
+        }
+      }
+#pragma unroll
+      for (int gi = 0; gi < 2; ++gi)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            S.w[4 * (warp + 8 * gi) + r][lane + 32 * u] = Wa[gi][r][u];
+            S.u[4 * (warp + 8 * gi) + r][lane + 32 * u] = Ua[gi][r][u];
+          }
+      if (warp == 0) S.hdh[lane] = hd[0], S.hdh[lane + 32] = hd[1];
+      __syncthreads();  // the E tiles are consumed before the row phase's arrays overwrite them
+    }
+    copy_tile(qps, Qp);
+    cp_async_commit();
+    // q: 4 latents a load where the rows are contiguous and aligned (BDH's case), else one.
+    if (vec && q.s[3] == 1 && q.s[2] % 4 == 0 && q.s[1] % 4 == 0 && q.s[0] % 4 == 0 &&
+        reinterpret_cast<uintptr_t>(q.p) % (4 * sizeof(T)) == 0) {
+      struct alignas(4 * sizeof(T)) Four {
+        T x[4];
+      };
+#pragma unroll
+      for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
+        const int idx = threadIdx.x + kLocalThreads * k, i = idx / (LT / 4), x = 4 * (idx % (LT / 4));
+        float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < Cn && l0 + x < d.L) {
+          const Four v4 = *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
+          f = make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
+        }
+        *reinterpret_cast<float4*>(&qs[i][x]) = f;
+      }
+    } else {
+      const int64_t q0 = q.at(b, h, t0 + ic, l0 + xc);
+#pragma unroll 8
+      for (int k = 0; k < 16; ++k) {
+        const int i = ic + 4 * k;
+        qs[i][xc] = xok && i < Cn ? load<T>(q.p, q0 + 4 * k * q.s[2]) : 0.0f;
+      }
     }
     // M of the chunk (split 0 holds the sum). Only its strict lower triangle of rows < Cn is
-    // read below; at C = 64 the whole slot is copied in 16-byte pieces.
+    // read for the rows < Cn; at C = 64 the whole slot is copied in 16-byte pieces.
     const float* Mc = M + (bh * d.nC + c) * d.nsplit * C * C;
     if (C == 64) {
       for (int idx = threadIdx.x; idx < 64 * 16; idx += blockDim.x)
@@ -195,134 +362,162 @@ __global__ void __launch_bounds__(kLocalThreads, RHOSCAN_LOCAL_MIN_BLOCKS) bwd_l
     } else {
       for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
     }
+    cp_async_wait<0>();
     __syncthreads();
-    // The threads < LT (token group 0, one per latent) walk the chunk for the per-latent scans:
-    // N_i, and zsum = sum_i a^(Cn-1-i) N_i (Horner), da's B·N weight, kept for the block's output.
-    float zsum = 0.0f;
-    if (threadIdx.x < LT) {
-      float N = lok ? Nc[(bh * (d.nC + 1) + c) * d.L + l] : 0.0f;
-#pragma unroll 8  // the shared loads of q are independent of the chain: issued ahead
+    // Warp 0 walks the chunk: N_i, and zsum = sum_i a^(Cn-1-i) N_i (Horner), da's B·N weight.
+    float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
+    if (warp == 0) {
+      float N[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) N[u] = l0 + x0 + u < d.L ? Nc[(bh * (d.nC + 1) + c) * d.L + l0 + x0 + u] : 0.0f;
+#pragma unroll 8  // the shared loads of q are independent of the chains: issued ahead
       for (int i = 0; i < Cn; ++i) {
-        ns[i][ll] = N;
-        zsum = a * zsum + N;
-        N = a * N + qs[i][ll];
-      }
-    }
-    // W_i = H_c[l,:]·G_i and U_i = A_end[l,:]·v_i, over E in tiles of 32, 16-byte shared reads.
-    float W[RPT] = {}, U[RPT] = {}, HdH = 0.0f;
-    if (Wr) {
-#pragma unroll
-      for (int r = 0; r < RPT; ++r) {
-        const int i = ig + 16 * r;
-        if (i < Cn && lok) {
-          W[r] = Wr[(bh * d.T + t0 + i) * d.L + l];
-          U[r] = Ur[(bh * d.T + t0 + i) * d.L + l];
-        }
-      }
-      if (lok) HdH = HdHr[(bh * d.nC + c) * d.L + l];
-    }
-    for (int64_t e0 = 0; e0 < (Wr ? 0 : d.E); e0 += ET) {
-      __syncthreads();
-      for (int idx = threadIdx.x; idx < LT * ET; idx += blockDim.x) {
-        const int x = idx / ET, ee = idx % ET;
-        const int64_t lx = l0 + x, e = e0 + ee;
-        const bool ok = lx < d.L && e < d.E;
-        S.hs[x][ee] = ok ? Hs[((bh * d.nC + c) * d.Lp + lx) * d.Ep + e] : 0.0f;
-        S.dhs[x][ee] = ok ? dHs[((bh * d.nC + c) * d.Lp + lx) * d.Ep + e] : 0.0f;
-      }
-      for (int idx = threadIdx.x; idx < 64 * ET; idx += blockDim.x) {
-        const int i = idx / ET, ee = idx % ET;
-        const int64_t e = e0 + ee;
-        const bool ok = i < Cn && e < d.E;
-        S.gs[i][ee] = ok ? load<T>(g.p, g.at(b, h, t0 + i, e)) : 0.0f;
-        S.vs[i][ee] = ok ? load<T>(v.p, v.at(b, h, t0 + i, e)) : 0.0f;
-      }
-      __syncthreads();
-#pragma unroll
-      for (int ee = 0; ee < ET; ee += 4) {
-        const float4 hv = *reinterpret_cast<const float4*>(&S.hs[ll][ee]);
-        const float4 dv = *reinterpret_cast<const float4*>(&S.dhs[ll][ee]);
-#pragma unroll
-        for (int r = 0; r < RPT; ++r) {
-          const int i = ig + 16 * r;
-          const float4 gv = *reinterpret_cast<const float4*>(&S.gs[i][ee]);
-          const float4 vv = *reinterpret_cast<const float4*>(&S.vs[i][ee]);
-          W[r] += hv.x * gv.x + hv.y * gv.y + hv.z * gv.z + hv.w * gv.w;
-          U[r] += dv.x * vv.x + dv.y * vv.y + dv.z * vv.z + dv.w * vv.w;
-        }
-        if (ig == 0) HdH += hv.x * dv.x + hv.y * dv.y + hv.z * dv.z + hv.w * dv.w;
+        *reinterpret_cast<float2*>(&ns[i][x0]) = make_float2(N[0], N[1]);
+        const float2 qi = *reinterpret_cast<const float2*>(&qs[i][x0]);
+        zsum[0] = a[0] * zsum[0] + N[0];
+        zsum[1] = a[1] * zsum[1] + N[1];
+        N[0] = a[0] * N[0] + qi.x;
+        N[1] = a[1] * N[1] + qi.y;
       }
     }
     __syncthreads();  // ns complete
-    float gw[RPT], av[RPT], term4[RPT];
+    float da[2] = {};
+#pragma unroll 1
+    for (int gi = 0; gi < 2; ++gi) {
+      const int i0 = 4 * (warp + 8 * gi);
+      if (i0 >= Cn) break;
+      // j < i: p = sum_j a^(i-1-j) x_j with x_j = q_j M[i][j] (the read of R_i) and its
+      // derivative dp = sum_j f(i-1-j) x_j (da's pair term), both by Horner from j = 0, the
+      // highest power: every power a^n with n >= 0 (exact at a = 0 and 1).
+      float p[4][2] = {}, dp[4][2] = {};
+      auto pstep = [&](int r, const float2& qj, float m) {
+        dp[r][0] = dp[r][0] * a[0] + p[r][0];
+        p[r][0] = p[r][0] * a[0] + qj.x * m;
+        dp[r][1] = dp[r][1] * a[1] + p[r][1];
+        p[r][1] = p[r][1] * a[1] + qj.y * m;
+      };
+      for (int j0 = 0; j0 < i0; j0 += 4) {  // i0 is a multiple of 4: no remainder
+        float4 m[4];
 #pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      const int i = ig + 16 * r;
-      gw[r] = av[r] = term4[r] = 0.0f;
-      if (i < Cn) {
-        // j < i: p = sum_j a^(i-1-j) x_j with x_j = q_j M[i][j] (the read of R_i) and its
-        // derivative dp = sum_j f(i-1-j) x_j (da's pair term), both by Horner from j = 0, the
-        // highest power: two FFMAs per j, every power a^n with n >= 0 (exact at a = 0 and 1).
-        float p = 0.0f, dp = 0.0f;
-        for (int j = 0; j < i; ++j) {
-          const float x = qs[j][ll] * ms[i][j];
-          dp = dp * a + p;
-          p = p * a + x;
+        for (int r = 0; r < 4; ++r) m[r] = *reinterpret_cast<const float4*>(&ms[i0 + r][j0]);
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const float2 qj = *reinterpret_cast<const float2*>(&qs[j0 + jj][x0]);
+#pragma unroll
+          for (int r = 0; r < 4; ++r) pstep(r, qj, f4(m[r], jj));
         }
-        term4[r] = qps[i][ll] * dp;
-        gw[r] = (ipow(a, i) * W[r] + p) / (ns[i][ll] + kEpsF);
-        // k > i: sum_k a^(k-i-1) Qp_k M[k][i], by Horner from k = Cn-1, the highest power
-        float avs = 0.0f;
-        for (int k = Cn - 1; k > i; --k) avs = avs * a + qps[k][ll] * ms[k][i];
-        av[r] = ipow(a, Cn - 1 - i) * U[r] + avs;
-        dn[i][ll] = -qps[i][ll] * gw[r];
+      }
+#pragma unroll
+      for (int jj = 0; jj < 3; ++jj) {  // the triangle: row i0 + r takes j = i0 + jj when jj < r
+        const float2 qj = *reinterpret_cast<const float2*>(&qs[i0 + jj][x0]);
+#pragma unroll
+        for (int r = jj + 1; r < 4; ++r) pstep(r, qj, ms[i0 + r][i0 + jj]);
+      }
+      // k > i: avs = sum_k a^(k-i-1) Qp_k M[k][i], by Horner from k = Cn-1, the highest power
+      float avs[4][2] = {};
+      auto astep = [&](int r, const float2& qk, float m) {
+        avs[r][0] = avs[r][0] * a[0] + qk.x * m;
+        avs[r][1] = avs[r][1] * a[1] + qk.y * m;
+      };
+      int k = Cn - 1;
+      for (; k >= i0 + 7; k -= 4) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const float4 m = *reinterpret_cast<const float4*>(&ms[k - kk][i0]);
+          const float2 qk = *reinterpret_cast<const float2*>(&qps[k - kk][x0]);
+#pragma unroll
+          for (int r = 0; r < 4; ++r) astep(r, qk, f4(m, r));
+        }
+      }
+      for (; k >= i0 + 4; --k) {
+        const float4 m = *reinterpret_cast<const float4*>(&ms[k][i0]);
+        const float2 qk = *reinterpret_cast<const float2*>(&qps[k][x0]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) astep(r, qk, f4(m, r));
+      }
+#pragma unroll
+      for (int kk = 3; kk >= 1; --kk) {  // the triangle: row i0 + r takes k = i0 + kk when r < kk
+        if (i0 + kk < Cn) {
+          const float2 qk = *reinterpret_cast<const float2*>(&qps[i0 + kk][x0]);
+#pragma unroll
+          for (int r = 0; r < kk; ++r) astep(r, qk, ms[i0 + kk][i0 + r]);
+        }
+      }
+      // Row results. pa: powers a^(i0-1+k), pd: a^(Cn-5-i0+k) (row r's Cn-1-i is Cn-4-i0+3-r).
+      float pa[2][5], pd[2][5];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        pow_run(a[u], i0, pa[u]);
+        pow_run(a[u], Cn - 4 - i0, pd[u]);
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = i0 + r, n = Cn - 1 - i;
+        if (i >= Cn) break;  // warp-uniform
+        const int64_t row = bh * d.T + t0 + i;
+        const float rs = 1.0f / s[row];  // one division per row, not one per latent
+        const float2 N2 = *reinterpret_cast<const float2*>(&ns[i][x0]);
+        const float2 W2 = *reinterpret_cast<const float2*>(&S.w[i][x0]);
+        const float2 U2 = *reinterpret_cast<const float2*>(&S.u[i][x0]);
+        const float2 qp2 = *reinterpret_cast<const float2*>(&qps[i][x0]);
+        const float2 q2 = *reinterpret_cast<const float2*>(&qs[i][x0]);
+        const float Nv[2] = {N2.x, N2.y}, Wv[2] = {W2.x, W2.y}, Uv[2] = {U2.x, U2.y};
+        const float qp[2] = {qp2.x, qp2.y}, qv[2] = {q2.x, q2.y};
+        float dn[2], part[2], gc = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const float gw = (pa[u][r + 1] * Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
+          const float av = pd[u][4 - r] * Uv[u] + avs[r][u];
+          dn[u] = -qp[u] * gw;
+          part[u] = gw * rs + av;
+          da[u] += qv[u] * Uv[u] * (float(n) * pd[u][3 - r]) + qp[u] * Wv[u] * (float(i) * pa[u][r]) + qp[u] * dp[r][u];
+          gc += gw * qv[u];
+        }
+        *reinterpret_cast<float2*>(&S.w[i][x0]) = make_float2(dn[0], dn[1]);
+        *reinterpret_cast<float2*>(&S.u[i][x0]) = make_float2(part[0], part[1]);
+        // gcp[bh][t][lt] = sum over the block's 64 latents of gw_t[l] w_t[l] (w = q / s)
+        for (int o = 16; o > 0; o >>= 1) gc += __shfl_xor_sync(0xffffffffu, gc, o);
+        if (lane == 0) gcp[row * nlt + lt] = gc * rs;
       }
     }
-    // gcp[bh][t][lt] = sum over this block's 16 latents of gw_t[l] w_t[l] (w = q / s): the 16
-    // threads of one token group are one half-warp, summed by a fixed shuffle tree.
-#pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      const int i = ig + 16 * r;
-      float x = i < Cn ? gw[r] * qs[i][ll] : 0.0f;
-      for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-      if (ll == 0 && i < Cn) gcp[(bh * d.T + t0 + i) * nlt + lt] = x / s[bh * d.T + t0 + i];
-    }
+    S.red[warp][x0] = da[0];
+    S.red[warp][x0 + 1] = da[1];
     __syncthreads();
     // The normaliser gradient inside the chunk, ib_i = sum_{k>i} a^(k-i-1) dn_k, by the reverse
-    // recurrence ib_{i-1} = dn_i + a ib_i (C steps per latent instead of a sum per token); its
-    // continuation past i = 0 is bsum = sum_i a^i dn_i, the chunk's share of B at its start.
-    float bsum = 0.0f;
-    if (threadIdx.x < LT) {
-      float x = 0.0f;
+    // recurrence ib_{i-1} = dn_i + a ib_i (in place of dn); its continuation past i = 0 is
+    // bsum = sum_i a^i dn_i, the chunk's share of B at its start; ibn = sum_i ib_i N_i (da).
+    if (warp == 0) {
+      float x[2] = {};
 #pragma unroll 8
       for (int i = Cn - 1; i >= 0; --i) {
-        S.ib[i][ll] = x;
-        x = dn[i][ll] + a * x;
+        const float2 dn2 = *reinterpret_cast<const float2*>(&S.w[i][x0]);
+        const float2 n2 = *reinterpret_cast<const float2*>(&ns[i][x0]);
+        *reinterpret_cast<float2*>(&S.w[i][x0]) = make_float2(x[0], x[1]);
+        ibn[0] += x[0] * n2.x;
+        ibn[1] += x[1] * n2.y;
+        x[0] = dn2.x + a[0] * x[0];
+        x[1] = dn2.y + a[1] * x[1];
       }
-      bsum = x;
+      bsum[0] = x[0], bsum[1] = x[1];
     }
     __syncthreads();
-    float da_part = 0.0f;
+#pragma unroll 4
+    for (int k = 0; k < 16; ++k) {
+      const int i = ic + 4 * k;
+      if (xok && i < Cn) dqp[tile0 + 4 * k * d.L] = S.u[i][xc] + S.w[i][xc];
+    }
+    if (warp == 0) {
 #pragma unroll
-    for (int r = 0; r < RPT; ++r) {
-      const int i = ig + 16 * r;
-      if (i < Cn) {
-        const float ib = S.ib[i][ll];
-        const int64_t t = t0 + i;
-        if (lok) dqp[(bh * d.T + t) * d.L + l] = gw[r] / s[bh * d.T + t] + av[r] + ib;
-        da_part += qs[i][ll] * U[r] * dpow(a, Cn - 1 - i) + qps[i][ll] * W[r] * dpow(a, i) + term4[r] +
-                   ib * ns[i][ll];
+      for (int u = 0; u < 2; ++u) {
+        const int64_t l = l0 + x0 + u;
+        if (l >= d.L) continue;
+        float x = dpow(a[u], Cn) * S.hdh[x0 + u];
+        for (int w = 0; w < 8; ++w) x += S.red[w][x0 + u];
+        const int64_t o = (bh * d.nC + c) * d.L + l;
+        dap[o] = x + ibn[u];
+        Bsum[o] = bsum[u];
+        Zs[o] = zsum[u];
       }
-    }
-    red[ig][ll] = da_part;
-    __syncthreads();
-    if (threadIdx.x < LT && lok) {  // token group 0: HdH, zsum and bsum are its own
-      float x0 = dpow(a, Cn) * HdH;
-      for (int k = 0; k < 16; ++k) x0 += red[k][ll];
-      const int64_t o = (bh * d.nC + c) * d.L + l;
-      dap[o] = x0;
-      Bsum[o] = bsum;
-      Zs[o] = zsum;
     }
   }
 }
@@ -423,6 +618,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   d.nC = (p.T + d.C - 1) / d.C;
   constexpr bool kTC = kTensorCoreBackward<T>;
   set_padding<kTC>(d);
+  static_assert(kMaxChunk == 64, "bwd_local_kernel: 64-row chunk tiles, exponents < 64 (ipow64)");
   const int64_t nT = p.T, L = p.L, E = p.E, nC = d.nC, C = d.C;
   const int64_t shared = Workspace::floats(p.H * L) + Workspace::doubles(p.H * L) +
                          Workspace::floats(p.B * p.Hv * nT * E);
@@ -498,7 +694,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream);
     launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream);
     launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
-    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, kTC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(LocalSmem))));
     if constexpr (kTC) {
       constexpr bool kLo = kSplitValues<T>;
@@ -508,7 +704,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
           d, Hs, dHs, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
       RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
     }
-    bwd_local_kernel<T><<<grid_for(n * nC * nlt), kLocalThreads, sizeof(LocalSmem), stream>>>(
+    bwd_local_kernel<T, kTC><<<grid_for(n * nC * nlt), kLocalThreads, sizeof(LocalSmem), stream>>>(
         d, q, v, gctx, a32, Qp, s, Nc, Hs, dHs, M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
     RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");
     gc_reduce_kernel<<<grid_for(n * nT, 8), 256, 0, stream>>>(d, gcp, gc);

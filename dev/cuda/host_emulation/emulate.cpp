@@ -119,9 +119,22 @@ bool norm_scan_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, boo
   return ok;
 }
 
-bool bwd_local_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t E, int64_t C, bool readback) {
+// gc_t from a kernel's partials [pairs][T][nlt] (the sum gc_reduce_kernel forms): the two layouts
+// differ in the latent block width (nlt), so their sums are compared, not the partials.
+std::vector<float> gc_sums(const std::vector<float>& gcp, int64_t rows, int64_t nlt) {
+  std::vector<float> gc(rows);
+  for (int64_t x = 0; x < rows; ++x) {
+    double acc = 0;
+    for (int64_t lt = 0; lt < nlt; ++lt) acc += gcp[x * nlt + lt];
+    gc[x] = static_cast<float>(acc);
+  }
+  return gc;
+}
+
+bool bwd_local_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t E, int64_t C, bool readback,
+                    unsigned grid = 3) {
   const Dims d = dims(H, nbh, T, L, E, C);
-  const int64_t nC = d.nC, nlt = (L + kLocalLT - 1) / kLocalLT;
+  const int64_t nC = d.nC, nlt[2] = {(L + kLocalLTOld - 1) / kLocalLTOld, (L + kLocalLT - 1) / kLocalLT};
   const auto q = uniform(nbh * T * L, 0.0f, 1.0f, 0.7f), v = uniform(nbh * T * E, -1, 1), g = uniform(nbh * T * E, -1, 1);
   const auto a = decays(H * L), Qp = uniform(nbh * T * L, 0, 1), s = uniform(nbh * T, 1, 2);
   const auto Nc = uniform(nbh * (nC + 1) * L, 0, 3), Hs = uniform(nbh * nC * L * E, -1, 1);
@@ -135,7 +148,7 @@ bool bwd_local_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t E, int
     std::vector<float> gcp, dqp, dap, Bsum, Zs;
   } o[2];
   for (int k = 0; k < 2; ++k) {
-    o[k] = {nans(nbh * T * nlt), nans(nbh * T * L), nans(nbh * nC * L), nans(nbh * nC * L), nans(nbh * nC * L)};
+    o[k] = {nans(nbh * T * nlt[k]), nans(nbh * T * L), nans(nbh * nC * L), nans(nbh * nC * L), nans(nbh * nC * L)};
     auto run = [&](auto kernel, size_t smem, unsigned grid) {
       emu::launch(grid, kLocalThreads, smem, [&] {
         kernel(d, qs, vs, gs, a.data(), Qp.data(), s.data(), Nc.data(), Hs.data(), dHs.data(), M.data(), Wr, Ur, HdHr,
@@ -144,13 +157,17 @@ bool bwd_local_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t E, int
     };
     if (k == 0)
       run(bwd_local_kernel_old<float>, sizeof(LocalSmemOld), 2);
+    else if (readback)
+      run(bwd_local_kernel<float, true>, sizeof(LocalSmem), grid);
     else
-      run(bwd_local_kernel<float>, sizeof(LocalSmem), 3);
+      run(bwd_local_kernel<float, false>, sizeof(LocalSmem), grid);
   }
-  const bool ok = same("gc partials", o[1].gcp, o[0].gcp) & same("dq partial", o[1].dqp, o[0].dqp) &
-                  same("da", o[1].dap, o[0].dap) & same("Bsum", o[1].Bsum, o[0].Bsum) & same("Zs", o[1].Zs, o[0].Zs);
-  std::printf("bwd_local H%lld pairs%lld T%lld L%lld E%lld C%lld %s: %s\n", (long long)H, (long long)nbh, (long long)T,
-              (long long)L, (long long)E, (long long)C, readback ? "readback" : "E loop", ok ? "same" : "DIFFERENT");
+  const bool ok = same("gc", gc_sums(o[1].gcp, nbh * T, nlt[1]), gc_sums(o[0].gcp, nbh * T, nlt[0])) &
+                  same("dq partial", o[1].dqp, o[0].dqp) & same("da", o[1].dap, o[0].dap) &
+                  same("Bsum", o[1].Bsum, o[0].Bsum) & same("Zs", o[1].Zs, o[0].Zs);
+  std::printf("bwd_local H%lld pairs%lld T%lld L%lld E%lld C%lld %s grid%u: %s\n", (long long)H, (long long)nbh,
+              (long long)T, (long long)L, (long long)E, (long long)C, readback ? "readback" : "E loop", grid,
+              ok ? "same" : "DIFFERENT");
   return ok;
 }
 
@@ -166,11 +183,18 @@ int main() {
   bad += !norm_scan_case(2, 2, 50, 4, 1, false, true, true);
   bad += !norm_scan_case(1, 2, 64, 7, 64, false, false, true);
   bad += !norm_scan_case(1, 1, 2000, 9, 17, false, true, true);
-  bad += !bwd_local_case(2, 2, 150, 37, 40, 64, false);
-  bad += !bwd_local_case(2, 2, 150, 37, 40, 64, true);
-  bad += !bwd_local_case(1, 1, 64, 16, 32, 64, false);
-  bad += !bwd_local_case(1, 2, 70, 20, 33, 32, true);
-  bad += !bwd_local_case(1, 1, 5, 7, 3, 1, false);
+  for (bool rb : {false, true}) {
+    bad += !bwd_local_case(2, 2, 150, 37, 40, 64, rb);         // two chunks and a tail of 22, L < 64
+    bad += !bwd_local_case(1, 1, 64, 16, 32, 64, rb);          // one full chunk
+    bad += !bwd_local_case(1, 2, 70, 20, 33, 32, rb);          // C 32, tail 6
+    bad += !bwd_local_case(1, 1, 5, 7, 3, 1, rb);              // chunk 1
+    bad += !bwd_local_case(2, 2, 190, 130, 9, 64, rb, 5);      // L = 2·64 + 2: a block of 2 latents; tail 62
+    bad += !bwd_local_case(1, 1, 63, 9, 5, 64, rb);            // one chunk of 63, L < 16
+    bad += !bwd_local_case(1, 2, 51, 70, 17, 17, rb, 4);       // C 17: three chunks (M rows 17 apart)
+    bad += !bwd_local_case(2, 6, 65, 64, 8, 64, rb, 7);        // tail of 1, many pairs
+    bad += !bwd_local_case(1, 1, 127, 100, 36, 63, rb);        // C 63 (odd M stride), tail 1
+    bad += !bwd_local_case(2, 4, 128, 3, 2, 64, rb, 2);        // L 3
+  }
   std::printf("%s (%d different)\n", bad ? "DIFFERENT" : "all the same within 1e-5", bad);
   return bad ? 1 : 0;
 }

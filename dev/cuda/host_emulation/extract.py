@@ -58,9 +58,12 @@ parts = [
     cut(old_k, "// ---- normaliser scan: one thread per", "// ---- intra-chunk scores", f"{base}:{kernels}")
     .replace("norm_scan_kernel", "norm_scan_kernel_old"),
     cut(new_b, "constexpr int kLocalThreads", "\n\n", backward),
-    cut(new_b, "// One block per (bh, chunk, 16 latents)", "// The normaliser gradient across chunks", backward),
+    cut(new_b, "// ---- bwd_local: one block per", "// The normaliser gradient across chunks", backward),
+    # the base's bwd_local (a block per 16 latents), with its own copies of the tile constants
+    "constexpr int kLocalLTOld = 16, kLocalETOld = 32;",
     cut(old_b, "// One block per (bh, chunk, 16 latents)", "// The normaliser gradient across chunks",
-        f"{base}:{backward}").replace("LocalSmem", "LocalSmemOld").replace("bwd_local_kernel", "bwd_local_kernel_old"),
+        f"{base}:{backward}").replace("LocalSmem", "LocalSmemOld").replace("bwd_local_kernel", "bwd_local_kernel_old")
+    .replace("kLocalLT", "kLocalLTOld").replace("kLocalET", "kLocalETOld"),
 ]
 text = "\n".join(parts).replace(SHARED, "unsigned char* smem_raw = emu::smem;")
 open(out, "w").write(text)
