@@ -254,6 +254,8 @@ int main() {
   bad += !norm_scan_case<float, float>(2, 2, 150, 40, 64, bhtl, true, false, true);
   bad += !norm_scan_case<float, float>(2, 2, 150, 40, 64, bhtl, true, true, false, false);
   bad += !norm_scan_case<bf16, bf16>(2, 2, 150, 41, 64, bhtl, true, true, false, false);
+  bad += !norm_scan_case<bf16, bf16>(1, 2, 20, 600, 16, bhtl, true, true);  // token_sum's full batches
+  bad += !norm_scan_case<float, float>(1, 1, 9, 1001, 4, bthl, false, false);
   bad += !bwd_local_case(2, 2, 150, 37, 40, 64, false);
   bad += !bwd_local_case(2, 2, 150, 37, 40, 64, true);
   bad += !bwd_local_case(1, 1, 64, 16, 32, 64, false);
