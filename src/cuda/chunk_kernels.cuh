@@ -86,14 +86,31 @@ static __global__ void decay_to_f32_kernel(float* a32, const void* decay, int64_
 }
 
 // ---- s_t = eps + sum_l q_t[l]: one warp per (bh, t) -----------------------------------------
+// Lane j adds l = j, j + 32, ... in that order, then the lanes' sums by the xor tree: every add
+// in the order of the plain loop (s bitwise as before). kSumBatch loads per lane are issued before
+// their adds: the plain loop, unrolled 4 by the compiler, had 256 bytes per warp in flight and ran
+// at ~2 TB/s (0.13 ms at BDH-8k for 0.27 GB of q).
+constexpr int kSumBatch = 8;
 template <typename T>
 __global__ void token_sum_kernel(Dims d, Str4 q, float* s) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
+  const int64_t step = 32 * q.s[3];
   for (int64_t w = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; w < d.nbh * d.T; w += warps) {
-    const int64_t bh = w / d.T, t = w % d.T, b = d.b_of(bh), h = d.h_of(bh);
+    const int64_t bh = w / d.T, t = w - bh * d.T, b = d.b_of(bh), h = d.h_of(bh);
+    const T* p = static_cast<const T*>(q.p) + q.at(b, h, t, lane);  // latent l0 of this lane
     float acc = 0.0f;
-    for (int64_t l = lane; l < d.L; l += 32) acc += load<T>(q.p, q.at(b, h, t, l));
+    int64_t l0 = lane;
+#pragma unroll 1
+    for (; l0 + (kSumBatch - 1) * 32 < d.L; l0 += kSumBatch * 32) {
+      float x[kSumBatch];
+#pragma unroll
+      for (int k = 0; k < kSumBatch; ++k, p += step) x[k] = to_float(__ldg(p));
+#pragma unroll
+      for (int k = 0; k < kSumBatch; ++k) acc += x[k];
+    }
+#pragma unroll 1
+    for (; l0 < d.L; l0 += 32, p += step) acc += to_float(__ldg(p));
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) s[w] = acc + kEpsF;
   }
@@ -118,33 +135,120 @@ __global__ void token_sum_kernel(Dims d, Str4 q, float* s) {
 // N is summed chunk by chunk instead of token by token: the same float32 accuracy, not bitwise the
 // token-by-token order, and a fixed order (independent of the batching): deterministic.
 // Every thread's index is l-fastest, so a warp's loads and stores of one token are contiguous.
+//
+// norm_chunk_sums and norm_apply are elementwise passes over [T, L] and must run at memory speed.
+// norm_apply at 905c4ad..b9ba242 ran at 0.61 ms at BDH-8k (bf16, 134 M (t, l) elements, ~8 bytes
+// each: ~0.25 ms of DRAM traffic) with ncu's DRAM throughput at 36 % but SM throughput at 81 % and
+// 0.83 issued warps per scheduler (bench/results/ncu-h200-6fe913d): ~120 instructions per element,
+// most of them 64-bit index products per token (Str4::at, (bh T + t0 + i) Lp + l), 2-byte stores
+// and per-token branches. Here every thread
+//   - handles kNormVec = 2 adjacent latents where the layout allows it (paired 4- or 8-byte loads
+//     and stores, one set of pointer and loop work for both; launch_norm_scan checks the strides,
+//     the alignment and L even, else the same code runs with one latent, any strides and L),
+//   - forms its pointers once and steps them by a row per token (no 64-bit products in the loop),
+//   - runs an unpredicated body for the full batches of kNormBatch tokens (all but a tail),
+//   - writes a batch's Kq from its last token down (no array of the batch's a^(Cn-1-i) held) and
+//     takes ipow's squares a^(2^j) from a per-chunk table, so that the pair path fits 80
+//     registers (3 blocks of 256 per multiprocessor, __launch_bounds__) without spilling.
+// From the PTX, a full batch of 8 tokens costs ~300 PTX (~480 SASS, estimated) instructions for
+// 16 elements against ~600 (~960) for 8 before: ~30 instead of ~120 per element, under the ~0.25
+// ms of DRAM traffic at the issue rate ncu measured.
+// The arithmetic is the old kernel's, operation for operation (the division, the running a^i, the
+// ipow per batch for a^(Cn-1-i), the N update): the outputs are bitwise the same.
 
-// q_{t0+k}[l] for the kNormBatch tokens k = k0 .. k0+kNormBatch-1 that are < n (0 past n), from
-// `base` = q.at(b, h, t0, l): the loads are issued together, before the dependent chain uses them.
+// Tokens per batch of loads, and latents per thread where the layout allows pairs.
 constexpr int kNormBatch = 8;
-template <typename T>
-__device__ __forceinline__ void load_tokens(const Str4& q, int64_t base, int k0, int n, float (&out)[kNormBatch]) {
-#pragma unroll
-  for (int k = 0; k < kNormBatch; ++k) out[k] = k0 + k < n ? load<T>(q.p, base + (k0 + k) * q.s[2]) : 0.0f;
+constexpr int kNormVec = 2;
+
+// Two adjacent elements: the unit of the paired loads and stores (aligned to their size).
+template <typename X>
+struct alignas(2 * sizeof(X)) Pair {
+  X x, y;
+};
+
+// V adjacent latents of one token from p (V = 2: p aligned to 2 elements).
+template <int V, typename T>
+__device__ __forceinline__ void load_latents(const T* p, float (&out)[V]) {
+  static_assert(V == 1 || V == 2, "one or two latents per thread");
+  if constexpr (V == 2) {
+    using Word = std::conditional_t<sizeof(T) == 2, unsigned, float2>;  // a bf16/f16 pair, or a float pair
+    static_assert(sizeof(Word) == sizeof(Pair<T>), "pair word");
+    const Word w = __ldg(reinterpret_cast<const Word*>(p));
+    Pair<T> v;
+    memcpy(&v, &w, sizeof v);
+    out[0] = to_float(v.x);
+    out[1] = to_float(v.y);
+  } else {
+    out[0] = to_float(__ldg(p));
+  }
+}
+// V adjacent latents rounded to X at p (V = 2: p aligned to 2 elements; bf16 pairs by one cvt).
+template <int V, typename X>
+__device__ __forceinline__ void store_latents(X* p, const float (&x)[V]) {
+  if constexpr (V == 2 && std::is_same_v<X, __nv_bfloat16>) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x[0], x[1]);
+  } else if constexpr (V == 2) {
+    *reinterpret_cast<Pair<X>*>(p) = Pair<X>{from_float<X>(x[0]), from_float<X>(x[1])};
+  } else {
+    p[0] = from_float<X>(x[0]);
+  }
 }
 
+// The kNormBatch tokens' latents from p (advanced past them), token k at p + k·stride, those at
+// k >= n zero: the loads are issued together, before the dependent chain uses them.
+template <int V, typename T>
+__device__ __forceinline__ void load_tokens(const T*& p, int64_t stride, int n, float (&out)[kNormBatch][V]) {
+#pragma unroll
+  for (int k = 0; k < kNormBatch; ++k, p += stride) {
+    if (k < n) {
+      load_latents<V>(p, out[k]);
+    } else {
+#pragma unroll
+      for (int v = 0; v < V; ++v) out[k][v] = 0.0f;
+    }
+  }
+}
+
+// Whether q's latents can be read in aligned pairs and Qp's rows hold whole pairs: unit latent
+// stride, even strides and L, the pointer aligned to a pair.
 template <typename T>
+inline bool norm_pairs_ok(const Dims& d, const Str4& q) {
+  return q.s[3] == 1 && q.s[0] % 2 == 0 && q.s[1] % 2 == 0 && q.s[2] % 2 == 0 && d.L % 2 == 0 &&
+         reinterpret_cast<uintptr_t>(q.p) % (2 * sizeof(T)) == 0;
+}
+
+// One thread per (bh, c, V latents).
+template <typename T, int V>
 __global__ void norm_chunk_sums_kernel(Dims d, Str4 q, const float* a32, float* Nc) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.nC * d.L;
+  const int64_t groups = d.L / V;  // V divides L (launch_norm_scan)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.nC * groups;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t l = i % d.L, c = (i / d.L) % d.nC, bh = i / (d.L * d.nC), b = d.b_of(bh), h = d.h_of(bh);
+    const int64_t bc = i / groups, l = (i - bc * groups) * V, bh = bc / d.nC, c = bc - bh * d.nC;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh);
     const int Cn = static_cast<int>(d.chunk_len(c));
-    const float a = a32[h * d.L + l];
-    const int64_t base = q.at(b, h, c * d.C, l);
-    float z = 0.0f;
-    for (int k0 = 0; k0 < Cn; k0 += kNormBatch) {
-      float qv[kNormBatch];
-      load_tokens<T>(q, base, k0, Cn, qv);
+    float a[V], z[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) a[v] = a32[h * d.L + l + v], z[v] = 0.0f;
+    const T* p = static_cast<const T*>(q.p) + q.at(b, h, c * d.C, l);
+    // One batch of kNormBatch tokens from k0 (kFull: all in the chunk, no predicates).
+    auto batch = [&](int k0, auto full_type) {
+      constexpr bool kFull = decltype(full_type)::value;
+      const int n = kFull ? kNormBatch : Cn - k0;
+      float qv[kNormBatch][V];
+      load_tokens<V>(p, q.s[2], n, qv);
 #pragma unroll
       for (int k = 0; k < kNormBatch; ++k)
-        if (k0 + k < Cn) z = a * z + qv[k];
-    }
-    Nc[(bh * (d.nC + 1) + c + 1) * d.L + l] = z;
+        if (kFull || k < n) {
+#pragma unroll
+          for (int v = 0; v < V; ++v) z[v] = a[v] * z[v] + qv[k][v];
+        }
+    };
+    int k0 = 0;
+    for (; k0 + kNormBatch <= Cn; k0 += kNormBatch) batch(k0, std::true_type{});
+    if (k0 < Cn) batch(k0, std::false_type{});
+    float* out = Nc + (bh * (d.nC + 1) + c + 1) * d.L + l;
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[v] = z[v];
   }
 }
 
@@ -176,72 +280,148 @@ static __global__ void norm_carry_kernel(Dims d, const float* a32, Str3 n0, floa
 
 // Qp is float32 where FFMA kernels or the backward's local gradients read it, bf16 where only the
 // tensor-core forward's diagonal score sub-blocks do (half the traffic of the largest array here).
-template <typename T, typename QpT>
-__global__ void norm_apply_kernel(Dims d, Str4 q, const float* a32, const float* s, const float* Nc, QpT* Qp,
-                                  __nv_bfloat16* Xq, __nv_bfloat16* Kq) {
-  const int64_t width = Xq ? d.Lp : d.L;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.nC * width;
+// kXq: Xq given (the tensor-core path); kKq: Kq too. One thread per (bh, c, V latents).
+template <typename T, typename QpT, int V, bool kXq, bool kKq>
+__global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, const float* a32, const float* s,
+                                                         const float* Nc, QpT* Qp, __nv_bfloat16* Xq,
+                                                         __nv_bfloat16* Kq) {
+  static_assert(kXq || !kKq, "Kq comes with Xq");
+  const int64_t groups = (kXq ? d.Lp : d.L) / V;  // V divides L and Lp (launch_norm_scan)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.nC * groups;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t l = i % width, c = (i / width) % d.nC, bh = i / (width * d.nC), b = d.b_of(bh), h = d.h_of(bh);
+    const int64_t bc = i / groups, l = (i - bc * groups) * V, bh = bc / d.nC, c = bc - bh * d.nC;
     const int64_t t0 = c * d.C;
     const int Cn = static_cast<int>(d.chunk_len(c));
-    if (l >= d.L) {  // padding latents of the tensor-core operands
-      for (int k = 0; k < Cn; ++k) {
-        Xq[(bh * d.T + t0 + k) * d.Lp + l] = __float2bfloat16_rn(0.0f);
-        if (Kq) Kq[(bh * d.T + t0 + k) * d.Lp + l] = __float2bfloat16_rn(0.0f);
+    // Token i of the chunk at xq + i·Lp, kq + i·Lp (rows of Lp), out + i·L, qp + i·q.s[2].
+    __nv_bfloat16* xq = kXq ? Xq + (bh * d.T + t0) * d.Lp + l : nullptr;
+    __nv_bfloat16* kq = kKq ? Kq + (bh * d.T + t0) * d.Lp + l : nullptr;
+    if (kXq && l >= d.L) {  // padding latents of the tensor-core operands (all V: V divides L)
+      const float zero[V] = {};
+      for (int k = 0; k < Cn; ++k, xq += d.Lp) {
+        store_latents<V>(xq, zero);
+        if (kKq) {
+          store_latents<V>(kq, zero);
+          kq += d.Lp;
+        }
       }
       continue;
     }
-    const float a = a32[h * d.L + l];
-    float N = Nc[(bh * (d.nC + 1) + c) * d.L + l];
-    float apow_i = 1.0f;  // a^i for token i of the chunk, by running product
-    const int64_t base = q.at(b, h, t0, l);
-    QpT* qp_col = Qp + (bh * d.T + t0) * d.L + l;  // token i of the chunk at qp_col[i * L]
-    const int64_t op0 = (bh * d.T + t0) * d.Lp + l;  // the same for Xq and Kq, rows of Lp
-    const float* s_chunk = s + bh * d.T + t0;
-    for (int k0 = 0; k0 < Cn; k0 += kNormBatch) {
-      float qv[kNormBatch], sv[kNormBatch], kp[kNormBatch];
-      load_tokens<T>(q, base, k0, Cn, qv);
+    const int64_t b = d.b_of(bh), h = d.h_of(bh);
+    // apow_i = a^i for token i of the chunk, by running product; sq[j] = a^(2^j), the squares
+    // that ipow(a, e) multiplies for the bits of e (e < 64: Cn <= 64).
+    float a[V], N[V], apow_i[V], sq[kKq ? 6 : 1][V];
 #pragma unroll
-      for (int k = 0; k < kNormBatch; ++k) sv[k] = k0 + k < Cn ? s_chunk[k0 + k] : 1.0f;
-      if (Kq) {  // kp[k] = a^(Cn-1-i), i = k0 + k: one ipow per batch, then a product per token
+    for (int v = 0; v < V; ++v) {
+      a[v] = a32[h * d.L + l + v];
+      N[v] = Nc[(bh * (d.nC + 1) + c) * d.L + l + v];
+      apow_i[v] = 1.0f;
+      sq[0][v] = a[v];
+#pragma unroll
+      for (int j = 1; j < (kKq ? 6 : 1); ++j) sq[j][v] = sq[j - 1][v] * sq[j - 1][v];
+    }
+    const T* qp = static_cast<const T*>(q.p) + q.at(b, h, t0, l);
+    QpT* out = Qp + (bh * d.T + t0) * d.L + l;
+    const float* s_tok = s + bh * d.T + t0;
+    // One batch of kNormBatch tokens from k0; full (every token < Cn) for all but a chunk's last
+    // partial batch, so that the common case runs without a predicate per token.
+    auto batch = [&](int k0, auto full_type) {
+      constexpr bool kFull = decltype(full_type)::value;
+      const int n = kFull ? kNormBatch : Cn - k0;  // the batch's tokens in the chunk
+      float qv[kNormBatch][V], sv[kNormBatch];
+      load_tokens<V>(qp, q.s[2], n, qv);
+#pragma unroll
+      for (int k = 0; k < kNormBatch; ++k) sv[k] = k < n ? s_tok[k] : 1.0f;
+      s_tok += kNormBatch;
+      if (kKq) {  // Kq = q a^(Cn-1-i), i = k0 + k: one ipow per batch, then a product per token,
+                  // from the batch's last token down (no array of the batch's powers held)
         int e = Cn - 1 - (k0 + kNormBatch - 1);
-        float pw = ipow(a, e > 0 ? e : 0);
+        const int e0 = e > 0 ? e : 0;
+        float pw[V];  // ipow(a, e0), bitwise: its squares, multiplied in its order from r = 1
+#pragma unroll
+        for (int v = 0; v < V; ++v) pw[v] = 1.0f;
+#pragma unroll
+        for (int j = 0; j < 6; ++j)
+          if (e0 >> j & 1) {
+#pragma unroll
+            for (int v = 0; v < V; ++v) pw[v] *= sq[j][v];
+          }
+        __nv_bfloat16* row = kq + (n - 1) * d.Lp;  // token n-1 of the batch (kFull: n = kNormBatch)
 #pragma unroll
         for (int k = kNormBatch - 1; k >= 0; --k, ++e) {
-          kp[k] = pw;
-          if (e >= 0) pw *= a;
+          if (kFull || k < n) {
+            float x[V];
+#pragma unroll
+            for (int v = 0; v < V; ++v) x[v] = qv[k][v] * pw[v];
+            store_latents<V>(row, x);
+            row -= d.Lp;
+          }
+#pragma unroll
+          for (int v = 0; v < V; ++v)
+            if (kFull || e >= 0) pw[v] *= a[v];
         }
+        kq += kNormBatch * d.Lp;
       }
 #pragma unroll
       for (int k = 0; k < kNormBatch; ++k) {
-        const int ci = k0 + k;
-        if (ci < Cn) {
-          const float qp = qv[k] / (sv[k] * (N + kEpsF));  // one division: q_t / (s_t (N_t + eps))
-          qp_col[ci * d.L] = from_float<QpT>(qp);
-          if (Xq) {
-            Xq[op0 + ci * d.Lp] = __float2bfloat16_rn(qp * apow_i);
-            apow_i *= a;
+        if (kFull || k < n) {
+          float qpv[V];
+#pragma unroll
+          for (int v = 0; v < V; ++v) qpv[v] = qv[k][v] / (sv[k] * (N[v] + kEpsF));  // q_t / (s_t (N_t + eps))
+          store_latents<V>(out, qpv);
+          out += d.L;
+          if (kXq) {
+            float x[V];
+#pragma unroll
+            for (int v = 0; v < V; ++v) x[v] = qpv[v] * apow_i[v], apow_i[v] *= a[v];
+            store_latents<V>(xq, x);
+            xq += d.Lp;
           }
-          if (Kq) Kq[op0 + ci * d.Lp] = __float2bfloat16_rn(qv[k] * kp[k]);
-          N = a * N + qv[k];
+#pragma unroll
+          for (int v = 0; v < V; ++v) N[v] = a[v] * N[v] + qv[k][v];
         }
       }
-    }
+    };
+    int k0 = 0;
+    for (; k0 + kNormBatch <= Cn; k0 += kNormBatch) batch(k0, std::true_type{});
+    if (k0 < Cn) batch(k0, std::false_type{});
   }
 }
 
-// The three passes of the normaliser scan (see above) on `stream`.
+// The three passes of the normaliser scan (see above) on `stream`: launch_norm_scan, through
+// launch_norm_apply for norm_apply's instantiations (pairs or single latents; Xq, Kq given or not).
+template <typename T, typename QpT, int V, bool kXq, bool kKq>
+void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, QpT* Qp, float* Nc,
+                       __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream) {
+  norm_apply_kernel<T, QpT, V, kXq, kKq>
+      <<<grid_for(d.nbh * d.nC * (kXq ? d.Lp : d.L) / V, 256), 256, 0, stream>>>(d, q, a32, s, Nc, Qp, Xq, Kq);
+  RHOSCAN_CUDA_LAUNCHED("norm_apply_kernel");
+}
+template <typename T, typename QpT, int V>
+void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, QpT* Qp, float* Nc,
+                       __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream) {
+  if (Xq && Kq)
+    launch_norm_apply<T, QpT, V, true, true>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
+  else if (Xq)
+    launch_norm_apply<T, QpT, V, true, false>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
+  else
+    launch_norm_apply<T, QpT, V, false, false>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
+}
 template <typename T, typename QpT>
 void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, const float* s, QpT* Qp, float* Nc,
                       Str3 n_out, __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream) {
-  norm_chunk_sums_kernel<T><<<grid_for(d.nbh * d.nC * d.L, 256), 256, 0, stream>>>(d, q, a32, Nc);
+  // Pairs need q's pairs aligned (norm_pairs_ok) and Lp even (a multiple of 64, or L).
+  const bool pairs = norm_pairs_ok<T>(d, q) && (!Xq || d.Lp % 2 == 0);
+  if (pairs)
+    norm_chunk_sums_kernel<T, kNormVec><<<grid_for(d.nbh * d.nC * d.L / kNormVec, 256), 256, 0, stream>>>(d, q, a32, Nc);
+  else
+    norm_chunk_sums_kernel<T, 1><<<grid_for(d.nbh * d.nC * d.L, 256), 256, 0, stream>>>(d, q, a32, Nc);
   RHOSCAN_CUDA_LAUNCHED("norm_chunk_sums_kernel");
   norm_carry_kernel<<<grid_for(d.nbh * d.L, 256), 256, 0, stream>>>(d, a32, n0, Nc, n_out);
   RHOSCAN_CUDA_LAUNCHED("norm_carry_kernel");
-  norm_apply_kernel<T, QpT><<<grid_for(d.nbh * d.nC * (Xq ? d.Lp : d.L), 256), 256, 0, stream>>>(d, q, a32, s, Nc,
-                                                                                               Qp, Xq, Kq);
-  RHOSCAN_CUDA_LAUNCHED("norm_apply_kernel");
+  if (pairs)
+    launch_norm_apply<T, QpT, kNormVec>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
+  else
+    launch_norm_apply<T, QpT, 1>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
 }
 
 // ---- intra-chunk scores: one block (256 threads) per (bh, c) ---------------------------------

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "rhoscan/rhoscan.h"
 
@@ -49,6 +50,22 @@ __device__ __forceinline__ float ipow(float a, int n) {
     n >>= 1;
   }
   return r;
+}
+
+// ipow for V lanes with one exponent: each lane the same products as ipow (bitwise), one loop.
+template <int V>
+__device__ __forceinline__ void ipow_lanes(const float (&a)[V], int n, float (&r)[V]) {
+  float b[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v) r[v] = 1.0f, b[v] = a[v];
+  while (n > 0) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      if (n & 1) r[v] *= b[v];
+      b[v] *= b[v];
+    }
+    n >>= 1;
+  }
 }
 
 // Block counts for grid-stride loops: every kernel loops over its work items, so no launch

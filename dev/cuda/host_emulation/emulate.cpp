@@ -79,43 +79,112 @@ bool same_bf16(const char* what, const std::vector<float>& x, const std::vector<
   return false;
 }
 
-bool norm_scan_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, bool seq_first, bool with_n0, bool ops) {
+// q's layouts: [B,H,T,L] and [B,T,H,L] (norm_apply's latent pairs when L is even), [B,H,L,T]
+// (latent stride T: single latents) and [B,H,T,L] one element past an aligned start (odd pointer:
+// single latents).
+enum class Layout { bhtl, bthl, bhlt, bhtl_odd };
+const char* layout_name(Layout y) {
+  return y == Layout::bhtl ? "" : y == Layout::bthl ? " [B,T,H,L]" : y == Layout::bhlt ? " [B,H,L,T]" : " odd pointer";
+}
+
+std::vector<float> floats(const std::vector<__nv_bfloat16>& x) {
+  std::vector<float> f(x.size());
+  for (size_t i = 0; i < x.size(); ++i) f[i] = __bfloat162float(x[i]);
+  return f;
+}
+template <typename X>
+std::vector<float> as_floats(const std::vector<X>& x) {
+  if constexpr (std::is_same_v<X, float>)
+    return x;
+  else
+    return floats(x);
+}
+// Bitwise equal (NaN to NaN): the paired kernels do the old ones' arithmetic, operation for operation.
+template <typename X>
+bool bitwise(const char* what, const std::vector<X>& x, const std::vector<X>& y) {
+  size_t off = 0;
+  for (size_t i = 0; i < x.size(); ++i) off += std::memcmp(&x[i], &y[i], sizeof(X)) != 0;
+  if (off == 0) return true;
+  std::printf("    %s: %zu of %zu elements not bitwise equal\n", what, off, x.size());
+  return false;
+}
+
+// The working tree's token sums and normaliser scan on one problem, with q as Q and Qp as QpT:
+// against the kernels at PREV_REV bitwise, and (float Qp) against the token-by-token kernel at
+// BASE_REV within 1e-5. `single` forces one latent per thread where pairs would be taken.
+template <typename Q, typename QpT>
+bool norm_scan_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, Layout layout, bool with_n0, bool ops,
+                    bool single = false, bool with_kq = true) {
   Dims d = dims(H, nbh, T, L, 1, C);
   d.Lp = ops ? (L + 63) / 64 * 64 : L;
   const int64_t B = nbh / H;
-  const auto q = uniform(nbh * T * L, 0.0f, 1.0f, 0.8f), a = decays(H * L), n0 = uniform(nbh * L, 0.0f, 2.0f);
-  const auto s = uniform(nbh * T, 1.0f, 2.0f);
-  const Str4 qs = seq_first ? str4(q.data(), T * H * L, L, H * L) : str4(q.data(), H * T * L, T * L, L);
+  const auto qf = uniform(nbh * T * L + 1, 0.0f, 1.0f, 0.8f), a = decays(H * L), n0 = uniform(nbh * L, 0.0f, 2.0f);
+  std::vector<Q> qbuf(qf.size());
+  for (size_t i = 0; i < qf.size(); ++i) qbuf[i] = from_float<Q>(qf[i]);
+  Str4 qs;
+  qs.p = qbuf.data() + (layout == Layout::bhtl_odd);
+  const int64_t strides[4][4] = {{H * T * L, T * L, L, 1}, {T * H * L, L, H * L, 1}, {H * L * T, L * T, 1, T},
+                                 {H * T * L, T * L, L, 1}};
+  for (int k = 0; k < 4; ++k) qs.s[k] = strides[int(layout)][k];
   const Str3 n0s = with_n0 ? str3(n0.data(), H * L, L) : Str3{};
+  const bool pairs = !single && norm_pairs_ok<Q>(d, qs);
   struct Out {
-    std::vector<float> Qp, Nc, nout;
+    std::vector<float> s, Nc, nout;
+    std::vector<QpT> Qp;
     std::vector<__nv_bfloat16> Xq, Kq;
-  } o[2];
-  for (int k = 0; k < 2; ++k) {
-    o[k] = {nans(nbh * T * L), nans(nbh * (d.nC + 1) * L), nans(B * H * L),
-            std::vector<__nv_bfloat16>(nbh * T * d.Lp, __float2bfloat16_rn(std::nanf(""))), {}};
+  } o[3];  // the working tree, PREV_REV, BASE_REV
+  const int runs = std::is_same_v<QpT, float> ? 3 : 2;
+  for (int k = 0; k < runs; ++k) {
+    const __nv_bfloat16 nan16 = __float2bfloat16_rn(std::nanf(""));
+    o[k] = {nans(nbh * T), nans(nbh * (d.nC + 1) * L), nans(B * H * L), std::vector<QpT>(nbh * T * L, from_float<QpT>(std::nanf(""))),
+            std::vector<__nv_bfloat16>(nbh * T * d.Lp, nan16), {}};
     o[k].Kq = o[k].Xq;
-    __nv_bfloat16 *Xq = ops ? o[k].Xq.data() : nullptr, *Kq = ops ? o[k].Kq.data() : nullptr;
+    __nv_bfloat16 *Xq = ops ? o[k].Xq.data() : nullptr, *Kq = ops && with_kq ? o[k].Kq.data() : nullptr;
     const Str3 nout = str3(o[k].nout.data(), H * L, L);
-    float *Qp = o[k].Qp.data(), *Nc = o[k].Nc.data();
+    QpT* Qp = o[k].Qp.data();
+    float *Nc = o[k].Nc.data(), *s = o[k].s.data();
     if (k == 0) {
-      emu::launch(3, 5, 0, [&] { norm_scan_kernel_old<float>(d, qs, a.data(), n0s, s.data(), Qp, Nc, nout, Xq, Kq); });
-    } else {
-      emu::launch(4, 7, 0, [&] { norm_chunk_sums_kernel<float>(d, qs, a.data(), Nc); });
+      emu::launch(3, 64, 0, [&] { token_sum_kernel<Q>(d, qs, s); });
+      const int V = pairs ? kNormVec : 1;
+      if (pairs)
+        emu::launch(4, 7, 0, [&] { norm_chunk_sums_kernel<Q, kNormVec>(d, qs, a.data(), Nc); });
+      else
+        emu::launch(4, 7, 0, [&] { norm_chunk_sums_kernel<Q, 1>(d, qs, a.data(), Nc); });
       emu::launch(2, 3, 0, [&] { norm_carry_kernel(d, a.data(), n0s, Nc, nout); });
-      emu::launch(5, 6, 0, [&] { norm_apply_kernel<float, float>(d, qs, a.data(), s.data(), Nc, Qp, Xq, Kq); });
+      auto apply = [&](auto kernel) { emu::launch(5, 6, 0, [&] { kernel(d, qs, a.data(), s, Nc, Qp, Xq, Kq); }); };
+      if (V == 2 && ops && Kq)
+        apply(norm_apply_kernel<Q, QpT, kNormVec, true, true>);
+      else if (V == 2 && ops)
+        apply(norm_apply_kernel<Q, QpT, kNormVec, true, false>);
+      else if (V == 2)
+        apply(norm_apply_kernel<Q, QpT, kNormVec, false, false>);
+      else if (ops && Kq)
+        apply(norm_apply_kernel<Q, QpT, 1, true, true>);
+      else if (ops)
+        apply(norm_apply_kernel<Q, QpT, 1, true, false>);
+      else
+        apply(norm_apply_kernel<Q, QpT, 1, false, false>);
+    } else if (k == 1) {
+      emu::launch(2, 96, 0, [&] { prev::token_sum_kernel<Q>(d, qs, s); });
+      emu::launch(4, 7, 0, [&] { prev::norm_chunk_sums_kernel<Q>(d, qs, a.data(), Nc); });
+      emu::launch(2, 3, 0, [&] { prev::norm_carry_kernel(d, a.data(), n0s, Nc, nout); });
+      emu::launch(5, 6, 0, [&] { prev::norm_apply_kernel<Q, QpT>(d, qs, a.data(), s, Nc, Qp, Xq, Kq); });
+    } else if constexpr (std::is_same_v<QpT, float>) {
+      o[k].s = o[1].s;  // the same s: the comparison is of the scan
+      s = o[k].s.data();
+      emu::launch(3, 5, 0, [&] { norm_scan_kernel_old<Q>(d, qs, a.data(), n0s, s, Qp, Nc, nout, Xq, Kq); });
     }
   }
-  auto floats = [](const std::vector<__nv_bfloat16>& x) {
-    std::vector<float> f(x.size());
-    for (size_t i = 0; i < x.size(); ++i) f[i] = __bfloat162float(x[i]);
-    return f;
-  };
-  const bool ok = same("Qp", o[1].Qp, o[0].Qp) & same("N", o[1].Nc, o[0].Nc) & same("rho_norm", o[1].nout, o[0].nout) &
-                  same_bf16("Xq", floats(o[1].Xq), floats(o[0].Xq)) & same_bf16("Kq", floats(o[1].Kq), floats(o[0].Kq));
-  std::printf("norm_scan H%lld pairs%lld T%lld L%lld C%lld%s%s%s: %s\n", (long long)H, (long long)nbh, (long long)T,
-              (long long)L, (long long)C, seq_first ? " [B,T,H,L]" : "", with_n0 ? " n0" : "", ops ? " Xq+Kq" : "",
-              ok ? "same" : "DIFFERENT");
+  bool ok = bitwise("s", o[0].s, o[1].s) & bitwise("Qp", o[0].Qp, o[1].Qp) & bitwise("N", o[0].Nc, o[1].Nc) &
+            bitwise("rho_norm", o[0].nout, o[1].nout) & bitwise("Xq", o[0].Xq, o[1].Xq) & bitwise("Kq", o[0].Kq, o[1].Kq);
+  if (runs == 3)
+    ok &= same("Qp", as_floats(o[0].Qp), as_floats(o[2].Qp)) & same("N", o[0].Nc, o[2].Nc) &
+          same("rho_norm", o[0].nout, o[2].nout) & same_bf16("Xq", floats(o[0].Xq), floats(o[2].Xq)) &
+          same_bf16("Kq", floats(o[0].Kq), floats(o[2].Kq));
+  std::printf("norm_scan %s q, %s Qp, H%lld pairs%lld T%lld L%lld C%lld%s%s%s, %s: %s\n",
+              std::is_same_v<Q, float> ? "f32" : "bf16", std::is_same_v<QpT, float> ? "f32" : "bf16", (long long)H,
+              (long long)nbh, (long long)T, (long long)L, (long long)C, layout_name(layout), with_n0 ? " n0" : "",
+              ops ? (with_kq ? " Xq+Kq" : " Xq") : "", pairs ? "latent pairs" : "single latents", ok ? "same" : "DIFFERENT");
   return ok;
 }
 
@@ -175,14 +244,35 @@ bool bwd_local_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t E, int
 
 int main() {
   int bad = 0;
-  bad += !norm_scan_case(3, 6, 300, 70, 64, false, true, true);
-  bad += !norm_scan_case(2, 4, 200, 13, 32, true, false, true);
-  bad += !norm_scan_case(2, 2, 129, 33, 64, false, true, false);
-  bad += !norm_scan_case(1, 1, 1, 64, 64, false, true, true);
-  bad += !norm_scan_case(2, 2, 0, 10, 64, false, true, true);
-  bad += !norm_scan_case(2, 2, 50, 4, 1, false, true, true);
-  bad += !norm_scan_case(1, 2, 64, 7, 64, false, false, true);
-  bad += !norm_scan_case(1, 1, 2000, 9, 17, false, true, true);
+  using bf16 = __nv_bfloat16;
+  constexpr auto bhtl = Layout::bhtl, bthl = Layout::bthl, bhlt = Layout::bhlt, odd = Layout::bhtl_odd;
+  bad += !norm_scan_case<float, float>(3, 6, 300, 70, 64, bhtl, true, true);
+  bad += !norm_scan_case<float, float>(3, 6, 300, 70, 64, bhtl, true, true, true);
+  bad += !norm_scan_case<float, float>(2, 4, 200, 13, 32, bthl, false, true);
+  bad += !norm_scan_case<float, float>(2, 4, 200, 14, 32, bthl, false, true);
+  bad += !norm_scan_case<float, float>(2, 2, 129, 33, 64, bhtl, true, false);
+  bad += !norm_scan_case<float, float>(2, 2, 129, 34, 64, bhtl, true, false);
+  bad += !norm_scan_case<float, float>(1, 1, 1, 64, 64, bhtl, true, true);
+  bad += !norm_scan_case<float, float>(2, 2, 0, 10, 64, bhtl, true, true);
+  bad += !norm_scan_case<float, float>(2, 2, 50, 4, 1, bhtl, true, true);
+  bad += !norm_scan_case<float, float>(1, 2, 64, 7, 64, bhtl, false, true);
+  bad += !norm_scan_case<float, float>(1, 1, 2000, 9, 17, bhtl, true, true);
+  bad += !norm_scan_case<float, float>(1, 1, 2000, 10, 17, bhtl, true, true);
+  bad += !norm_scan_case<float, float>(2, 2, 77, 20, 7, bhlt, true, true);
+  bad += !norm_scan_case<float, float>(2, 2, 77, 20, 7, odd, true, false);
+  bad += !norm_scan_case<float, float>(1, 2, 100, 130, 64, bhtl, false, true);
+  bad += !norm_scan_case<bf16, float>(3, 6, 300, 70, 64, bhtl, true, true);
+  bad += !norm_scan_case<bf16, float>(2, 2, 77, 21, 13, bthl, true, true);
+  bad += !norm_scan_case<bf16, float>(2, 2, 77, 20, 7, odd, true, true);
+  bad += !norm_scan_case<bf16, bf16>(3, 6, 300, 70, 64, bhtl, true, true);
+  bad += !norm_scan_case<bf16, bf16>(2, 4, 200, 66, 32, bthl, false, true);
+  bad += !norm_scan_case<bf16, bf16>(2, 4, 200, 13, 32, bthl, false, true);
+  bad += !norm_scan_case<bf16, bf16>(2, 2, 77, 20, 1, bhlt, true, true);
+  bad += !norm_scan_case<float, float>(2, 2, 150, 40, 64, bhtl, true, false, true);
+  bad += !norm_scan_case<float, float>(2, 2, 150, 40, 64, bhtl, true, true, false, false);
+  bad += !norm_scan_case<bf16, bf16>(2, 2, 150, 41, 64, bhtl, true, true, false, false);
+  bad += !norm_scan_case<bf16, bf16>(1, 2, 20, 600, 16, bhtl, true, true);  // token_sum's full batches
+  bad += !norm_scan_case<float, float>(1, 1, 9, 1001, 4, bthl, false, false);
   for (bool rb : {false, true}) {
     bad += !bwd_local_case(2, 2, 150, 37, 40, 64, rb);         // two chunks and a tail of 22, L < 64
     bad += !bwd_local_case(1, 1, 64, 16, 32, 64, rb);          // one full chunk

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Writes the kernel header of the host emulation, cut out of the sources by their section
 comments (a missing marker stops with its name); run from the repository root.
-  extract.py BASE_REV OUT_FILE   kernels.h for emulate.cpp: the normaliser-scan and bwd_local
-                                 kernels of the working tree, and the same kernels at BASE_REV
-                                 renamed with the suffix _old
+  extract.py BASE_REV OUT_FILE [PREV_REV]
+                                 kernels.h for emulate.cpp: the token-sum, normaliser-scan and
+                                 bwd_local kernels of the working tree, the same kernels at
+                                 BASE_REV renamed with the suffix _old, and the token-sum and
+                                 chunk-parallel normaliser-scan kernels at PREV_REV (default
+                                 b9ba242, before the paired norm_apply) in namespace prev
   extract.py --mma OUT_FILE      kernels_mma.h for emulate_mma.cpp: the tensor-core kernels of the
                                  working tree (MMA_PARTS below; a kernel added between the pack_bf16
                                  section and the launchers of chunk_products.cuh comes along)"""
@@ -49,12 +52,18 @@ if base == "--mma":
     sys.exit(0)
 
 new_k, old_k, new_b, old_b = tree(kernels), at_base(kernels), tree(backward), at_base(backward)
+prev = sys.argv[3] if len(sys.argv) > 3 else "b9ba242"
+prev_k = subprocess.run(["git", "show", f"{prev}:{kernels}"], check=True, capture_output=True, text=True).stdout
 parts = [
     '#include "shim.h"',
     cut(tree("src/cuda/common.cuh"), "// a^n for n >= 0", "// Block counts", "src/cuda/common.cuh"),
     cut(new_k, "// A strided tensor", "// How many slices of L", kernels),
     cut(new_k, "// f(n) = d/da a^n", "// ---- decay to float32", kernels),
+    cut(new_k, "// ---- s_t = eps", "// ---- normaliser scan, chunk-parallel", kernels),
     cut(new_k, "// ---- normaliser scan, chunk-parallel", "// The three passes of the normaliser scan", kernels),
+    "namespace prev {",
+    cut(prev_k, "// ---- s_t = eps", "// The three passes of the normaliser scan", f"{prev}:{kernels}"),
+    "}  // namespace prev",
     cut(old_k, "// ---- normaliser scan: one thread per", "// ---- intra-chunk scores", f"{base}:{kernels}")
     .replace("norm_scan_kernel", "norm_scan_kernel_old"),
     cut(new_b, "constexpr int kLocalThreads", "\n\n", backward),

@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Host emulation check (no GPU needed): the working tree's normaliser scan and bwd_local against
-# the same kernels at BASE_REV (default 905c4ad, main before the chunk-parallel scan).
-#   dev/cuda/host_emulation/run.sh [BASE_REV]      (from the repository root)
+# the same kernels at BASE_REV (default 905c4ad, main before the chunk-parallel scan), and its
+# token sums and normaliser scan bitwise against PREV_REV's (default b9ba242, before the paired
+# norm_apply).
+#   dev/cuda/host_emulation/run.sh [BASE_REV [PREV_REV]]      (from the repository root)
 # The tensor-core kernels: run_mma.sh (emulate_mma.cpp).
 # Exit status 77 (ctest's skip) when the base revision is not in the clone (a shallow clone).
 set -eu
 cd "$(dirname "$0")/../../.."
 base=${1:-905c4ad}
-if ! git cat-file -e "$base^{commit}" 2>/dev/null; then
-  echo "skipped: base revision $base is not in this clone (shallow?)"
-  exit 77
-fi
+prev=${2:-b9ba242}
+for rev in "$base" "$prev"; do
+  if ! git cat-file -e "$rev^{commit}" 2>/dev/null; then
+    echo "skipped: revision $rev is not in this clone (shallow?)"
+    exit 77
+  fi
+done
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-python3 dev/cuda/host_emulation/extract.py "$base" "$dir/kernels.h"
+python3 dev/cuda/host_emulation/extract.py "$base" "$dir/kernels.h" "$prev"
 cp dev/cuda/host_emulation/shim.h "$dir/"
 g++ -std=c++20 -O1 -pthread -w -I "$dir" dev/cuda/host_emulation/emulate.cpp -o "$dir/emulate"
 timeout 600 "$dir/emulate"  # a __syncthreads not every thread reaches hangs: the timeout says so
