@@ -33,76 +33,91 @@ namespace {
 constexpr int kLocalThreads = 256;
 constexpr int kLocalLT = 64, kLocalET = 32;
 
-// ---- bwd_local's contractions over E on tensor cores (bfloat16 backward) ---------------------
+// ---- bwd_local's contractions over E on tensor cores (bfloat16 and float16 backward) ---------
 // Per (bh, chunk, 64 latents): W[t][l] = H_c[l,:]·G_t and U[t][l] = A_end[l,:]·v_t for the chunk's
-// tokens, HdH[c][l] = <H_c[l,:], A_end[l,:]>. The float32 states are split into bf16 hi + lo
-// (x = hi + lo to about 2^-16 relative) and G, v are exact in bf16, so W and U keep float32-level
-// accuracy: gw = W / (N + eps) enters dq as the difference gw - gc. Warps 0-3 compute W, 4-7 U.
+// tokens, HdH[c][l] = <H_c[l,:], A_end[l,:]>. The states come as bf16 hi + lo planes (x = hi + lo
+// to about 2^-16 relative; chunk_states_mma_kernel's split stores) and G, v are exact in bf16, so
+// W and U keep float32-level accuracy: gw = W / (N + eps) enters dq as the difference gw - gc.
+// Warps 0-3 compute W, 4-7 U. All tiles arrive by cp.async, two stages over E: until c2241bf the
+// states were float32, loaded and split here (0.98 ms per batch of 16 pairs at BDH-8k, DRAM 58 %,
+// 0.40 issued warps per scheduler).
 // kLo (split values, float16): gb_lo and vb_lo hold G's and v's bf16 remainders; the products
 // then add S_hi·Y_lo (S_lo·Y_lo is below float32 resolution).
 constexpr int kRbS = kMmaLT + 8;
 template <bool kLo>
+constexpr int readback_tiles() {
+  return kLo ? 8 : 6;
+}
+template <bool kLo>
 constexpr int readback_smem() {
-  return (kLo ? 8 : 6) * 64 * kRbS * static_cast<int>(sizeof(bf16));
+  return 2 * readback_tiles<kLo>() * 64 * kRbS * static_cast<int>(sizeof(bf16));
 }
 template <bool kLo = false>
-__global__ void __launch_bounds__(kMmaThreads, 2) chunk_readback_mma_kernel(Dims d, const float* Hs, const float* dHs,
-                                                                            const bf16* gb, const bf16* vb, float* W,
-                                                                            float* U, float* HdH,
-                                                                            const bf16* gb_lo = nullptr,
-                                                                            const bf16* vb_lo = nullptr) {
+__global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_kernel(
+    Dims d, const bf16* Hs, const bf16* Hs_lo, const bf16* dHs, const bf16* dHs_lo, const bf16* gb, const bf16* vb,
+    float* W, float* U, float* HdH, const bf16* gb_lo = nullptr, const bf16* vb_lo = nullptr) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  // tiles 0, 1: H hi, lo; 2, 3: A_end hi, lo ([64 latents][kRbS]); 4: G, 5: v ([64 tokens][kRbS]);
-  // if kLo, 6: G lo, 7: v lo
+  // per stage, tiles 0, 1: H hi, lo; 2, 3: A_end hi, lo ([64 latents][kRbS]); 4: G, 5: v
+  // ([64 tokens][kRbS]); if kLo, 6: G lo, 7: v lo
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw);
-  auto tile = [&](int k) { return tiles + k * 64 * kRbS; };
+  constexpr int NT = readback_tiles<kLo>();
+  auto tile = [&](int stage, int k) { return tiles + (stage * NT + k) * 64 * kRbS; };
   const int warp = threadIdx.x / 32;
   const bool is_u = warp >= 4;
   const int wm = (warp & 1) * 32, wn = ((warp >> 1) & 1) * 32;  // the warp's latents and tokens
-  const int64_t nlt = d.Lp / 64;
+  const int64_t nlt = d.Lp / 64, net = d.Ep / 64;
   for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
     const int64_t bh = item / (d.nC * nlt), c = (item / nlt) % d.nC, l0 = (item % nlt) * 64, t0 = c * d.C;
     const int Cn = static_cast<int>(d.chunk_len(c));
-    const float* Hc = Hs + ((bh * d.nC + c) * d.Lp + l0) * d.Ep;
-    const float* Ac = dHs + ((bh * d.nC + c) * d.Lp + l0) * d.Ep;
-    const bf16* Gc = gb + (bh * d.T + t0) * d.Ep;
-    const bf16* Vc = vb + (bh * d.T + t0) * d.Ep;
-    float acc[2][4][4] = {}, hdh[4] = {};  // hdh[k]: latent row threadIdx.x / 16 + 16 k
-    for (int64_t e0 = 0; e0 < d.Ep; e0 += 64) {
-      __syncthreads();  // the previous tiles are consumed
+    const int64_t s0 = ((bh * d.nC + c) * d.Lp + l0) * d.Ep;  // the item's rows of the state planes
+    const int64_t y0 = (bh * d.T + t0) * d.Ep;                 // the chunk's rows of G and v
+    auto fetch = [&](int stage, int64_t e0) {
       for (int idx = threadIdx.x; idx < 64 * 8; idx += blockDim.x) {
-        const int i = idx / 8, p = 8 * (idx % 8);
-        cp_async16(tile(4) + i * kRbS + p, Gc + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
-        cp_async16(tile(5) + i * kRbS + p, Vc + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
+        const int r = idx / 8, p = 8 * (idx % 8);
+        const int64_t so = s0 + r * d.Ep + e0 + p, yo = y0 + min(r, Cn - 1) * d.Ep + e0 + p;
+        const int o = r * kRbS + p;
+        cp_async16(tile(stage, 0) + o, Hs + so);
+        cp_async16(tile(stage, 1) + o, Hs_lo + so);
+        cp_async16(tile(stage, 2) + o, dHs + so);
+        cp_async16(tile(stage, 3) + o, dHs_lo + so);
+        cp_async16(tile(stage, 4) + o, gb + yo, r < Cn);
+        cp_async16(tile(stage, 5) + o, vb + yo, r < Cn);
         if constexpr (kLo) {
-          cp_async16(tile(6) + i * kRbS + p, gb_lo + (Gc - gb) + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
-          cp_async16(tile(7) + i * kRbS + p, vb_lo + (Vc - vb) + min(i, Cn - 1) * d.Ep + e0 + p, i < Cn);
+          cp_async16(tile(stage, 6) + o, gb_lo + yo, r < Cn);
+          cp_async16(tile(stage, 7) + o, vb_lo + yo, r < Cn);
         }
       }
       cp_async_commit();
+    };
+    float acc[2][4][4] = {}, hdh[4] = {};  // hdh[k]: latent row threadIdx.x / 16 + 16 k
+    __syncthreads();                       // the previous item's tiles are consumed
+    fetch(0, 0);
+    for (int64_t et = 0; et < net; ++et) {
+      const int stage = static_cast<int>(et & 1);
+      if (et + 1 < net) {
+        fetch(stage ^ 1, (et + 1) * 64);  // into the stage consumed at et - 1
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int idx = threadIdx.x + k * kMmaThreads, r = idx / 16, p = 4 * (idx % 16);
-        const float4 hv = *reinterpret_cast<const float4*>(Hc + r * d.Ep + e0 + p);
-        const float4 av = *reinterpret_cast<const float4*>(Ac + r * d.Ep + e0 + p);
-        hdh[k] += hv.x * av.x + hv.y * av.y + hv.z * av.z + hv.w * av.w;
-        const float hx[4] = {hv.x, hv.y, hv.z, hv.w}, ax[4] = {av.x, av.y, av.z, av.w};
+      for (int k = 0; k < 4; ++k) {  // <H, A_end> over this tile's 64 columns, from hi + lo
+        const int r = threadIdx.x / 16 + 16 * k, p = 4 * (threadIdx.x % 16);
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
-          const bf16 hh = __float2bfloat16_rn(hx[u]), ah = __float2bfloat16_rn(ax[u]);
-          tile(0)[r * kRbS + p + u] = hh;
-          tile(1)[r * kRbS + p + u] = __float2bfloat16_rn(hx[u] - __bfloat162float(hh));
-          tile(2)[r * kRbS + p + u] = ah;
-          tile(3)[r * kRbS + p + u] = __float2bfloat16_rn(ax[u] - __bfloat162float(ah));
+          const int o = r * kRbS + p + u;
+          hdh[k] += (__bfloat162float(tile(stage, 0)[o]) + __bfloat162float(tile(stage, 1)[o])) *
+                    (__bfloat162float(tile(stage, 2)[o]) + __bfloat162float(tile(stage, 3)[o]));
         }
       }
-      cp_async_wait<0>();
-      __syncthreads();
       // [l][t] += sum_e S[l][e] Y[t][e]: A = S (stored [l][e]), B = Y^T (Y stored [t][e])
-      const bf16* Y = tile(is_u ? 5 : 4);
-      warp_mma_32x32<false, true>(acc, tile(is_u ? 2 : 0), kRbS, Y, kRbS, wm, wn, 64);
-      warp_mma_32x32<false, true>(acc, tile(is_u ? 3 : 1), kRbS, Y, kRbS, wm, wn, 64);
-      if constexpr (kLo) warp_mma_32x32<false, true>(acc, tile(is_u ? 2 : 0), kRbS, tile(is_u ? 7 : 6), kRbS, wm, wn, 64);
+      const bf16* Y = tile(stage, is_u ? 5 : 4);
+      warp_mma_32x32<false, true>(acc, tile(stage, is_u ? 2 : 0), kRbS, Y, kRbS, wm, wn, 64);
+      warp_mma_32x32<false, true>(acc, tile(stage, is_u ? 3 : 1), kRbS, Y, kRbS, wm, wn, 64);
+      if constexpr (kLo)
+        warp_mma_32x32<false, true>(acc, tile(stage, is_u ? 2 : 0), kRbS, tile(stage, is_u ? 7 : 6), kRbS, wm, wn, 64);
+      __syncthreads();  // this stage is refilled by the next step's fetch
     }
     float* out = is_u ? U : W;
     for_each_acc(acc, wm, wn, [&](int lr, int i, float& x) {
@@ -671,8 +686,14 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* Nc = ws.take_floats(n * (nC + 1) * L);
     float* P = ws.take_floats(n * nC * d.nsplit * C * C);
     float* M = ws.take_floats(n * nC * d.nsplit * C * C);
-    float* Hs = ws.take_floats(n * nC * d.Lp * d.Ep);
-    float* dHs = ws.take_floats(n * nC * d.Lp * d.Ep);
+    // chunk states H and A_end: float32 (FFMA path), or bf16 hi and lo planes (tensor-core path;
+    // the same bytes), the lo plane right after the hi plane
+    using BState = std::conditional_t<kTC, bf16, float>;
+    const int64_t plane = n * nC * d.Lp * d.Ep;
+    BState* Hs = ws.take_array<BState>(plane * (kTC ? 2 : 1));
+    BState* dHs = ws.take_array<BState>(plane * (kTC ? 2 : 1));
+    BState* Hs_lo = kTC ? Hs + plane : nullptr;
+    BState* dHs_lo = kTC ? dHs + plane : nullptr;
     const Operands16 o = take_operands<kTC, T>(ws, d, true);
     float* gcp = ws.take_floats(n * nT * nlt);
     float* dvp = ws.take_floats(n * nT * E);
@@ -691,8 +712,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, M, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     pack_values<kTC, T>(d, gctx, o.gb, o.glo, stream);
-    launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream);
-    launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream);
+    launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream, Hs_lo);
+    launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream, dHs_lo);
     launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, kTC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(LocalSmem))));
@@ -701,11 +722,12 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(chunk_readback_mma_kernel<kLo>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, readback_smem<kLo>()));
       chunk_readback_mma_kernel<kLo><<<grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, readback_smem<kLo>(), stream>>>(
-          d, Hs, dHs, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
+          d, Hs, Hs_lo, dHs, dHs_lo, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
       RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
     }
     bwd_local_kernel<T, kTC><<<grid_for(n * nC * nlt), kLocalThreads, sizeof(LocalSmem), stream>>>(
-        d, q, v, gctx, a32, Qp, s, Nc, Hs, dHs, M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
+        d, q, v, gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
+        kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
     RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");
     gc_reduce_kernel<<<grid_for(n * nT, 8), 256, 0, stream>>>(d, gcp, gc);
     RHOSCAN_CUDA_LAUNCHED("gc_reduce_kernel");

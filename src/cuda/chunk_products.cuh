@@ -152,10 +152,14 @@ constexpr int states_min_blocks() {
 }
 // kLo: vals_lo holds the values' bf16 remainders (split values), multiplied in a second pass;
 // kKeyLo: keys_lo the keys' (split keys), a third pass K_lo^T V (K_lo^T V_lo is left out).
-template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false>
+// kSplitStore (S = bf16, the backward): the states go out as two bf16 planes, hi = bf16(x) to Hs
+// and lo = bf16(x - hi) to Hs_lo (x to about 2^-16 relative: what the readback's hi + lo products
+// use anyway), so that their readers fetch bf16 tiles by cp.async (dv reads the hi plane only).
+template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false>
 __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
     chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs, Str4 out,
-                            const bf16* vals_lo = nullptr, const bf16* keys_lo = nullptr) {
+                            const bf16* vals_lo = nullptr, const bf16* keys_lo = nullptr, S* Hs_lo = nullptr) {
+  static_assert(!kSplitStore || std::is_same_v<S, bf16>, "split stores are bf16 planes");
   constexpr int LT = kMmaLT, ET = kMmaET, KS = kStKS, VS = kStVS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int NS = kStatesStages;
@@ -202,8 +206,9 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
     // acc[mt][nt][r] is the state at latent l0 + row(mt, r), column e0 + wn + 8 nt + 2 tq + r % 2
     auto row = [&](int mt, int r) { return wm + 16 * mt + g + 8 * (r / 2); };
     float acc[2][4][4], a[2][2], a_full[2][2];  // a_full = a^C, the decay of every chunk but a tail
-    // the warp's 32×32 block of acc, rounded to S, to base[r * stride + c] (r, c in the warp's block)
-    auto put_warp_tile = [&](S* base, int64_t stride) {
+    // the warp's 32×32 block of acc, rounded to S, to base[r * stride + c] (r, c in the warp's block);
+    // lo: the bf16 remainders acc - bf16(acc) instead (split stores)
+    auto put_warp_tile = [&](S* base, int64_t stride, bool lo) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -211,10 +216,14 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) {
             S* dst = base + (16 * mt + g + 8 * hf) * stride + 8 * nt + 2 * tq;
-            if constexpr (std::is_same_v<S, float>)
-              *reinterpret_cast<float2*>(dst) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-            else
-              *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+            const float x0 = acc[mt][nt][2 * hf], x1 = acc[mt][nt][2 * hf + 1];
+            if constexpr (std::is_same_v<S, float>) {
+              *reinterpret_cast<float2*>(dst) = make_float2(x0, x1);
+            } else {
+              __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+              if (lo) hi = __floats2bfloat162_rn(x0 - __low2float(hi), x1 - __high2float(hi));
+              *reinterpret_cast<__nv_bfloat162*>(dst) = hi;
+            }
           }
     };
 #pragma unroll
@@ -234,21 +243,26 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
     for (int64_t step = 0; step < d.nC; ++step) {
       const int64_t c = chunk_of(step);
       const int Cn = static_cast<int>(d.chunk_len(c));
-      if (Hs != nullptr && kStatesStaged<S>) {
-        // the warp's tile to shared memory, then out by rows in 16-byte pieces (PR of them per row,
-        // E16 elements each); the warp reads only what it wrote (__syncwarp orders it)
-        constexpr int E16 = 16 / static_cast<int>(sizeof(S)), PR = 32 / E16, SS = kStStS<S>;
-        put_warp_tile(staging, SS);
-        __syncwarp();
-        S* Hw = Hs + ((bh * d.nC + c) * d.Lp + l0 + wm) * d.Ep + e0 + wn;
+      const int64_t warp_tile = ((bh * d.nC + c) * d.Lp + l0 + wm) * d.Ep + e0 + wn;
 #pragma unroll
-        for (int k = 0; k < PR; ++k) {  // lane -> row lane / PR + (32 / PR) k, piece lane % PR
-          const int r = lane / PR + (32 / PR) * k, cp = E16 * (lane % PR);
-          *reinterpret_cast<uint4*>(Hw + r * d.Ep + cp) = *reinterpret_cast<const uint4*>(&staging[r * SS + cp]);
+      for (int part = 0; part < (kSplitStore ? 2 : 1); ++part) {  // hi (and lo) plane
+        S* Hp = part == 0 ? Hs : Hs_lo;
+        if (Hs != nullptr && kStatesStaged<S>) {
+          // the warp's tile to shared memory, then out by rows in 16-byte pieces (PR of them per
+          // row, E16 elements each); the warp reads only what it wrote (__syncwarp orders it)
+          constexpr int E16 = 16 / static_cast<int>(sizeof(S)), PR = 32 / E16, SS = kStStS<S>;
+          put_warp_tile(staging, SS, part == 1);
+          __syncwarp();
+          S* Hw = Hp + warp_tile;
+#pragma unroll
+          for (int k = 0; k < PR; ++k) {  // lane -> row lane / PR + (32 / PR) k, piece lane % PR
+            const int r = lane / PR + (32 / PR) * k, cp = E16 * (lane % PR);
+            *reinterpret_cast<uint4*>(Hw + r * d.Ep + cp) = *reinterpret_cast<const uint4*>(&staging[r * SS + cp]);
+          }
+          __syncwarp();  // read before the next step overwrites it
+        } else if (Hs != nullptr) {
+          put_warp_tile(Hp + warp_tile, d.Ep, part == 1);
         }
-        __syncwarp();  // read before the next step overwrites it
-      } else if (Hs != nullptr) {
-        put_warp_tile(Hs + ((bh * d.nC + c) * d.Lp + l0 + wm) * d.Ep + e0 + wn, d.Ep);
       }
       fetch(step + NS - 1);  // into the stage consumed at step - 1
       cp_async_wait<NS - 1>();
@@ -590,25 +604,32 @@ void make_key_remainders(const Dims& d, Str4 q, const float* a32, const Operands
 
 // Chunk states (forward: keys Kq = q a^(Cn-1-i), values v; reverse: keys Qp a^i = Xq, values G).
 template <bool kTC, typename T, bool kReverse, typename S, typename QpT>
+// Hs_lo (tensor-core path, bf16 states): the states as hi and lo planes (the backward).
 void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, const QpT* Qp, const Operands16& o,
-                         Str4 init, S* Hs, Str4 out, cudaStream_t stream) {
+                         Str4 init, S* Hs, Str4 out, cudaStream_t stream, S* Hs_lo = nullptr) {
   if constexpr (kTC) {
     constexpr bool kLo = kSplitValues<T>;
-    auto launch = [&](auto key_lo) {
-      constexpr bool kKeyLo = decltype(key_lo)::value;
-      auto kernel = chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo>;
+    auto launch = [&](auto key_lo, auto split_store) {
+      constexpr bool kKeyLo = decltype(key_lo)::value, kSplit = decltype(split_store)::value;
+      auto kernel = chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplit>;
       constexpr int smem = states_mma_smem<S, kLo, kKeyLo>();
       RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       const int64_t items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
       kernel<<<grid_for(items), kMmaThreads, smem, stream>>>(d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb, a32,
-                                                             init, Hs, out, kReverse ? o.glo : o.vlo, o.Kq_lo);
+                                                             init, Hs, out, kReverse ? o.glo : o.vlo, o.Kq_lo, Hs_lo);
       RHOSCAN_CUDA_LAUNCHED("chunk_states_mma_kernel");
     };
+    auto launch_store = [&](auto key_lo) {
+      if constexpr (std::is_same_v<S, bf16>) {
+        if (Hs_lo) return launch(key_lo, std::true_type{});
+      }
+      launch(key_lo, std::false_type{});
+    };
     if constexpr (kLo && !kReverse) {  // split keys where their remainders were made (the backward)
-      if (o.Kq_lo) launch(std::true_type{});
-      else launch(std::false_type{});
+      if (o.Kq_lo) launch_store(std::true_type{});
+      else launch_store(std::false_type{});
     } else {
-      launch(std::false_type{});
+      launch_store(std::false_type{});
     }
   } else {
     const int64_t items = d.nbh * ((d.L + kStateLT - 1) / kStateLT) * ((d.E + kStateET - 1) / kStateET);

@@ -262,20 +262,22 @@ bool key_remainder_case(const Problem& p) {
 
 // ---- chunk states: forward S_{c+1} = a^Cn S_c + sum_i q_i a^(Cn-1-i) ⊗ v_i, Hs[c] = S_c;
 //      reverse A_start = a^Cn A_end + sum_i Xq_i ⊗ G_i, Hs[c] = A_end of chunk c -------------------
-template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false>
+// kSplitStore: S = bf16 hi and lo planes (the backward's): hi within bf16 rounding of the reference,
+// hi + lo within 2^-16 of the same kernel's float32 stores.
+template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false>
 bool states_case(const Problem& p, bool with_init) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E, items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
-  auto Hs = nans<S>(d.nbh * d.nC * d.Lp * d.Ep);
+  auto Hs = nans<S>(d.nbh * d.nC * d.Lp * d.Ep), Hs_lo = Hs;
   auto out = nans<float>(p.init.size());
   Str4 init = p.init_s, outs = p.init_s;
   outs.p = out.data();
   if (!with_init) init = Str4{};
   emu::launch(small_grid(items), kMmaThreads, states_mma_smem<S, kLo, kKeyLo>(), [&] {
-    chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo>(d, kReverse ? p.Xq.data() : p.Kq.data(),
-                                                      kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init,
-                                                      Hs.data(), outs, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr,
-                                                      kKeyLo ? p.Kq_lo.data() : nullptr);
+    chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>(
+        d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init, Hs.data(),
+        outs, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr, kKeyLo ? p.Kq_lo.data() : nullptr,
+        kSplitStore ? Hs_lo.data() : nullptr);
   });
   std::vector<Acc> ref_H(Hs.size()), ref_out(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
@@ -304,7 +306,22 @@ bool states_case(const Problem& p, bool with_init) {
     for (int64_t l = 0; l < L; ++l)
       for (int64_t e = 0; e < E; ++e) ref_out[p.init_s.at(b, h, l, e)] = st[l * E + e];
   }
-  return check("Hs", doubles(Hs), ref_H, 1e-2) & check("final", doubles(out), ref_out, 1e-2);
+  bool ok = check("Hs", doubles(Hs), ref_H, 1e-2) & check("final", doubles(out), ref_out, 1e-2);
+  if constexpr (kSplitStore) {  // hi + lo against the float32 stores of the same products
+    auto Hf = nans<float>(Hs.size());
+    auto out2 = nans<float>(out.size());
+    Str4 outs2 = outs;
+    outs2.p = out2.data();
+    emu::launch(small_grid(items), kMmaThreads, states_mma_smem<float, kLo, kKeyLo>(), [&] {
+      chunk_states_mma_kernel<float, kReverse, kLo, kKeyLo>(
+          d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init, Hf.data(),
+          outs2, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr, kKeyLo ? p.Kq_lo.data() : nullptr);
+    });
+    std::vector<double> sum = doubles(Hs);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += to_float(Hs_lo[i]);
+    ok &= check("Hs hi+lo", sum, exact(doubles(Hf)), 2e-5);  // |x - hi - lo| <= 2^-8 2^-8 |x|
+  }
+  return ok;
 }
 
 // ---- chunk outputs: out_i = sum_l X_i[l] S[l,:] + sum_j Pm[i][j] Y_j, forward (X = Xq, S = H_c
@@ -355,13 +372,22 @@ template <bool kLo = false>
 bool readback_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E, items = d.nbh * d.nC * (d.Lp / kMmaLT);
-  std::vector<float> Hs(d.nbh * d.nC * d.Lp * d.Ep, 0.0f), As = Hs;  // zero padding, as chunk_states writes
-  for (int64_t x = 0; x < int64_t(Hs.size()); ++x)
-    if (x / d.Ep % d.Lp < L && x % d.Ep < E) Hs[x] = float(2 * U01() - 1), As[x] = float(2 * U01() - 1);
+  // the states as bf16 hi and lo planes, as chunk_states_mma_kernel's split stores write them (zero
+  // padding); Hs, As: the values hi + lo they stand for
+  const size_t plane = d.nbh * d.nC * d.Lp * d.Ep;
+  std::vector<float> Hs(plane, 0.0f), As = Hs;
+  std::vector<bf16> Hh(plane, __float2bfloat16_rn(0.0f)), Hl = Hh, Ah = Hh, Al = Hh;
+  for (int64_t x = 0; x < int64_t(plane); ++x)
+    if (x / d.Ep % d.Lp < L && x % d.Ep < E) {
+      const float h = float(2 * U01() - 1), a = float(2 * U01() - 1);
+      Hh[x] = __float2bfloat16_rn(h), Hl[x] = __float2bfloat16_rn(h - rbf(h));
+      Ah[x] = __float2bfloat16_rn(a), Al[x] = __float2bfloat16_rn(a - rbf(a));
+      Hs[x] = to_float(Hh[x]) + to_float(Hl[x]), As[x] = to_float(Ah[x]) + to_float(Al[x]);
+    }
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * d.nC * L);
   emu::launch(small_grid(items), kMmaThreads, readback_smem<kLo>(), [&] {
-    chunk_readback_mma_kernel<kLo>(d, Hs.data(), As.data(), p.gb.data(), p.vb.data(), W.data(), U.data(), HdH.data(),
-                                   kLo ? p.glo.data() : nullptr, kLo ? p.vlo.data() : nullptr);
+    chunk_readback_mma_kernel<kLo>(d, Hh.data(), Hl.data(), Ah.data(), Al.data(), p.gb.data(), p.vb.data(), W.data(),
+                                   U.data(), HdH.data(), kLo ? p.glo.data() : nullptr, kLo ? p.vlo.data() : nullptr);
   });
   std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh)
@@ -373,9 +399,10 @@ bool readback_case(const Problem& p) {
         for (int64_t e = 0; e < E; ++e) {
           // split values: S (hi + lo) times Y's hi, plus S's bf16 hi times Y's lo (the kernel's three
           // products; S_lo·Y_lo is left out, below float32 resolution with real float16 remainders)
-          const int64_t y = (bh * d.T + t) * d.Ep + e;
-          w += double(h[e]) * bf(p.gb, y) + (kLo ? double(rbf(h[e])) * bf(p.glo, y) : 0.0);
-          u += double(a[e]) * bf(p.vb, y) + (kLo ? double(rbf(a[e])) * bf(p.vlo, y) : 0.0);
+          // (S's hi plane itself: bf16(hi + lo) is another value where lo is a rounding tie)
+          const int64_t y = (bh * d.T + t) * d.Ep + e, s = ((bh * d.nC + c) * d.Lp + l) * d.Ep + e;
+          w += double(h[e]) * bf(p.gb, y) + (kLo ? double(to_float(Hh[s])) * bf(p.glo, y) : 0.0);
+          u += double(a[e]) * bf(p.vb, y) + (kLo ? double(to_float(Ah[s])) * bf(p.vlo, y) : 0.0);
           hh += double(h[e]) * a[e];
         }
         rW[(bh * d.T + t) * L + l] = w, rU[(bh * d.T + t) * L + l] = u;
@@ -419,8 +446,13 @@ int main(int argc, char** argv) {
       {"chunk_states_mma forward, float32 states, no init",
        [](const Problem& p) { return states_case<float, false>(p, false); }},
       {"chunk_states_mma reverse", [](const Problem& p) { return states_case<float, true>(p, true); }},
+      {"chunk_states_mma forward, bf16 hi + lo planes",
+       [](const Problem& p) { return states_case<bf16, false, false, false, true>(p, true); }},
+      {"chunk_states_mma reverse, bf16 hi + lo planes",
+       [](const Problem& p) { return states_case<bf16, true, false, false, true>(p, true); }},
       {"chunk_output_mma forward", output_case<bf16, bf16, false>},
       {"chunk_output_mma dv", output_case<float, float, true>},
+      {"chunk_output_mma dv, bf16 states", output_case<bf16, float, true>},
       {"chunk_readback_mma", readback_case<false>},
       // split values (float16 inputs): the lo passes
       {"chunk_states_mma forward, bf16 states, split values",

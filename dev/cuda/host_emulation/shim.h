@@ -95,6 +95,8 @@ inline float __bfloat162float(__nv_bfloat16 b) {
   return f;
 }
 inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)}; }
+inline float __low2float(__nv_bfloat162 v) { return __bfloat162float(v.x); }
+inline float __high2float(__nv_bfloat162 v) { return __bfloat162float(v.y); }
 
 constexpr float kEpsF = 1e-6f;
 inline float to_float(float x) { return x; }
