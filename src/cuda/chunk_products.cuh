@@ -423,18 +423,23 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
 // scheduler, L1 64 %, 113M shared wavefronts (38M excess), 128 registers and 82 KB of shared
 // memory (2 blocks per SM). Per thread and tile v1 issued ~32 scalar loads, ~104 scalar shared
 // stores with as many cvts, and triangles of 7 predicated steps (2 shared loads, 2 FP ops) per
-// latent for every token, half of them idle: ~150 shared loads. Now (PTX, per thread and tile):
-// 16 paired loads, 16-40 bf16x2 stores and cvts, the triangles from registers (49 FP ops per
-// latent, none idle, no shared loads); Xs8 and Kd8 keep only their 8 used rows per diagonal block
-// (the quadrant mma's A rows 0-7 repeat rows 8-15, whose products are discarded, and its B has 8
-// columns); 2 × 31.5 KB of shared memory.
+// latent for every token, half of them idle: ~150 shared loads; ~880 instructions per thread
+// and tile in all, and ~2300 shared wavefronts per block and tile. Now (from the PTX, per thread
+// and tile): 16 paired loads, 16-40 bf16x2 cvts and 4-byte stores, ~110 FMULs for the operands,
+// the triangles from registers (28 FFMA + 21 FMUL per latent, none idle, no shared loads): ~380
+// instructions, and ~510 wavefronts per block (224 row stores, 72 ldmatrix). Xs8 and Kd8 keep
+// only their 8 used rows per diagonal block (the quadrant mma's A rows 0-7 repeat rows 8-15, whose
+// products are discarded, and its B has 8 columns); 2 × 31.5 KB of shared memory. Registers stay
+// at 128 (2 blocks per SM; sm_90a, nvcc 13: 4 bytes of spill with bf16 Qp, 40 with float32 Qp;
+// none with RHOSCAN_SCORES_EARLY_FETCH=0): the 28 triangle sums, the 8 mma accumulators and two
+// tiles of loaded pairs; at 80 (3 blocks) ptxas spills 200+ bytes.
 // RHOSCAN_SCORES_MIN_BLOCKS: __launch_bounds__'s blocks per SM (2: up to 128 registers; 3: 80).
 #ifndef RHOSCAN_SCORES_MIN_BLOCKS
 #define RHOSCAN_SCORES_MIN_BLOCKS 2
 #endif
 // RHOSCAN_SCORES_EARLY_FETCH: 1 issues the next tile's loads before this tile's arithmetic (their
-// latency hidden by it; ~16-24 registers more: ptxas at 128 spills 20 bytes with bf16 Qp, 84 with
-// float32 Qp), 0 after it, before the barrier (no spills; the latency left to the other block).
+// latency hidden by it; 16-24 registers more: the spills above), 0 after it, before the barrier
+// (no spills; the latency left to the block's barrier, its mma and the other block).
 #ifndef RHOSCAN_SCORES_EARLY_FETCH
 #define RHOSCAN_SCORES_EARLY_FETCH 1
 #endif
