@@ -394,7 +394,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
   }
 }
 
-// ---- intra-chunk scores on tensor cores: one block per (bh, c) ------------------------------
+// ---- intra-chunk scores on tensor cores: one block per (bh, c, slice of L) -------------------
 // P[i][j] = sum_l Qp_i[l] a_l^(i-1-j) q_j[l], j < i, over 16-token sub-blocks si, sj of the chunk.
 // Off the diagonal (sj < si) the exponent splits at r = 16 si into two non-negative parts,
 //   a^(i-1-j) = a^(i-r) · a^(r-1-j),  i - r = i mod 16,  r-1-j = 16 (si-sj-1) + 15 - j mod 16,
@@ -402,25 +402,100 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
 // and Kd[j] = q_j a^(16 (d-1) + 15 - j mod 16), d = si - sj (warps 0-5, one block each). Inside
 // each of the four diagonal blocks the same split at its middle r = 16 s + 8 makes the lower-left
 // 8×8 quadrant (i mod 16 >= 8 > j mod 16) an mma product of Xs8[i] = Qp_i a^(i mod 16 - 8) and
-// Kd8[j] = q_j a^(7 - j mod 16) (warps 6 and 7, two blocks each, the 16-row mma's upper rows
-// unused). What is left are the 8×8 triangles (i, j in the same 8 tokens, exponent i-1-j < 7):
-// float32 FFMA, thread (i, quarter of the latent tile) accumulating its pairs (i, j < i), the
-// quarters added by a fixed shuffle tree. (Before the quadrants went to mma, the FFMA triangles
-// were 16×16: twice the FFMA work, which dominated the kernel.) Like chunk_scores_kernel, a block
-// covers one of d.nsplit slices of L (multiples of 64 latents) and writes that split's partial P;
-// reduce_splits adds them.
-constexpr int kScS = kMmaLT + 8, kScF = kMmaLT + 1;
-struct ScoreSmem {
-  float qp[64][kScF], qf[64][kScF];  // Qp and q of the latent tile, float32
-  __align__(16) bf16 xs[64][kScS];   // Qp_i a^(i mod 16)
-  __align__(16) bf16 kd[3][48][kScS];  // kd[d-1][j] = q_j a^(16(d-1) + 15 - j mod 16), j < 16 (4 - d)
-  __align__(16) bf16 xs8[64][kScS];    // Qp_i a^(i mod 16 - 8) where i mod 16 >= 8, else 0
-  __align__(16) bf16 kd8[64][kScS];    // q_j a^(7 - j mod 16) where j mod 16 < 8, else 0
-  float a[64];                         // decay of the tile's latents
+// Kd8[j] = q_j a^(7 - j mod 16) (warps 6 and 7, two blocks each). What is left are the 8×8
+// triangles (i, j in the same 8 tokens, exponent i-1-j < 7), in float32 FFMA. Like
+// chunk_scores_kernel, a block covers one of d.nsplit slices of L (multiples of 64 latents) and
+// writes that split's partial P; reduce_splits adds them.
+//
+// Per 64-latent tile, thread (warp w, lane) owns the 8 tokens 8w .. 8w+7 and the latent pair
+// 2 lane, 2 lane + 1: it loads them (4- or 8-byte pair loads where the strides allow), writes its
+// rows of the operand tiles as bf16 pairs (one cvt and one 4-byte store per row: a warp writes a
+// row's 128 contiguous bytes, one wavefront), and accumulates its 28 triangle pairs (m, n < m of
+// its 8 tokens) in registers over the whole slice, summed over the warp's lanes at the end. The
+// operand tiles are double-buffered (one barrier per tile), and the next tile's loads are issued
+// before this tile's arithmetic.
+//
+// Why (the kernel up to 080c4c9, "v1": thread (latent, 16 tokens) wrote 7 operand tiles element by
+// element, with the all-zero halves of Xs8 and Kd8, plus float32 copies of Qp and q in shared
+// memory that thread (token, quarter of the tile) read back for the triangles; 2 barriers per
+// tile): Nsight Compute at 6fe913d (BDH-8k forward, 0.88 ms) found it issue-bound on its own
+// instructions, not on tensor cores (~0.05 ms of work) or DRAM (13 %): 0.50 issued warps per
+// scheduler, L1 64 %, 113M shared wavefronts (38M excess), 128 registers and 82 KB of shared
+// memory (2 blocks per SM). Per thread and tile v1 issued ~32 scalar loads, ~104 scalar shared
+// stores with as many cvts, and triangles of 7 predicated steps (2 shared loads, 2 FP ops) per
+// latent for every token, half of them idle: ~150 shared loads; ~880 instructions per thread
+// and tile in all, and ~2300 shared wavefronts per block and tile. Now (from the PTX, per thread
+// and tile): 16 paired loads, 16-40 bf16x2 cvts and 4-byte stores, ~110 FMULs for the operands,
+// the triangles from registers (28 FFMA + 21 FMUL per latent, none idle, no shared loads): ~380
+// instructions, and ~510 wavefronts per block (224 row stores, 72 ldmatrix). Xs8 and Kd8 keep
+// only their 8 used rows per diagonal block (the quadrant mma's A rows 0-7 repeat rows 8-15, whose
+// products are discarded, and its B has 8 columns); 2 × 31.5 KB of shared memory. Registers stay
+// at 128 (2 blocks per SM; sm_90a, nvcc 13: 4 bytes of spill with bf16 Qp, 40 with float32 Qp;
+// none with RHOSCAN_SCORES_EARLY_FETCH=0): the 28 triangle sums, the 8 mma accumulators and two
+// tiles of loaded pairs; at 80 (3 blocks) ptxas spills 200+ bytes.
+// RHOSCAN_SCORES_MIN_BLOCKS: __launch_bounds__'s blocks per SM (2: up to 128 registers; 3: 80).
+#ifndef RHOSCAN_SCORES_MIN_BLOCKS
+#define RHOSCAN_SCORES_MIN_BLOCKS 2
+#endif
+// RHOSCAN_SCORES_EARLY_FETCH: 1 issues the next tile's loads before this tile's arithmetic (their
+// latency hidden by it; 16-24 registers more: the spills above), 0 after it, before the barrier
+// (no spills; the latency left to the block's barrier, its mma and the other block).
+#ifndef RHOSCAN_SCORES_EARLY_FETCH
+#define RHOSCAN_SCORES_EARLY_FETCH 1
+#endif
+constexpr bool kScoresEarlyFetch = RHOSCAN_SCORES_EARLY_FETCH;
+constexpr int kScS = kMmaLT + 8;  // bf16 row stride of the operand tiles (conflict-free ldmatrix)
+// Row of Kd's d-th tile (d = 1, 2, 3: rows j < 16 (4 - d)) in ScoreTiles::kd.
+constexpr int score_kd_row(int d) { return d == 1 ? 0 : d == 2 ? 48 : 80; }
+// The operand tiles of one 64-latent tile, rows of latents.
+struct ScoreTiles {
+  bf16 xs[64][kScS];   // Xs[i] = Qp_i a^(i mod 16)
+  bf16 kd[96][kScS];   // row score_kd_row(d) + j: Kd[j] = q_j a^(16 (d-1) + 15 - j mod 16)
+  bf16 xs8[32][kScS];  // row 8 s + r: Xs8 of token 16 s + 8 + r = Qp a^r (r < 8)
+  bf16 kd8[32][kScS];  // row 8 s + r: Kd8 of token 16 s + r = q a^(7 - r)
 };
+struct ScoreSmem {
+  __align__(16) ScoreTiles buf[2];  // tile n in buf[n % 2]
+};
+// Two adjacent elements of X as one word (a 16-bit pair, or a float2), and as two floats.
+template <typename X>
+using PairWord = std::conditional_t<sizeof(X) == 2, unsigned, float2>;
+// Elements i and i + step of p as a pair word (zero where !ok0 / !ok1), by two loads: for any
+// stride and alignment.
+template <typename X>
+__device__ __forceinline__ PairWord<X> load_pair_word(const X* p, int64_t i, int64_t step, bool ok0, bool ok1) {
+  Pair<X> v{from_float<X>(0.0f), from_float<X>(0.0f)};
+  if (ok0) v.x = __ldg(p + i);
+  if (ok1) v.y = __ldg(p + i + step);
+  PairWord<X> w;
+  memcpy(&w, &v, sizeof w);
+  return w;
+}
+template <typename X>
+__device__ __forceinline__ void pair_floats(const PairWord<X>& w, float& x0, float& x1) {
+  Pair<X> v;
+  memcpy(&v, &w, sizeof v);
+  x0 = to_float(v.x), x1 = to_float(v.y);
+}
+// Rounds (x0, x1) to a bf16 pair at row[2 lane] (4 bytes).
+__device__ __forceinline__ void put_pair(bf16* row, int lane, float x0, float x1) {
+  *reinterpret_cast<__nv_bfloat162*>(row + 2 * lane) = __floats2bfloat162_rn(x0, x1);
+}
+// One step of a warp sum of 2N values per lane by recursive halving: lanes with bit N keep the
+// upper N sums, the others the lower N, each plus its partner's (v[k] holds the sum of k or k + N).
+template <int N>
+__device__ __forceinline__ void halving_step(float (&v)[32], int lane) {
+  const bool up = lane & N;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const float lo = v[k], hi = v[k + N];
+    const float send = up ? lo : hi, keep = up ? hi : lo;
+    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, N);
+  }
+}
 template <typename T, typename QpT>
-__global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d, Str4 q, const float* a32,
-                                                                          const QpT* Qp, float* P) {
+__global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
+    chunk_scores_mma_kernel(Dims d, Str4 q, const float* a32, const QpT* Qp, float* P) {
   constexpr int LT = kMmaLT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   ScoreSmem& S = *reinterpret_cast<ScoreSmem*>(smem_raw);
@@ -428,63 +503,148 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
   const int C = static_cast<int>(d.C);
   // mma warps 0-5: the sub-block pairs (1,0), (2,0), (2,1), (3,0), (3,1), (3,2)
   const int si = warp < 1 ? 1 : warp < 3 ? 2 : 3, sj = warp - si * (si - 1) / 2;
-  // FFMA threads: token fi, latents [16 fq, 16 fq + 16) of the tile
-  const int fi = threadIdx.x / 4, fq = threadIdx.x % 4, fr = fi % 8;  // fr: pairs (fi, fi-1-k), k < fr
-  // operand threads: latent ol, sub-block og
-  const int ol = threadIdx.x % LT, og = threadIdx.x / LT;
+  // operand and triangle threads: tokens 8 warp + m (m < 8) of sub-block warp / 2, lower half
+  // (i mod 16 < 8) for even warps; latents 2 lane, 2 lane + 1 of the tile
+  const int i0 = 8 * warp, s16 = warp / 2;
+  const bool upper8 = warp % 2 == 1;
+  // pair loads where every pair is aligned (the tile and slice starts are even; L even makes every
+  // slice end even)
+  const bool q_vec = q.s[3] == 1 && (q.s[0] % 2 | q.s[1] % 2 | q.s[2] % 2) == 0 &&
+                     reinterpret_cast<uintptr_t>(q.p) % sizeof(PairWord<T>) == 0;
+  const bool qp_vec = d.L % 2 == 0 && reinterpret_cast<uintptr_t>(Qp) % sizeof(PairWord<QpT>) == 0;
   const int64_t lslice = (d.L + d.nsplit * LT - 1) / (d.nsplit * LT) * LT;
+  int buf = 0;  // runs on across items: the barrier of a block's tile n guards buf[(n + 1) % 2]
   for (int64_t item = blockIdx.x; item < d.nbh * d.nC * d.nsplit; item += gridDim.x) {
     const int64_t bh = item / (d.nC * d.nsplit), c = (item / d.nsplit) % d.nC, sp = item % d.nsplit;
     const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C;
-    const int64_t l_begin = sp * lslice, l_end = min(d.L, l_begin + lslice);
+    // (32-bit latent indices: L < 2^31; the item's indices folded into pointers before the loop,
+    // as every register counts here)
+    const int l_begin = static_cast<int>(sp * lslice), l_end = static_cast<int>(min(d.L, sp * lslice + lslice));
     const int Cn = static_cast<int>(d.chunk_len(c));
-    float qpr[16], qr[16];  // the next tile: token og*16 + k, latent ol
-    auto fetch = [&](int64_t l0) {
-      const int64_t l = l0 + ol;
+    const T* qrow = static_cast<const T*>(q.p) + q.at(b, h, t0 + i0, 0);  // token i0 (read if i0 < Cn)
+    const QpT* prow = Qp + (bh * d.T + t0 + i0) * d.L;
+    const float* arow = a32 + h * d.L;
+    float* Pc = P + ((bh * d.nC + c) * d.nsplit + sp) * C * C;
+    PairWord<T> qw[8];  // the next tile: tokens i0 + m, the thread's latent pair
+    PairWord<QpT> pw[8];
+    float aw[2];
+    auto fetch = [&](int l0) {
+      const int l = l0 + 2 * lane;
+      const bool ok0 = l < l_end, ok1 = l + 1 < l_end;
+      aw[0] = ok0 ? arow[l] : 0.0f;
+      aw[1] = ok1 ? arow[l + 1] : 0.0f;
+      const T* qt = qrow + l * q.s[3];  // stepped a token at a time: no 8 live row pointers
+      const QpT* pt = prow + l;
+      if (q_vec && qp_vec) {  // one pair load per token and operand, predicated, no branches
 #pragma unroll
-      for (int k = 0; k < 16; ++k) {
-        const int i = og * 16 + k;
-        const bool ok = i < Cn && l < l_end;
-        qpr[k] = ok ? to_float(Qp[(bh * d.T + t0 + i) * d.L + l]) : 0.0f;
-        qr[k] = ok ? load<T>(q.p, q.at(b, h, t0 + i, l)) : 0.0f;
+        for (int m = 0; m < 8; ++m, qt += q.s[2], pt += d.L) {
+          const bool ok = ok0 && i0 + m < Cn;
+          qw[m] = ok ? __ldg(reinterpret_cast<const PairWord<T>*>(qt)) : PairWord<T>{};
+          pw[m] = ok ? __ldg(reinterpret_cast<const PairWord<QpT>*>(pt)) : PairWord<QpT>{};
+        }
+      } else {
+#pragma unroll
+        for (int m = 0; m < 8; ++m, qt += q.s[2], pt += d.L) {
+          const bool tok = i0 + m < Cn;
+          qw[m] = load_pair_word(qt, 0, q.s[3], tok && ok0, tok && ok1);
+          pw[m] = load_pair_word(pt, 0, 1, tok && ok0, tok && ok1);
+        }
       }
     };
-    float mac[2][4] = {}, fac[7] = {};
-    fetch(l_begin);
-    for (int64_t l0 = l_begin; l0 < l_end; l0 += LT) {
-      __syncthreads();  // the previous tile is consumed
-      {
-        const float al = l0 + ol < d.L ? a32[h * d.L + l0 + ol] : 0.0f;
-        const float a16 = ipow(al, 16), a32v = a16 * a16;
-        if (og == 0) S.a[ol] = al;
-        float pw = 1.0f, pw8 = 1.0f;
+    float mac[2][4] = {}, tri[28] = {};  // tri[m (m-1) / 2 + n]: pair (i0 + m, i0 + n), n < m
+    if (l_begin < l_end) fetch(l_begin);
+    for (int l0 = l_begin; l0 < l_end; l0 += LT, buf ^= 1) {
+      ScoreTiles& W = S.buf[buf];
+      PairWord<T> qc[8];  // this tile, as loaded: unpacked where used (fewer live registers)
+      PairWord<QpT> pc[8];
+      const float a[2] = {aw[0], aw[1]};
 #pragma unroll
-        for (int k = 0; k < 16; ++k) {  // pw = a^k, pw8 = a^(k-8) from k = 8
-          const int i = og * 16 + k;
-          S.qp[i][ol] = qpr[k];
-          S.qf[i][ol] = qr[k];
-          S.xs[i][ol] = __float2bfloat16_rn(qpr[k] * pw);
-          S.xs8[i][ol] = __float2bfloat16_rn(k >= 8 ? qpr[k] * pw8 : 0.0f);
-          pw *= al;
-          if (k >= 8) pw8 *= al;
+      for (int m = 0; m < 8; ++m) qc[m] = qw[m], pc[m] = pw[m];
+      auto x = [&](int m, int e) {  // Qp of token i0 + m, latent e of the pair
+        float x0, x1;
+        pair_floats<QpT>(pc[m], x0, x1);
+        return e ? x1 : x0;
+      };
+      auto y = [&](int m, int e) {  // q
+        float y0, y1;
+        pair_floats<T>(qc[m], y0, y1);
+        return e ? y1 : y0;
+      };
+      if (kScoresEarlyFetch && l0 + LT < l_end) fetch(l0 + LT);  // in flight during this tile's work
+      float a8[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float a2 = a[e] * a[e], a4 = a2 * a2;
+        a8[e] = a4 * a4;
+      }
+      // The operand rows of tokens i = i0 + m: u = Qp a^m, v = q a^(7-m); Kd's exponent is
+      // 16 (d-1) + 15 - (i mod 16), i.e. v times a^(16 (d-1)) (upper half) or a^(16 (d-1) + 8).
+      // The powers as running products, Xs rows upwards and Kd rows downwards (a table of a^k
+      // cost 14 registers more).
+      if (upper8) {  // i mod 16 = 8 + m: Xs8 = u, Xs = u a^8, Kd_d = v a^(16 (d-1))
+        float pu[2] = {1.0f, 1.0f};  // a^m
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          const float u0 = x(m, 0) * pu[0], u1 = x(m, 1) * pu[1];
+          put_pair(W.xs8[8 * s16 + m], lane, u0, u1);
+          put_pair(W.xs[i0 + m], lane, u0 * a8[0], u1 * a8[1]);
+          pu[0] *= a[0], pu[1] *= a[1];
         }
-        pw = 1.0f, pw8 = 1.0f;
+        if (warp < 6) {  // Kd rows j < 48 (d = 1), < 32 (d = 2), < 16 (d = 3)
+          float f16[2], f32[2], pv[2] = {1.0f, 1.0f};  // a^16, a^32, a^(7-m)
 #pragma unroll
-        for (int k = 15; k >= 0; --k) {  // pw = a^(15 - k), pw8 = a^(7 - k) from k = 7
-          const int j = og * 16 + k;
-          if (og <= 2) S.kd[0][j][ol] = __float2bfloat16_rn(qr[k] * pw);
-          if (og <= 1) S.kd[1][j][ol] = __float2bfloat16_rn(qr[k] * pw * a16);
-          if (og == 0) S.kd[2][j][ol] = __float2bfloat16_rn(qr[k] * pw * a32v);
-          S.kd8[j][ol] = __float2bfloat16_rn(k < 8 ? qr[k] * pw8 : 0.0f);
-          pw *= al;
-          if (k < 8) pw8 *= al;
+          for (int e = 0; e < 2; ++e) f16[e] = a8[e] * a8[e], f32[e] = f16[e] * f16[e];
+#pragma unroll
+          for (int m = 7; m >= 0; --m) {
+            const int i = i0 + m;
+            const float v0 = y(m, 0) * pv[0], v1 = y(m, 1) * pv[1];
+            put_pair(W.kd[score_kd_row(1) + i], lane, v0, v1);
+            if (warp < 4) put_pair(W.kd[score_kd_row(2) + i], lane, v0 * f16[0], v1 * f16[1]);
+            if (warp < 2) put_pair(W.kd[score_kd_row(3) + i], lane, v0 * f32[0], v1 * f32[1]);
+            pv[0] *= a[0], pv[1] *= a[1];
+          }
+        }
+      } else {  // i mod 16 = m: Xs = u, Kd8 = v, Kd_d = v a^(16 (d-1) + 8)
+        float pu[2] = {1.0f, 1.0f};
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          put_pair(W.xs[i0 + m], lane, x(m, 0) * pu[0], x(m, 1) * pu[1]);
+          pu[0] *= a[0], pu[1] *= a[1];
+        }
+        float f24[2], f40[2], pv[2] = {1.0f, 1.0f};  // a^24, a^40, a^(7-m)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float f16 = a8[e] * a8[e];
+          f24[e] = f16 * a8[e], f40[e] = f16 * f16 * a8[e];
+        }
+#pragma unroll
+        for (int m = 7; m >= 0; --m) {
+          const int i = i0 + m;
+          const float v0 = y(m, 0) * pv[0], v1 = y(m, 1) * pv[1];
+          put_pair(W.kd8[8 * s16 + m], lane, v0, v1);
+          if (warp < 6) put_pair(W.kd[score_kd_row(1) + i], lane, v0 * a8[0], v1 * a8[1]);
+          if (warp < 4) put_pair(W.kd[score_kd_row(2) + i], lane, v0 * f24[0], v1 * f24[1]);
+          if (warp < 2) put_pair(W.kd[score_kd_row(3) + i], lane, v0 * f40[0], v1 * f40[1]);
+          pv[0] *= a[0], pv[1] *= a[1];
         }
       }
-      __syncthreads();
-      if (l0 + LT < l_end) fetch(l0 + LT);  // in flight during the products below
+      // the 8×8 triangle: pair (m, n) += Qp_m a^(m-1-n) q_n, the power by a running product
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+#pragma unroll
+        for (int n = 0; n < 7; ++n) {
+          float r = y(n, e);  // q_n a^(m-1-n)
+#pragma unroll
+          for (int m = n + 1; m < 8; ++m) {
+            tri[m * (m - 1) / 2 + n] += x(m, e) * r;
+            if (m < 7) r *= a[e];
+          }
+        }
+      if (!kScoresEarlyFetch && l0 + LT < l_end) fetch(l0 + LT);
+      __syncthreads();  // W complete (and, for the next tile, the other buffer consumed)
       if (warp < 6) {
-        const bf16* A = &S.xs[16 * si][0];
-        const bf16* B = &S.kd[si - sj - 1][16 * sj][0];
+        const bf16* A = W.xs[16 * si];
+        const bf16* B = W.kd[score_kd_row(si - sj) + 16 * sj];
 #pragma unroll
         for (int k0 = 0; k0 < LT; k0 += 16) {
           uint32_t af[4], bfr[4];
@@ -495,39 +655,24 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
         }
       } else {  // warps 6, 7: the lower-left quadrants of diagonal blocks 2 (warp - 6) and + 1
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int sb = 2 * (warp - 6) + h;
-          const bf16* A = &S.xs8[16 * sb][0];
-          const bf16* B = &S.kd8[16 * sb][0];
+        for (int hb = 0; hb < 2; ++hb) {
+          const int sb = 2 * (warp - 6) + hb;
+          const bf16* A = W.xs8[8 * sb];  // A rows r and 8 + r both read Xs8 row r
+          const bf16* B = W.kd8[8 * sb];
 #pragma unroll
-          for (int k0 = 0; k0 < LT; k0 += 16) {
-            uint32_t af[4], bfr[4];
-            ldsm_x4(af, A + (lane & 15) * kScS + k0 + (lane >> 4) * 8);
-            ldsm_x4(bfr, B + ((lane >> 4) * 8 + (lane & 7)) * kScS + k0 + ((lane >> 3) & 1) * 8);
-            mma_bf16_16816(mac[h], af, bfr[0], bfr[1]);  // columns 16 sb + 0..7 only
-          }
-        }
-      }
-      {  // the 8×8 diagonal triangles: pairs (fi, fi-1-k), exponent k < 7. Thread fq takes the
-         // latents 8 fq + (m mod 8) + 32 (m / 8): with rows of 65 floats, the warp's 8 tokens × 4
-         // quarters then fall in 32 different banks (16 consecutive latents per quarter: 2-way
-         // conflicts on both shared reads)
-#pragma unroll 4
-        for (int m = 0; m < 16; ++m) {
-          const int ll = 8 * fq + (m & 7) + 32 * (m >> 3);
-          const float av = S.a[ll];
-          float pw = S.qp[fi][ll];
+          for (int k0 = 0; k0 < LT; k0 += 32) {
+            uint32_t bfr[4];  // B for k0 (regs 0, 1) and k0 + 16 (regs 2, 3): the 8 columns
+            ldsm_x4(bfr, B + (lane & 7) * kScS + k0 + (lane >> 3) * 8);
 #pragma unroll
-          for (int k = 0; k < 7; ++k) {
-            if (k < fr) {
-              fac[k] += pw * S.qf[fi - 1 - k][ll];
-              pw *= av;
+            for (int kk = 0; kk < 2; ++kk) {
+              uint32_t af[4];
+              ldsm_x4(af, A + (lane & 7) * kScS + k0 + 16 * kk + (lane >> 4) * 8);
+              mma_bf16_16816(mac[hb], af, bfr[2 * kk], bfr[2 * kk + 1]);
             }
           }
         }
       }
     }
-    float* Pc = P + ((bh * d.nC + c) * d.nsplit + sp) * C * C;
     for (int x = threadIdx.x; x < C * C; x += blockDim.x)  // every entry of the slot written once
       if (x / C >= Cn || x % C >= x / C) Pc[x] = 0.0f;
     if (warp < 6) {
@@ -540,19 +685,24 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_scores_mma_kernel(Dims d
         }
     } else {
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int hb = 0; hb < 2; ++hb)
 #pragma unroll
         for (int r = 2; r < 4; ++r) {  // the accumulator rows g + 8: tokens 16 sb + 8 + g
-          const int sb = 2 * (warp - 6) + h, i = 16 * sb + 8 + g, j = 16 * sb + 2 * tq + r % 2;
-          if (i < Cn) Pc[i * C + j] = mac[h][r];
+          const int sb = 2 * (warp - 6) + hb, i = 16 * sb + 8 + g, j = 16 * sb + 2 * tq + r % 2;
+          if (i < Cn) Pc[i * C + j] = mac[hb][r];
         }
     }
+    // the triangles summed over the warp's lanes by recursive halving (31 shuffles): at step n the
+    // lanes with bit n keep the upper n of their 2n partial sums, so lane t ends with pair t
+    float v[32];
 #pragma unroll
-    for (int k = 0; k < 7; ++k) {
-      float x = fac[k];
-      x += __shfl_xor_sync(0xffffffffu, x, 1);
-      x += __shfl_xor_sync(0xffffffffu, x, 2);
-      if (fq == 0 && k < fr && fi < Cn) Pc[fi * C + fi - 1 - k] = x;
+    for (int k = 0; k < 32; ++k) v[k] = k < 28 ? tri[k] : 0.0f;
+    halving_step<16>(v, lane), halving_step<8>(v, lane), halving_step<4>(v, lane);
+    halving_step<2>(v, lane), halving_step<1>(v, lane);
+    if (lane < 28) {
+      int m = 1, n = lane;  // lane = m (m-1) / 2 + n
+      while (n >= m) n -= m, ++m;
+      if (i0 + m < Cn) Pc[(i0 + m) * C + i0 + n] = v[0];
     }
   }
 }

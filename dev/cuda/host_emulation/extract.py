@@ -40,6 +40,7 @@ products, mma = "src/cuda/chunk_products.cuh", "src/cuda/mma.cuh"
 MMA_PARTS = [
     ("src/cuda/common.cuh", "// a^n for n >= 0", "// Block counts"),
     (kernels, "// A strided tensor", "// How many slices of L"),
+    (kernels, "// Two adjacent elements", "// V adjacent latents of one token"),
     (mma, "// One warp's 32", "}  // namespace rhoscan::cuda_detail"),
     (products, "constexpr int kMmaThreads", "// Sets the state and operand padding"),
     (products, "// ---- y (v or G", "// ---- launchers"),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sensitivity check of emulate_mma.cpp: plants known bugs (one at a time) in a copy of src/cuda
 # and expects run_mma's check to fail on each (a mutant that passes is reported as MISSED).
-#   dev/cuda/host_emulation/mutants_mma.sh      (from anywhere; a few minutes)
+#   dev/cuda/host_emulation/mutants_mma.sh [NAME_SUBSTRING]      (from anywhere; a few minutes)
+# NAME_SUBSTRING: only the mutants whose name contains it (e.g. "scores:").
 set -u
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
@@ -16,10 +17,13 @@ mutants=(
   "accumulator column (for_each_acc)|src/cuda/mma.cuh|n0 + 8 * nt + 2 * q + r % 2|n0 + 8 * nt + 2 * q + r / 2|deferred|caught"
   "states: no wait for the next stage|src/cuda/chunk_products.cuh|      cp_async_wait<NS - 1>();\n|\n|deferred|caught"
   "states: no wait (eager cp.async misses it)|src/cuda/chunk_products.cuh|      cp_async_wait<NS - 1>();\n|\n|eager|missed"
-  "scores: a^16 off by one|src/cuda/chunk_products.cuh|a16 = ipow(al, 16)|a16 = ipow(al, 15)|deferred|caught"
-  "scores: diagonal pairs one short|src/cuda/chunk_products.cuh|fr = fi % 8;|fr = max(fi % 8 - 1, 0);|deferred|caught"
-  "scores: diagonal quadrant with the wrong power|src/cuda/chunk_products.cuh|k >= 8 ? qpr[k] * pw8 : 0.0f|k >= 8 ? qpr[k] * pw : 0.0f|deferred|caught"
+  "scores: a^16 off by one|src/cuda/chunk_products.cuh|f16[e] = a8[e] * a8[e], f32[e]|f16[e] = a8[e] * a8[e] * a[e], f32[e]|deferred|caught"
+  "scores: diagonal pairs one short|src/cuda/chunk_products.cuh|for (int m = n + 1; m < 8; ++m) {|for (int m = n + 1; m < 7; ++m) {|deferred|caught"
+  "scores: diagonal triangle without its decay|src/cuda/chunk_products.cuh|            if (m < 7) r *= a[e];\n|\n|deferred|caught"
+  "scores: diagonal quadrant with the wrong power|src/cuda/chunk_products.cuh|put_pair(W.xs8[8 * s16 + m], lane, u0, u1);|put_pair(W.xs8[8 * s16 + m], lane, u0 * a8[0], u1 * a8[1]);|deferred|caught"
   "scores: diagonal quadrant rows of the upper half|src/cuda/chunk_products.cuh|i = 16 * sb + 8 + g,|i = 16 * sb + g,|deferred|caught"
+  "scores: diagonal quadrant A rows 8-15 from the next block|src/cuda/chunk_products.cuh|ldsm_x4(af, A + (lane \\& 7) * kScS + k0 + 16 * kk|ldsm_x4(af, A + (lane \\& 15) * kScS + k0 + 16 * kk|deferred|caught"
+  "scores: triangle sums to the wrong lanes|src/cuda/chunk_products.cuh|halving_step<2>(v, lane), halving_step<1>(v, lane);|halving_step<1>(v, lane), halving_step<2>(v, lane);|deferred|caught"
   "output: P not transposed for dv|src/cuda/chunk_products.cuh|pm = Pc[kDv ? j * C + i : i * C + j];|pm = Pc[i * C + j];|deferred|caught"
   "output: intra-chunk Y tile without the column offset|src/cuda/chunk_products.cuh|fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep + e0, d.Ep, ET);|fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep, d.Ep, ET);|deferred|caught"
   "output: no barrier after the stage's wait (a race: caught when the threads interleave)|src/cuda/chunk_products.cuh|        cp_async_wait<0>();\n      }\n      __syncthreads();\n      warp_mma_32x32<false, false>|        cp_async_wait<0>();\n      }\n      warp_mma_32x32<false, false>|deferred|caught"
@@ -28,6 +32,7 @@ mutants=(
 missed=0
 for m in "${mutants[@]}"; do
   IFS='|' read -r name file from to mode expect <<<"$m"
+  [[ "$name" == *"${1:-}"* ]] || continue
   rm -rf "$dir/src" && mkdir -p "$dir/src" && cp -r "$root/src/cuda" "$dir/src/"
   if ! python3 - "$dir/$file" "$from" "$to" <<'PY'
 import sys
