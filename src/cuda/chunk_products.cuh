@@ -129,7 +129,12 @@ __global__ void key_remainder_kernel(Dims d, Str4 q, const float* a32, const bf1
 // T = 512 makes 8 chunks per item).
 // Where Lp / 64 is odd, the last latent tile's upper half lies past Lp: its warps fetch, multiply
 // and store nothing (they join the barriers).
-// RHOSCAN_STATES_LT=64 builds the previous shape (8 warps, 2 blocks per SM) for an A/B on the GPU.
+// RHOSCAN_STATES_LT=64 builds the previous shape (8 warps, 2 blocks per SM) for an A/B on the GPU;
+// it keeps the rest (the pipeline across items, the persistent grid, the staging swizzle).
+// ptxas (sm_90a, nvcc 13), either shape: 105 registers (bf16 states), 124 (split stores), 125
+// (float16 backward: split values, keys and stores), no spills. Not yet explained: ncu's 27 %
+// excess global sectors (1 GiB at BDH-8k, i.e. 16 KB per block and chunk: the size of a V tile or
+// of a bf16 state tile, though both are read or written in whole 32-byte sectors).
 #ifndef RHOSCAN_STATES_LT
 #define RHOSCAN_STATES_LT 128
 #endif
