@@ -101,7 +101,7 @@ __global__ void key_remainder_kernel(Dims d, Str4 q, const float* a32, const bf1
   }
 }
 
-// ---- chunk states on tensor cores: one block per (bh, 64 latents, 128 columns) ----------------
+// ---- chunk states on tensor cores: one block per (bh, 128 latents, 128 columns) ---------------
 // The recurrence of chunk_states_kernel with the state tile as mma accumulators: per chunk,
 // store S (as S_T) unless Hs is null, S <- a^Cn ⊙ S (each thread scales its own rows), S += K^T V
 // over the chunk's tokens, with V = vals (packed v forward, G backward) and K = keys: Kq =
@@ -112,11 +112,40 @@ __global__ void key_remainder_kernel(Dims d, Str4 q, const float* a32, const bf1
 // tiles of chunk step + kStatesStages - 1 are in flight while chunk step is multiplied. Two, as
 // measured (H200, de4791b, BDH-8k forward+backward): 17.75 ms against 18.26 ms with three (78 KiB
 // of shared memory per block, so 2 blocks per SM for the float32 states as well).
+//
+// Tile shape (states-v2). Nsight Compute of the 64-latent block (6fe913d, BDH-8k forward,
+// 0.755 ms): L2 throughput 76 % (the top unit), DRAM 44 %, 0.45 issued warps per scheduler at
+// 25 % occupancy (105 registers, 2 blocks of 8 warps per SM). Per chunk each block read a 64×64 K
+// tile and a 64×128 V tile from L2 (24 KB) for 1 MFLOP, and all 128 latent tiles of a pair re-read
+// the same V: 1.5 GB of L2 loads per forward beside the 1 GiB of state stores. A block of
+// kStatesLT = 128 latents feeds each V tile to twice the products: 32 KB per 2 MFLOP, 1.0 GB of
+// loads (2.0 GB of L2 traffic in all instead of 2.5) and a third fewer cp.async per product. The
+// warp tile stays 32×32 (a 64×32 warp tile would hold 32 more accumulators per thread on top of
+// 105 registers, past the 128 that 2 blocks of 256 threads allow), so the block has 16 warps (512
+// threads) and 1 block per SM: the same 16 warps per SM as before.
+// With one block per SM nothing covers a block's item changes any more, so the cp.async pipeline
+// runs across items: the first chunk of the block's next item is fetched while its current item's
+// last chunk is multiplied (the 64-latent block waited for the first tiles of every item, and BDH's
+// T = 512 makes 8 chunks per item).
+// Where Lp / 64 is odd, the last latent tile's upper half lies past Lp: its warps fetch, multiply
+// and store nothing (they join the barriers).
+// RHOSCAN_STATES_LT=64 builds the previous shape (8 warps, 2 blocks per SM) for an A/B on the GPU;
+// it keeps the rest (the pipeline across items, the persistent grid, the staging swizzle).
+// ptxas (sm_90a, nvcc 13), either shape: 105 registers (bf16 states), 124 (split stores), 125
+// (float16 backward: split values, keys and stores), no spills. Not yet explained: ncu's 27 %
+// excess global sectors (1 GiB at BDH-8k, i.e. 16 KB per block and chunk: the size of a V tile or
+// of a bf16 state tile, though both are read or written in whole 32-byte sectors).
+#ifndef RHOSCAN_STATES_LT
+#define RHOSCAN_STATES_LT 128
+#endif
+constexpr int kStatesLT = RHOSCAN_STATES_LT;
+static_assert(kStatesLT == 64 || kStatesLT == 128, "RHOSCAN_STATES_LT: 64 or 128 latents per block");
+constexpr int kStatesThreads = kStatesLT / 32 * (kMmaET / 32) * 32;  // a warp per 32×32 block of the tile
 #ifndef RHOSCAN_STATES_STAGES
 #define RHOSCAN_STATES_STAGES 2
 #endif
 constexpr int kStatesStages = RHOSCAN_STATES_STAGES;
-constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
+constexpr int kStKS = kStatesLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
 // Chunk states leave through a per-warp staging tile in shared memory, so that each row goes out
 // in 16-byte pieces (the accumulator layout gives 4- or 8-byte pieces: half of every 32-byte
 // sector written per instruction). Measured on the H200 at BDH-8k: bf16 states (the forward) took
@@ -128,27 +157,55 @@ constexpr int kStKS = kMmaLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix 
 #endif
 template <typename S>
 constexpr bool kStatesStaged = RHOSCAN_STATES_STAGED_STORE >= (std::is_same_v<S, bf16> ? 1 : 2);
-// a warp's 32×32 staging tile, rows padded by 8 elements: conflict-free 4-byte (bf16 pairs) and
-// 8-byte (float pairs) stores of the accumulator layout
+// A warp's 32×32 staging tile. float32: rows padded by 8 elements (conflict-free 8-byte stores of
+// the accumulator layout; a 16-byte read instruction takes one 128-byte row per 8 lanes). bf16:
+// rows of 32 elements (64 bytes) with the 16-byte chunk c of row r at c ^ (r / 2 mod 4): the 4-byte
+// stores of the accumulator layout (8 rows g of one chunk) and the 16-byte reads (2 rows per 8
+// lanes) are both conflict-free. (Rows padded by 8 bf16 made every read a 2-way conflict: rows r
+// and r + 1, 80 bytes apart, shared 4 banks — part of ncu's 31 % excess shared wavefronts.)
 template <typename S>
-constexpr int kStStS = 32 + 8;
+constexpr int kStStS = std::is_same_v<S, bf16> ? 32 : 32 + 8;
+template <typename S>
+__device__ __forceinline__ int staging_at(int r, int c) {
+  if constexpr (std::is_same_v<S, bf16>)
+    return r * 32 + ((((c >> 3) ^ (r >> 1)) & 3) << 3) + (c & 7);
+  else
+    return r * kStStS<S> + c;
+}
+// staging_at(16 mt + 8 hf + g, 8 nt + 2 tq) (a thread's pairs of the accumulator layout) from
+// s0 = staging_at(g, 2 tq): rows 8 apart share the bf16 swizzle, so nt goes into s0's chunk bits by
+// XOR (one instruction per store, no offset registers)
+template <typename S>
+__device__ __forceinline__ int staging_pair_at(int s0, int mt, int nt, int hf) {
+  if constexpr (std::is_same_v<S, bf16>)
+    return (s0 ^ (8 * nt)) + (16 * mt + 8 * hf) * 32;
+  else
+    return s0 + (16 * mt + 8 * hf) * kStStS<S> + 8 * nt;
+}
 template <typename S, bool kLo = false, bool kKeyLo = false>
 constexpr int states_mma_smem() {
   return kStatesStages * 64 * ((kKeyLo ? 2 : 1) * kStKS + (kLo ? 2 : 1) * kStVS) * static_cast<int>(sizeof(bf16)) +
-         (kStatesStaged<S> ? 8 * 32 * kStStS<S> * static_cast<int>(sizeof(S)) : 0);
+         (kStatesStaged<S> ? kStatesThreads / 32 * 32 * kStStS<S> * static_cast<int>(sizeof(S)) : 0) +
+         2 * kStatesLT * static_cast<int>(sizeof(float));  // the tile's a^C and a^Cn of the last chunk
 }
-// Blocks per multiprocessor the registers are budgeted for. With two stages (H200, 13e3caa,
-// BDH-8k): 3 (80 registers, a few bytes of spill) suited the backward's float32 states (fwd+bwd
-// 19.55 against 20.09 ms with 2), 2 (114 registers) the forward's bf16 states (3.57 against
-// 3.66 ms with 3). Three stages take 78 KiB of shared memory per block: 2 blocks per SM.
+static_assert(states_mma_smem<bf16, true, true>() <= 227 * 1024, "chunk_states_mma: shared memory past the H200's");
+// Blocks per multiprocessor the registers are budgeted for. 128-latent blocks (512 threads): 1,
+// i.e. 128 registers. 64-latent blocks with two stages (H200, 13e3caa, BDH-8k): 3 (80 registers,
+// a few bytes of spill) suited the backward's float32 states (fwd+bwd 19.55 against 20.09 ms with
+// 2), 2 (114 registers) the forward's bf16 states (3.57 against 3.66 ms with 3).
 // RHOSCAN_STATES_MIN_BLOCKS=n builds every variant with n, for comparisons.
 template <typename S>
 constexpr int states_min_blocks() {
 #ifdef RHOSCAN_STATES_MIN_BLOCKS
   return RHOSCAN_STATES_MIN_BLOCKS;
 #else
+  if (kStatesLT == 128) return 1;
   return kStatesStages == 2 && std::is_same_v<S, float> && !kStatesStaged<S> ? 3 : 2;
 #endif
+}
+// The blocks' work items: (bh, latent tile, column tile).
+inline int64_t states_items(const Dims& d) {
+  return d.nbh * ((d.Lp + kStatesLT - 1) / kStatesLT) * (d.Ep / kMmaET);
 }
 // kLo: vals_lo holds the values' bf16 remainders (split values), multiplied in a second pass;
 // kKeyLo: keys_lo the keys' (split keys), a third pass K_lo^T V (K_lo^T V_lo is left out).
@@ -156,11 +213,11 @@ constexpr int states_min_blocks() {
 // and lo = bf16(x - hi) to Hs_lo (x to about 2^-16 relative: what the readback's hi + lo products
 // use anyway), so that their readers fetch bf16 tiles by cp.async (dv reads the hi plane only).
 template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false>
-__global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
+__global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
     chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs, Str4 out,
                             const bf16* vals_lo = nullptr, const bf16* keys_lo = nullptr, S* Hs_lo = nullptr) {
   static_assert(!kSplitStore || std::is_same_v<S, bf16>, "split stores are bf16 planes");
-  constexpr int LT = kMmaLT, ET = kMmaET, KS = kStKS, VS = kStVS;
+  constexpr int LT = kStatesLT, ET = kMmaET, KS = kStKS, VS = kStVS, NT = kStatesThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int NS = kStatesStages;
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);  // [NS stages][64 tokens][KS]: K[i][l]
@@ -168,54 +225,84 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
   bf16* vs_lo = vs + NS * 64 * VS;                 // [NS stages][64 tokens][VS] if kLo: V's remainders
   bf16* ks_lo = vs + (kLo ? 2 : 1) * NS * 64 * VS;  // [NS stages][64 tokens][KS] if kKeyLo: K's remainders
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-  S* staging = reinterpret_cast<S*>(ks_lo + (kKeyLo ? NS * 64 * KS : 0)) + warp * 32 * kStStS<S>;  // if staged
-  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's latents and columns in the tile
-  const int64_t nlt = d.Lp / LT, net = d.Ep / ET;
+  S* staging_all = reinterpret_cast<S*>(ks_lo + (kKeyLo ? NS * 64 * KS : 0));
+  S* staging = staging_all + warp * 32 * kStStS<S>;  // if staged
+  // [2][LT]: a^C and a^Cn (Cn: the last chunk's length, the only one that can be shorter) of the
+  // tile's latents. In shared memory, not in 8 registers per thread: they took the split keys'
+  // variant past 128 registers (spills).
+  float* decay_s = reinterpret_cast<float*>(staging_all + (kStatesStaged<S> ? NT / 32 * 32 * kStStS<S> : 0));
+  const int wm = (warp % (LT / 32)) * 32, wn = (warp / (LT / 32)) * 32;  // the warp's latents and columns in the tile
+  const int64_t nlt = (d.Lp + LT - 1) / LT, net = d.Ep / ET, nitems = d.nbh * nlt * net;
   const float* init_p = static_cast<const float*>(init.p);
   float* out_p = const_cast<float*>(static_cast<const float*>(out.p));
-  for (int64_t item = blockIdx.x; item < d.nbh * nlt * net; item += gridDim.x) {
-    const int64_t bh = item / (nlt * net), lt = (item / net) % nlt, et = item % net;
-    const int64_t b = d.b_of(bh), h = d.h_of(bh), l0 = lt * LT, e0 = et * ET;
-    auto chunk_of = [&](int64_t step) { return kReverse ? d.nC - 1 - step : step; };
-    // One commit group per step, empty past the last chunk, so that cp_async_wait<NS - 1> at
-    // step s always means: the tiles of step s have landed.
-    auto fetch = [&](int64_t step) {
-      if (step >= d.nC) {
-        cp_async_commit();
-        return;
-      }
-      const int stage = static_cast<int>(step % NS);
-      const int64_t c = chunk_of(step);
+  // The cp.async pipeline runs over the block's whole sequence of (item, step), across items.
+  // fetch(it, bh, l0, e0, target, fst) brings the tiles of step `target` counted from the start of
+  // item it (bh, l0, e0 are its; a target past its last step is a step of the block's next items)
+  // into stage fst. One commit group per call, empty past the block's last item, so that
+  // cp_async_wait<NS - 1> before a step always means: the tiles of this step have landed. (The
+  // item's indices come from the caller: dividing the item index at every step took registers,
+  // spills in the split stores, and ~100 instructions per step.)
+  // (l0 and e0 as int: fewer registers; Lp and Ep are far below 2^31)
+  auto decode = [&](int64_t it, int64_t& bh, int& l0, int& e0) {
+    bh = it / (nlt * net), l0 = static_cast<int>((it / net) % nlt * LT), e0 = static_cast<int>(it % net * ET);
+  };
+  auto fetch = [&](int64_t it, int64_t bh, int l0, int e0, int64_t target, int fst) {
+    if (d.nC > 0 && target >= d.nC) {
+      it += target / d.nC * gridDim.x, target %= d.nC;
+      decode(it, bh, l0, e0);
+    }
+    if (d.nC > 0 && it < nitems) {
+      const int64_t c = kReverse ? d.nC - 1 - target : target;
       const int Cn = static_cast<int>(d.chunk_len(c));
+      const int lw = d.Lp - l0 < LT ? static_cast<int>(d.Lp - l0) : LT;  // the tile's latents inside Lp
       const bf16* kc = keys + (bh * d.T + c * d.C) * d.Lp + l0;
-      for (int idx = threadIdx.x; idx < 64 * (LT / 8); idx += blockDim.x) {
+#pragma unroll 1  // not hoisted: the addresses of unrolled copies took registers past 128
+      for (int idx = threadIdx.x; idx < 64 * (LT / 8); idx += NT) {
         const int i = idx / (LT / 8), p = 8 * (idx % (LT / 8));
-        cp_async16(ks + (stage * 64 + i) * KS + p, kc + min(i, Cn - 1) * d.Lp + p, i < Cn);
-        if constexpr (kKeyLo)
-          cp_async16(ks_lo + (stage * 64 + i) * KS + p, keys_lo + (kc - keys) + min(i, Cn - 1) * d.Lp + p, i < Cn);
+        if (p < lw) {
+          cp_async16(ks + (fst * 64 + i) * KS + p, kc + min(i, Cn - 1) * d.Lp + p, i < Cn);
+          if constexpr (kKeyLo)
+            cp_async16(ks_lo + (fst * 64 + i) * KS + p, keys_lo + (kc - keys) + min(i, Cn - 1) * d.Lp + p, i < Cn);
+        }
       }
       const bf16* vc = vals + (bh * d.T + c * d.C) * d.Ep + e0;
-      for (int idx = threadIdx.x; idx < 64 * (ET / 8); idx += blockDim.x) {
+#pragma unroll 1
+      for (int idx = threadIdx.x; idx < 64 * (ET / 8); idx += NT) {
         const int i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
-        cp_async16(vs + (stage * 64 + i) * VS + p, vc + min(i, Cn - 1) * d.Ep + p, i < Cn);
+        cp_async16(vs + (fst * 64 + i) * VS + p, vc + min(i, Cn - 1) * d.Ep + p, i < Cn);
         if constexpr (kLo)
-          cp_async16(vs_lo + (stage * 64 + i) * VS + p, vals_lo + (vc - vals) + min(i, Cn - 1) * d.Ep + p, i < Cn);
+          cp_async16(vs_lo + (fst * 64 + i) * VS + p, vals_lo + (vc - vals) + min(i, Cn - 1) * d.Ep + p, i < Cn);
       }
-      cp_async_commit();
-    };
+    }
+    cp_async_commit();
+  };
+  {
+    int64_t bh;
+    int l0, e0;
+    decode(blockIdx.x, bh, l0, e0);
+    for (int k = 0; k < NS - 1; ++k) fetch(blockIdx.x, bh, l0, e0, k, k);
+  }
+  int stage = 0;  // the stage of the current step's tiles
+  for (int64_t item = blockIdx.x; item < nitems; item += gridDim.x) {
+    int64_t bh;
+    int l0, e0;
+    decode(item, bh, l0, e0);
+    const int64_t b = d.b_of(bh), h = d.h_of(bh);
+    const bool active = l0 + wm < d.Lp;  // false: the warp's latents are past Lp (an odd last tile)
     // acc[mt][nt][r] is the state at latent l0 + row(mt, r), column e0 + wn + 8 nt + 2 tq + r % 2
     auto row = [&](int mt, int r) { return wm + 16 * mt + g + 8 * (r / 2); };
-    float acc[2][4][4], a[2][2], a_full[2][2];  // a_full = a^C, the decay of every chunk but a tail
-    // the warp's 32×32 block of acc, rounded to S, to base[r * stride + c] (r, c in the warp's block);
-    // lo: the bf16 remainders acc - bf16(acc) instead (split stores)
-    auto put_warp_tile = [&](S* base, int64_t stride, bool lo) {
+    float acc[2][4][4];
+    // the warp's 32×32 block of acc, rounded to S, to base[at(mt, nt, hf)]: acc[mt][nt]'s pair in
+    // row 16 mt + 8 hf + g, columns 8 nt + 2 tq (+ 1) of the warp's block; lo: the bf16
+    // remainders acc - bf16(acc) instead (split stores)
+    auto put_warp_tile = [&](S* base, auto at, bool lo) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) {
-            S* dst = base + (16 * mt + g + 8 * hf) * stride + 8 * nt + 2 * tq;
+            S* dst = base + at(mt, nt, hf);
             const float x0 = acc[mt][nt][2 * hf], x1 = acc[mt][nt][2 * hf + 1];
             if constexpr (std::is_same_v<S, float>) {
               *reinterpret_cast<float2*>(dst) = make_float2(x0, x1);
@@ -226,74 +313,74 @@ __global__ void __launch_bounds__(kMmaThreads, states_min_blocks<S>())
             }
           }
     };
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int64_t l = l0 + row(mt, 2 * hf);
-        a[mt][hf] = l < d.L ? a32[h * d.L + l] : 0.0f;
-        a_full[mt][hf] = ipow(a[mt][hf], static_cast<int>(d.C));
-      }
+    // read after the first step's barrier; the previous item's last reads were before its last
+    if (threadIdx.x < LT && d.nC > 0) {
+      const int64_t l = l0 + threadIdx.x;
+      const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
+      decay_s[threadIdx.x] = ipow(al, static_cast<int>(d.C));
+      decay_s[LT + threadIdx.x] = ipow(al, static_cast<int>(d.chunk_len(d.nC - 1)));
+    }
     for_each_acc(acc, wm, wn, [&](int lr, int ec, float& x) {
       const int64_t l = l0 + lr, e = e0 + ec;
       x = (init_p && l < d.L && e < d.E) ? init_p[init.at(b, h, l, e)] : 0.0f;
     });
-    __syncthreads();  // the previous item's tiles are consumed
-    for (int k = 0; k < NS - 1; ++k) fetch(k);
     for (int64_t step = 0; step < d.nC; ++step) {
-      const int64_t c = chunk_of(step);
+      const int64_t c = kReverse ? d.nC - 1 - step : step;
       const int Cn = static_cast<int>(d.chunk_len(c));
       const int64_t warp_tile = ((bh * d.nC + c) * d.Lp + l0 + wm) * d.Ep + e0 + wn;
 #pragma unroll
       for (int part = 0; part < (kSplitStore ? 2 : 1); ++part) {  // hi (and lo) plane
         S* Hp = part == 0 ? Hs : Hs_lo;
-        if (Hs != nullptr && kStatesStaged<S>) {
+        if (Hs != nullptr && active && kStatesStaged<S>) {
           // the warp's tile to shared memory, then out by rows in 16-byte pieces (PR of them per
           // row, E16 elements each); the warp reads only what it wrote (__syncwarp orders it)
-          constexpr int E16 = 16 / static_cast<int>(sizeof(S)), PR = 32 / E16, SS = kStStS<S>;
-          put_warp_tile(staging, SS, part == 1);
+          constexpr int E16 = 16 / static_cast<int>(sizeof(S)), PR = 32 / E16;
+          const int s0 = staging_at<S>(g, 2 * tq);
+          put_warp_tile(staging, [s0](int mt, int nt, int hf) { return staging_pair_at<S>(s0, mt, nt, hf); }, part == 1);
           __syncwarp();
           S* Hw = Hp + warp_tile;
 #pragma unroll
           for (int k = 0; k < PR; ++k) {  // lane -> row lane / PR + (32 / PR) k, piece lane % PR
             const int r = lane / PR + (32 / PR) * k, cp = E16 * (lane % PR);
-            *reinterpret_cast<uint4*>(Hw + r * d.Ep + cp) = *reinterpret_cast<const uint4*>(&staging[r * SS + cp]);
+            *reinterpret_cast<uint4*>(Hw + r * d.Ep + cp) =
+                *reinterpret_cast<const uint4*>(&staging[staging_at<S>(r, cp)]);
           }
           __syncwarp();  // read before the next step overwrites it
-        } else if (Hs != nullptr) {
-          put_warp_tile(Hp + warp_tile, d.Ep, part == 1);
+        } else if (Hs != nullptr && active) {
+          const int64_t ld = d.Ep;
+          put_warp_tile(Hp + warp_tile, [&](int mt, int nt, int hf) { return (16 * mt + g + 8 * hf) * ld + 8 * nt + 2 * tq; },
+                        part == 1);
         }
       }
-      fetch(step + NS - 1);  // into the stage consumed at step - 1
+      fetch(item, bh, l0, e0, step + NS - 1, stage == 0 ? NS - 1 : stage - 1);  // the stage consumed at the last step
       cp_async_wait<NS - 1>();
       __syncthreads();
+      if (active) {
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const float f = Cn == d.C ? a_full[mt][hf] : ipow(a[mt][hf], Cn);
+          for (int hf = 0; hf < 2; ++hf) {
+            const float f = decay_s[(Cn == d.C ? 0 : LT) + row(mt, 2 * hf)];
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt) {
-            acc[mt][nt][2 * hf] *= f;
-            acc[mt][nt][2 * hf + 1] *= f;
+            for (int nt = 0; nt < 4; ++nt) {
+              acc[mt][nt][2 * hf] *= f;
+              acc[mt][nt][2 * hf + 1] *= f;
+            }
           }
+        // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l]), B = V (stored [i][e])
+        const bf16 *K = ks + stage * 64 * KS, *V = vs + stage * 64 * VS;
+        if (Cn == 64) {  // every chunk but a tail at the default chunk: the k loop fully unrolled
+          warp_mma_32x32<true, false>(acc, K, KS, V, VS, wm, wn, 64);
+          if constexpr (kLo) warp_mma_32x32<true, false>(acc, K, KS, vs_lo + stage * 64 * VS, VS, wm, wn, 64);
+          if constexpr (kKeyLo) warp_mma_32x32<true, false>(acc, ks_lo + stage * 64 * KS, KS, V, VS, wm, wn, 64);
+        } else {
+          const int kdim = (Cn + 15) / 16 * 16;
+          warp_mma_32x32<true, false>(acc, K, KS, V, VS, wm, wn, kdim);
+          if constexpr (kLo) warp_mma_32x32<true, false>(acc, K, KS, vs_lo + stage * 64 * VS, VS, wm, wn, kdim);
+          if constexpr (kKeyLo) warp_mma_32x32<true, false>(acc, ks_lo + stage * 64 * KS, KS, V, VS, wm, wn, kdim);
         }
-      // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l]), B = V (stored [i][e])
-      const int stage = static_cast<int>(step % NS);
-      if (Cn == 64) {  // every chunk but a tail at the default chunk: the k loop fully unrolled
-        warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, 64);
-        if constexpr (kLo)
-          warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs_lo + stage * 64 * VS, VS, wm, wn, 64);
-        if constexpr (kKeyLo)
-          warp_mma_32x32<true, false>(acc, ks_lo + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, 64);
-      } else {
-        const int kdim = (Cn + 15) / 16 * 16;
-        warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, kdim);
-        if constexpr (kLo)
-          warp_mma_32x32<true, false>(acc, ks + stage * 64 * KS, KS, vs_lo + stage * 64 * VS, VS, wm, wn, kdim);
-        if constexpr (kKeyLo)
-          warp_mma_32x32<true, false>(acc, ks_lo + stage * 64 * KS, KS, vs + stage * 64 * VS, VS, wm, wn, kdim);
       }
+      stage = stage + 1 == NS ? 0 : stage + 1;
       __syncthreads();  // this stage is refilled by the next step's fetch
     }
     if (out_p) {
@@ -752,6 +839,18 @@ void make_key_remainders(const Dims& d, Str4 q, const float* a32, const Operands
   }
 }
 
+// chunk_states_mma's grid: as many blocks as fit on the device at once (at most one per item), so
+// that each block's cp.async pipeline runs on across its items (a block per item would start
+// every item with its first tiles' full latency, and at one 512-thread block per SM nothing else
+// would cover it).
+template <typename K>
+unsigned states_grid(K kernel, int smem, int64_t items) {
+  int dev = 0, sms = 0, per_sm = 0;
+  RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+  RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStatesThreads, smem));
+  return grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
+}
 // Chunk states (forward: keys Kq = q a^(Cn-1-i), values v; reverse: keys Qp a^i = Xq, values G).
 template <bool kTC, typename T, bool kReverse, typename S, typename QpT>
 // Hs_lo (tensor-core path, bf16 states): the states as hi and lo planes (the backward).
@@ -764,8 +863,7 @@ void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, co
       auto kernel = chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplit>;
       constexpr int smem = states_mma_smem<S, kLo, kKeyLo>();
       RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      const int64_t items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
-      kernel<<<grid_for(items), kMmaThreads, smem, stream>>>(d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb, a32,
+      kernel<<<states_grid(kernel, smem, states_items(d)), kStatesThreads, smem, stream>>>(d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb, a32,
                                                              init, Hs, out, kReverse ? o.glo : o.vlo, o.Kq_lo, Hs_lo);
       RHOSCAN_CUDA_LAUNCHED("chunk_states_mma_kernel");
     };

@@ -267,13 +267,13 @@ bool key_remainder_case(const Problem& p) {
 template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false>
 bool states_case(const Problem& p, bool with_init) {
   const Dims& d = p.d;
-  const int64_t L = d.L, E = d.E, items = d.nbh * (d.Lp / kMmaLT) * (d.Ep / kMmaET);
+  const int64_t L = d.L, E = d.E, items = states_items(d);
   auto Hs = nans<S>(d.nbh * d.nC * d.Lp * d.Ep), Hs_lo = Hs;
   auto out = nans<float>(p.init.size());
   Str4 init = p.init_s, outs = p.init_s;
   outs.p = out.data();
   if (!with_init) init = Str4{};
-  emu::launch(small_grid(items), kMmaThreads, states_mma_smem<S, kLo, kKeyLo>(), [&] {
+  emu::launch(small_grid(items), kStatesThreads, states_mma_smem<S, kLo, kKeyLo>(), [&] {
     chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>(
         d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init, Hs.data(),
         outs, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr, kKeyLo ? p.Kq_lo.data() : nullptr,
@@ -312,7 +312,7 @@ bool states_case(const Problem& p, bool with_init) {
     auto out2 = nans<float>(out.size());
     Str4 outs2 = outs;
     outs2.p = out2.data();
-    emu::launch(small_grid(items), kMmaThreads, states_mma_smem<float, kLo, kKeyLo>(), [&] {
+    emu::launch(small_grid(items), kStatesThreads, states_mma_smem<float, kLo, kKeyLo>(), [&] {
       chunk_states_mma_kernel<float, kReverse, kLo, kKeyLo>(
           d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init, Hf.data(),
           outs2, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr, kKeyLo ? p.Kq_lo.data() : nullptr);
@@ -434,6 +434,11 @@ int main(int argc, char** argv) {
   problems.push_back(make_problem("H1 pairs1 T1 L5 E3 C64", 1, 1, 0, 1, 5, 3, 64, 1, false));
   problems.push_back(make_problem("H1 pairs1 T5 L9 E9 C1", 1, 1, 0, 5, 9, 9, 1, 1, false));
   problems.push_back(make_problem("H2 pairs2 T0 L20 E20 C64", 2, 2, 0, 0, 20, 20, 64, 1, false));
+  // L over an odd number of 64-latent tiles (Lp 192: a 128-latent state tile and one whose upper half
+  // is past Lp), several items per block (the states' cp.async pipeline across items), a tail chunk
+  problems.push_back(make_problem("H2 pairs2@1 T100 L150 E130 C32", 2, 2, 1, 100, 150, 130, 32, 2, false));
+  // one chunk per item (the fetch cursor moves to the next item at every step)
+  problems.push_back(make_problem("H1 pairs3 T20 L130 E9 C64 [B,T,H,x]", 1, 3, 0, 20, 130, 9, 64, 1, true));
   struct K {
     const char* name;
     std::function<bool(const Problem&)> f;

@@ -17,6 +17,9 @@ mutants=(
   "accumulator column (for_each_acc)|src/cuda/mma.cuh|n0 + 8 * nt + 2 * q + r % 2|n0 + 8 * nt + 2 * q + r / 2|deferred|caught"
   "states: no wait for the next stage|src/cuda/chunk_products.cuh|      cp_async_wait<NS - 1>();\n|\n|deferred|caught"
   "states: no wait (eager cp.async misses it)|src/cuda/chunk_products.cuh|      cp_async_wait<NS - 1>();\n|\n|eager|missed"
+  "states: the next item's first tiles from the wrong item (the pipeline across items)|src/cuda/chunk_products.cuh|it += target / d.nC * gridDim.x,|it += target / d.nC,|deferred|caught"
+  "states: bf16 staging stores without the swizzle|src/cuda/chunk_products.cuh|return (s0 ^ (8 * nt)) + (16 * mt + 8 * hf) * 32;|return (s0 + 8 * nt) + (16 * mt + 8 * hf) * 32;|deferred|caught"
+  "states: the last chunk's decay a^Cn from the first chunk's length|src/cuda/chunk_products.cuh|ipow(al, static_cast<int>(d.chunk_len(d.nC - 1)))|ipow(al, static_cast<int>(d.chunk_len(0)))|deferred|caught"
   "scores: a^16 off by one|src/cuda/chunk_products.cuh|f16[e] = a8[e] * a8[e], f32[e]|f16[e] = a8[e] * a8[e] * a[e], f32[e]|deferred|caught"
   "scores: diagonal pairs one short|src/cuda/chunk_products.cuh|for (int m = n + 1; m < 8; ++m) {|for (int m = n + 1; m < 7; ++m) {|deferred|caught"
   "scores: diagonal triangle without its decay|src/cuda/chunk_products.cuh|            if (m < 7) r *= a[e];\n|\n|deferred|caught"
@@ -27,7 +30,8 @@ mutants=(
   "output: P not transposed for dv|src/cuda/chunk_products.cuh|pm = Pc[kDv ? j * C + i : i * C + j];|pm = Pc[i * C + j];|deferred|caught"
   "output: intra-chunk Y tile without the column offset|src/cuda/chunk_products.cuh|fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep + e0, d.Ep, ET);|fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep, d.Ep, ET);|deferred|caught"
   "output: no barrier after the stage's wait (a race: caught when the threads interleave)|src/cuda/chunk_products.cuh|        cp_async_wait<0>();\n      }\n      __syncthreads();\n      warp_mma_32x32<false, false>|        cp_async_wait<0>();\n      }\n      warp_mma_32x32<false, false>|deferred|caught"
-  "readback: lo part dropped|src/cuda/backward.cu|__float2bfloat16_rn(hx[u] - __bfloat162float(hh))|__float2bfloat16_rn(0.0f)|deferred|caught"
+  "readback: lo plane dropped (H's lo tile fetched from the hi plane)|src/cuda/backward.cu|cp_async16(tile(stage, 1) + o, Hs_lo + so);|cp_async16(tile(stage, 1) + o, Hs + so);|deferred|caught"
+  "states: split stores' lo plane dropped|src/cuda/chunk_products.cuh|if (lo) hi = __floats2bfloat162_rn(|if (false) hi = __floats2bfloat162_rn(|deferred|caught"
 )
 missed=0
 for m in "${mutants[@]}"; do
