@@ -129,14 +129,18 @@ __global__ void key_remainder_kernel(Dims d, Str4 q, const float* a32, const bf1
 // T = 512 makes 8 chunks per item).
 // Where Lp / 64 is odd, the last latent tile's upper half lies past Lp: its warps fetch, multiply
 // and store nothing (they join the barriers).
-// RHOSCAN_STATES_LT=64 builds the previous shape (8 warps, 2 blocks per SM) for an A/B on the GPU;
-// it keeps the rest (the pipeline across items, the persistent grid, the staging swizzle).
+// Measured on the H200 (c6644ca, BDH-8k / long / BDH-base forward+backward): 10.24 / 5.56 / 1.94
+// ms with 128 latents, 10.03 / 5.44 / 1.82 with 64 (forward 2.09 against 2.02 ms): one block of
+// 16 warps per SM hides its two barriers per step worse than two blocks of 8, more than the L2
+// saving gives back. So RHOSCAN_STATES_LT defaults to 64 (8 warps, 2 blocks per SM), with the
+// rest of this round kept (the pipeline across items, the persistent grid, the staging swizzle);
+// RHOSCAN_STATES_LT=128 builds the 128-latent block.
 // ptxas (sm_90a, nvcc 13), either shape: 105 registers (bf16 states), 124 (split stores), 125
 // (float16 backward: split values, keys and stores), no spills. Not yet explained: ncu's 27 %
 // excess global sectors (1 GiB at BDH-8k, i.e. 16 KB per block and chunk: the size of a V tile or
 // of a bf16 state tile, though both are read or written in whole 32-byte sectors).
 #ifndef RHOSCAN_STATES_LT
-#define RHOSCAN_STATES_LT 128
+#define RHOSCAN_STATES_LT 64
 #endif
 constexpr int kStatesLT = RHOSCAN_STATES_LT;
 static_assert(kStatesLT == 64 || kStatesLT == 128, "RHOSCAN_STATES_LT: 64 or 128 latents per block");
@@ -526,9 +530,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
 #endif
 // RHOSCAN_SCORES_EARLY_FETCH: 1 issues the next tile's loads before this tile's arithmetic (their
 // latency hidden by it; 16-24 registers more: the spills above), 0 after it, before the barrier
-// (no spills; the latency left to the block's barrier, its mma and the other block).
+// (no spills; the latency left to the block's barrier, its mma and the other block). 0 measured
+// faster on the H200 (c6644ca, forward+backward: BDH-8k 10.15 against 10.24 ms, BDH-base 1.83
+// against 1.94; forward unchanged at 2.08 ms), so it is the default.
 #ifndef RHOSCAN_SCORES_EARLY_FETCH
-#define RHOSCAN_SCORES_EARLY_FETCH 1
+#define RHOSCAN_SCORES_EARLY_FETCH 0
 #endif
 constexpr bool kScoresEarlyFetch = RHOSCAN_SCORES_EARLY_FETCH;
 constexpr int kScS = kMmaLT + 8;  // bf16 row stride of the operand tiles (conflict-free ldmatrix)
