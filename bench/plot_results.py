@@ -16,6 +16,7 @@ Only what the files hold is drawn: a case missing from a build is a gap, not a z
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 import matplotlib
@@ -59,9 +60,23 @@ def shape_of(r):
     return tuple(r.get(k) for k in ("B", "H", "T", "L", "E"))
 
 
+def on_main_line(commit):
+    """Whether a measured build is in the history of the checked-out commit: branches that were
+    measured and not merged (their lines stay in the JSON) are left out of the build plot. Outside
+    a git checkout every build counts."""
+    try:
+        return subprocess.run(["git", "merge-base", "--is-ancestor", commit, "HEAD"], capture_output=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).returncode in (0, 128)
+    except OSError:
+        return True
+
+
 def plot_cuda_builds(rows, out):
-    # builds only: compile-time variants measured beside a build are recorded as "commit+FLAG"
+    # builds only: compile-time variants measured beside a build are recorded as "commit+FLAG",
+    # and unmerged branches are left out
     rows = [r for r in rows if r.get("dtype") == "bfloat16" and "median_ms" in r and "+" not in r["commit"]]
+    keep = {c: on_main_line(c) for c in in_order(r["commit"] for r in rows)}
+    rows = [r for r in rows if keep[r["commit"]]]
     commits = in_order(r["commit"] for r in rows)
     shapes = in_order(shape_of(r) for r in rows)
     name = {shape_of(r): r["case"] for r in rows}  # the latest name of each shape
@@ -81,7 +96,7 @@ def plot_cuda_builds(rows, out):
                            alpha=0.6, label=f"target: {name[shape]} {direction}")
     ax.set_yscale("log")
     ax.set_xticks(range(len(commits)), commits, rotation=45, ha="right")
-    ax.set_xlabel("build (commit, in the order measured)")
+    ax.set_xlabel("build on the main line (commit, in the order measured)")
     ax.set_ylabel("median time, ms (log)")
     ax.set_title("CUDA backend, bfloat16, H200: time per build (solid: forward or step, dashed: forward+backward)")
     ax.grid(True, which="both", alpha=0.3)
