@@ -411,6 +411,150 @@ bool readback_case(const Problem& p) {
   return check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) & check("HdH", doubles(HdH), rH, 1e-4);
 }
 
+// ---- quadratic backward (quadratic_backward.cuh) ------------------------------------------------
+// cross_values: M_IJ = G_I v_J^T (J < I) as bf16 hi + lo planes of 64×64 blocks, zeros in the
+// padding; hi + lo to float32 accuracy (1e-4 of the terms' magnitude), hi within bf16 rounding.
+struct CrossM {
+  std::vector<bf16> hi, lo;
+};
+CrossM run_cross_values(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t items = d.nbh * cross_pairs(d.nC);
+  CrossM m{nans<bf16>(items * kQB * kQB), nans<bf16>(items * kQB * kQB)};
+  emu::launch(small_grid(items), kCvThreads, kCvSmem,
+              [&] { cross_values_mma_kernel(d, p.gb.data(), p.vb.data(), m.hi.data(), m.lo.data()); });
+  return m;
+}
+bool cross_values_case(const Problem& p) {
+  const Dims& d = p.d;
+  const CrossM m = run_cross_values(p);
+  std::vector<Acc> ref(m.hi.size());
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t I = 1; I < d.nC; ++I)
+      for (int64_t J = 0; J < I; ++J)
+        for (int64_t i = 0; i < kQB; ++i)
+          for (int64_t j = 0; j < kQB; ++j) {
+            Acc x;
+            if (i < p.chunk_len(I) && j < p.chunk_len(J))
+              for (int64_t e = 0; e < d.E; ++e)
+                x += bf(p.gb, (bh * d.T + I * d.C + i) * d.Ep + e) * bf(p.vb, (bh * d.T + J * d.C + j) * d.Ep + e);
+            ref[cross_block(bh, d.nC, I, J) + i * kQB + j] = x;
+          }
+  std::vector<double> sum = doubles(m.hi);
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] += to_float(m.lo[i]);
+  return check("M hi", doubles(m.hi), ref, 1e-2) & check("M hi+lo", sum, ref, 1e-4);
+}
+
+// quad_readback: W, U and HdH' against float64 loops over explicit chunk states built from the
+// same bf16 operands, H_c = sum_{J<c} a^((c-1-J)C) Kq_J^T v_J and A_end_c = sum_{I>c} a^((I-c-1)C)
+// Xq_I^T G_I: W_t = H_c[l,:]·G_t, U_t = A_end_c[l,:]·v_t (1e-4: M's hi + lo keep float32
+// accuracy), and per (bh, l) the weighted sum that bwd_local takes, sum_c f(Cn_c) HdH[c] against
+// sum_c f(Cn_c) <H_c, A_end_c>, f(n) = n a^(n-1); slot nC-1 must hold 0. M from cross_values.
+// Magnitudes: the sums of |terms| down to single products of q-, v-, G-derived operands.
+bool quad_readback_case(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t L = d.L, E = d.E, C = d.C, nC = d.nC, items = d.nbh * nC * ((d.Lp + kQrLT - 1) / kQrLT);
+  const CrossM m = run_cross_values(p);
+  auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
+  emu::launch(small_grid(items), kQrThreads, kQrSmem, [&] {
+    quad_readback_mma_kernel(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(), U.data(),
+                             HdH.data());
+  });
+  std::vector<Acc> rW(W.size()), rU(U.size());
+  std::vector<Acc> rH(d.nbh * L);  // sum_c f(Cn_c) <H_c, A_end_c>
+  bool last_zero = true;
+  for (int64_t bh = 0; bh < d.nbh; ++bh) {
+    const int64_t h = p.h_of(bh);
+    for (int64_t l = 0; l < L; ++l) {
+      // states (value, |value| bound) per chunk: [c][e]
+      std::vector<double> Hv(nC * E, 0), Hm(nC * E, 0), Av(nC * E, 0), Am(nC * E, 0);
+      for (int64_t c = 0; c < nC; ++c)
+        for (int64_t e = 0; e < E; ++e) {
+          for (int64_t J = 0; J < c; ++J)
+            for (int64_t j = 0; j < p.chunk_len(J); ++j) {
+              const double t = p.apow(h, l, (c - 1 - J) * C) * bf(p.Kq, (bh * d.T + J * C + j) * d.Lp + l) *
+                               bf(p.vb, (bh * d.T + J * C + j) * d.Ep + e);
+              Hv[c * E + e] += t, Hm[c * E + e] += std::fabs(t);
+            }
+          for (int64_t I = c + 1; I < nC; ++I)
+            for (int64_t i = 0; i < p.chunk_len(I); ++i) {
+              const double t = p.apow(h, l, (I - c - 1) * C) * bf(p.Xq, (bh * d.T + I * C + i) * d.Lp + l) *
+                               bf(p.gb, (bh * d.T + I * C + i) * d.Ep + e);
+              Av[c * E + e] += t, Am[c * E + e] += std::fabs(t);
+            }
+        }
+      Acc hd;
+      for (int64_t c = 0; c < nC; ++c) {
+        const int64_t Cn = p.chunk_len(c);
+        for (int64_t i = 0; i < Cn; ++i) {
+          const int64_t t = c * C + i;
+          Acc w, u;
+          for (int64_t e = 0; e < E; ++e) {
+            const double g = bf(p.gb, (bh * d.T + t) * d.Ep + e), v = bf(p.vb, (bh * d.T + t) * d.Ep + e);
+            w.x += Hv[c * E + e] * g, w.m += Hm[c * E + e] * std::fabs(g);
+            u.x += Av[c * E + e] * v, u.m += Am[c * E + e] * std::fabs(v);
+          }
+          rW[(bh * d.T + t) * L + l] = w, rU[(bh * d.T + t) * L + l] = u;
+        }
+        const double a = p.a32[h * L + l], f = Cn == 0 ? 0 : Cn * std::pow(a, double(Cn - 1));
+        for (int64_t e = 0; e < E; ++e)
+          hd.x += f * Hv[c * E + e] * Av[c * E + e], hd.m += std::fabs(f) * Hm[c * E + e] * Am[c * E + e];
+      }
+      rH[bh * L + l] = hd;
+    }
+  }
+  // the kernel's slots weighted as bwd_local weighs them (dpow(a, Cn_c), float32 as there)
+  std::vector<double> gotH(d.nbh * L, 0.0);
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t c = 0; c < nC; ++c) {
+        const float x = HdH[(bh * nC + c) * L + l];
+        if (c == nC - 1 && x != 0.0f) last_zero = false;  // NaN too
+        {
+          const int n = int(p.chunk_len(c));  // dpow: n a^(n-1), 0 at n = 0
+          const float f = n == 0 ? 0.0f : n * ipow(p.a32[p.h_of(bh) * L + l], n - 1);
+          gotH[bh * L + l] += double(f) * x;
+        }
+      }
+  bool ok = check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) &
+            check("sum f HdH", gotH, rH, 1e-4);
+  if (!last_zero) std::printf("    HdH's last slot not 0  <-- FAIL\n");
+  return ok && last_zero;
+}
+
+// quad_dv: dv_J = sum_{I>J} Pcross_IJ^T G_I + sum_{k>j} P[k][j] G_k. Pcross's blocks J >= I, and
+// its rows past Cn_I, are NaN (must not be read), as are P's upper triangle and splits past 0.
+bool quad_dv_case(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t C = d.C, nC = d.nC, E = d.E, items = d.nbh * nC * (d.Ep / kMmaET);
+  std::vector<float> Pc(d.nbh * nC * nC * C * C, kNaN), P(d.nbh * nC * d.nsplit * C * C, kNaN);
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t I = 0; I < nC; ++I) {
+      for (int64_t J = 0; J < I; ++J)
+        for (int64_t i = 0; i < p.chunk_len(I); ++i)
+          for (int64_t j = 0; j < C; ++j) Pc[(((bh * nC + I) * nC + J) * C + i) * C + j] = float(U01());
+      for (int64_t i = 0; i < C; ++i)
+        for (int64_t j = 0; j < i; ++j) P[((bh * nC + I) * d.nsplit * C + i) * C + j] = float(U01());
+    }
+  auto dv = nans<float>(d.nbh * d.T * E);
+  emu::launch(small_grid(items), kQdThreads, kQdSmem,
+              [&] { quad_dv_mma_kernel(d, Pc.data(), P.data(), p.gb.data(), dv.data()); });
+  std::vector<Acc> ref(dv.size());
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t J = 0; J < nC; ++J)
+      for (int64_t j = 0; j < p.chunk_len(J); ++j)
+        for (int64_t e = 0; e < E; ++e) {
+          Acc x;
+          for (int64_t k = j + 1; k < p.chunk_len(J); ++k)
+            x += double(P[((bh * nC + J) * d.nsplit * C + k) * C + j]) * bf(p.gb, (bh * d.T + J * C + k) * d.Ep + e);
+          for (int64_t I = J + 1; I < nC; ++I)
+            for (int64_t i = 0; i < p.chunk_len(I); ++i)
+              x += double(Pc[(((bh * nC + I) * nC + J) * C + i) * C + j]) * bf(p.gb, (bh * d.T + I * C + i) * d.Ep + e);
+          ref[(bh * d.T + J * C + j) * E + e] = x;
+        }
+  return check("dv", doubles(dv), ref, 1e-2);
+}
+
 int failures = 0;
 void run(const Problem& p, const char* kernel, const std::function<bool()>& f) {
   std::printf("%s  [%s]\n", kernel, p.name.c_str());
@@ -466,6 +610,9 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv", output_case<float, float, true>},
       {"chunk_output_mma dv, bf16 states", output_case<bf16, float, true>, true},
       {"chunk_readback_mma", readback_case<false>, true},
+      {"cross_values_mma", cross_values_case, true},
+      {"quad_readback_mma", quad_readback_case, true},
+      {"quad_dv_mma", quad_dv_case, true},
       // split values (float16 inputs): the lo passes
       {"chunk_states_mma forward, bf16 states, split values",
        [](const Problem& p) { return states_case<bf16, false, true>(p, true); }},

@@ -50,6 +50,7 @@
 
 #define __global__
 #define __device__
+#define __host__
 #define __forceinline__ inline
 #define __align__(n) alignas(n)
 #define __launch_bounds__(...)

@@ -1,0 +1,332 @@
+// The whole-sequence ("quadratic") backward of the tensor-core path for short sequences: the
+// chunked backward's two chunk-state sets (H_c and A_end, 2 × (T/C)·L·E per pair), their readback
+// and the dv product from A_end are replaced by products of C×C blocks between chunks.
+//
+// With chunk C, chunks I > J (J therefore full), d = I - J - 1, Kq_J = q_j a^(C-1-j),
+// Xq_I = Qp_i a^i (norm_apply's bf16 operands, local indices), and no initial state R_0 and no
+// upstream state gradient GR (the chunk states are then sums over the other chunks only):
+//   H_I       = sum_{J<I} a^(dC) Kq_J^T v_J,            A_end_J = sum_{I>J} a^(dC) Xq_I^T G_I
+//   M_IJ      = G_I v_J^T                               (C×C, contraction over E; cross_values)
+//   W_I[i,l]  = H_I[l,:]·G_i = sum_{J<I} a_l^(dC) (M_IJ Kq_J)[i,l]
+//   U_J[j,l]  = A_end_J[l,:]·v_j = sum_{I>J} a_l^(dC) (M_IJ^T Xq_I)[j,l]
+//   <H_c, A_end_c>[l] = sum_{J<c<I} a_l^((I-J-2)C) X_IJ[l],  X_IJ[l] = sum_i Xq_I[i,l] (M_IJ Kq_J)[i,l]
+// bwd_local weighs chunk c's <H_c, A_end_c> by f(Cn_c) = Cn_c a^(Cn_c - 1); every c strictly
+// between J and I is a full chunk, so the sum over c collapses onto one full slot per I:
+//   sum_c f(C) HdH[c] = f(C) sum_I HdH'[I-1],  HdH'[I-1][l] = sum_{J<=I-2} (I-J-1) a_l^((I-J-2)C) X_IJ[l]
+// (and slot nC-1, the one chunk that may be short, holds 0).
+//   dv_J = sum_{I>J} P_IJ^T G_I + sum_{k>j in J} P[k][j] G_k,  P_IJ = Xq_I diag(a^(dC)) Kq_J^T
+// (P_IJ: quadratic.cuh's cross scores; the intra-chunk P: chunk_scores, as on the chunked path).
+// dR_0 = A_0 is the reverse chunk-state recurrence's final state (chunk_states with no stores).
+//
+// Accuracy. W and U enter dq through gw = W / (N + eps) as the cancelling difference gw - gc,
+// which is why the chunked path stores its states as bf16 hi + lo planes. Here M's blocks are
+// computed exactly from bf16 G and v (float32 accumulation over E) and stored as bf16 hi + lo
+// planes (M to about 2^-16 relative), so the W and U products (two mma passes against the bf16
+// Kq / Xq that the chunk states are made of) keep float32-level accuracy; the decay a^(dC) is
+// applied in float32 to the running sums (Horner: acc <- a^C acc + product, J ascending for W,
+// I descending for U; every exponent >= 0, exact at a = 0 and 1). HdH' comes from the same
+// running sum: with p_J = sum_i Xq_I ⊙ acc_J (the Horner sum of X_IJ), dp_J = a^C dp_{J-1} +
+// p_{J-1} gives dp = sum_J (I-1-J) a^((I-2-J)C) X_IJ after the last step.
+//
+// Dispatch (backward.cu): bfloat16 only (float16 keeps the chunked path: its values, gradients
+// and keys would need split passes), T <= kQuadraticBackwardMaxT, no rho0, no grad_rho_out.
+#pragma once
+
+#include "cuda/chunk_products.cuh"
+
+namespace rhoscan::cuda_detail {
+
+// Sequences up to this length take the quadratic backward (0: never). quadratic.cuh's forward
+// reads the same macro.
+#ifndef RHOSCAN_QUADRATIC_MAX_T
+#define RHOSCAN_QUADRATIC_MAX_T 1024
+#endif
+constexpr int64_t kQuadraticBackwardMaxT = RHOSCAN_QUADRATIC_MAX_T;
+
+// ---- cross values: M_IJ = G_I v_J^T for J < I, as bf16 hi + lo planes ------------------------
+// Blocks are stored 64×64 (kQB; zeros past Cn_I rows and C columns), in the lower triangle's order:
+// block (bh, I, J) at ((bh · nC(nC-1)/2 + I(I-1)/2 + J) · 64 · 64), row i, column j.
+constexpr int kQB = 64;
+__host__ __device__ inline int64_t cross_pairs(int64_t nC) { return nC * (nC - 1) / 2; }
+__host__ __device__ inline int64_t cross_block(int64_t bh, int64_t nC, int64_t I, int64_t J) {
+  return (bh * cross_pairs(nC) + I * (I - 1) / 2 + J) * kQB * kQB;
+}
+// I, J of the k-th pair (k = I(I-1)/2 + J, J < I)
+__device__ inline void cross_pair_of(int64_t k, int64_t& I, int64_t& J) {
+  int64_t i = static_cast<int64_t>((1.0 + sqrt(1.0 + 8.0 * static_cast<double>(k))) / 2.0);
+  while (i * (i - 1) / 2 > k) --i;
+  while ((i + 1) * i / 2 <= k) ++i;
+  I = i, J = k - i * (i - 1) / 2;
+}
+
+// A block (4 warps, 2 × 2 warp tiles of 32×32) per (bh, I, J): the contraction over E in 64-column
+// tiles, two cp.async stages.
+constexpr int kCvThreads = 128;
+constexpr int kCvS = 64 + 8;  // bf16 row stride of the tiles (conflict-free ldmatrix)
+constexpr int kCvSmem = 2 * 2 * 64 * kCvS * static_cast<int>(sizeof(bf16));
+__global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, const bf16* gb, const bf16* vb,
+                                                                      bf16* Mhi, bf16* Mlo) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* tiles = reinterpret_cast<bf16*>(smem_raw);  // [stage][0: G rows i, 1: v rows j][64][kCvS]
+  auto tile = [&](int stage, int k) { return tiles + (stage * 2 + k) * 64 * kCvS; };
+  const int warp = threadIdx.x / 32;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's rows i and columns j
+  const int64_t npairs = cross_pairs(d.nC), net = d.Ep / 64;
+  for (int64_t item = blockIdx.x; item < d.nbh * npairs; item += gridDim.x) {
+    const int64_t bh = item / npairs;
+    int64_t I, J;
+    cross_pair_of(item % npairs, I, J);
+    const int CnI = static_cast<int>(d.chunk_len(I)), CnJ = static_cast<int>(d.chunk_len(J));
+    const bf16* gI = gb + (bh * d.T + I * d.C) * d.Ep;
+    const bf16* vJ = vb + (bh * d.T + J * d.C) * d.Ep;
+    auto fetch = [&](int stage, int64_t e0) {
+      for (int idx = threadIdx.x; idx < 64 * 8; idx += blockDim.x) {
+        const int r = idx / 8, p = 8 * (idx % 8);
+        cp_async16(tile(stage, 0) + r * kCvS + p, gI + min(r, CnI - 1) * d.Ep + e0 + p, r < CnI);
+        cp_async16(tile(stage, 1) + r * kCvS + p, vJ + min(r, CnJ - 1) * d.Ep + e0 + p, r < CnJ);
+      }
+      cp_async_commit();
+    };
+    float acc[2][4][4] = {};
+    __syncthreads();  // the previous item's tiles are consumed
+    fetch(0, 0);
+    for (int64_t et = 0; et < net; ++et) {
+      const int stage = static_cast<int>(et & 1);
+      if (et + 1 < net) {
+        fetch(stage ^ 1, (et + 1) * 64);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      // [i][j] += sum_e G[i][e] v[j][e]: A = G (stored [i][e]), B = v^T (v stored [j][e])
+      warp_mma_32x32<false, true>(acc, tile(stage, 0), kCvS, tile(stage, 1), kCvS, wm, wn, 64);
+      __syncthreads();
+    }
+    const int64_t o = cross_block(bh, d.nC, I, J);
+    for_each_acc(acc, wm, wn, [&](int i, int j, float& x) {
+      const bf16 hi = __float2bfloat16_rn(x);
+      Mhi[o + i * kQB + j] = hi;
+      Mlo[o + i * kQB + j] = __float2bfloat16_rn(x - __bfloat162float(hi));
+    });
+  }
+}
+
+// ---- quadratic readback: W, U and HdH' per (bh, chunk K, 128 latents) ------------------------
+// nC - 1 steps: K steps of W (J = 0 .. K-1: acc[l][i] <- a^C acc + sum_j Kq_J[j][l] M_KJ[i][j]),
+// then nC - 1 - K steps of U (I = nC-1 .. K+1: acc[l][j] <- a^C acc + sum_i Xq_I[i][l] M_IK[i][j]),
+// each product in two mma passes (M hi, M lo). The tiles of the next step (M hi, lo and the
+// 64-token operand rows) arrive by cp.async while the current step is multiplied. 8 warps, each
+// 32 latents × 32 tokens. HdH'[K-1] (slot nC-1 for K = 0) from the W steps' running sum and the
+// chunk's own Xq rows (see the top of this file).
+// W goes to dqp's rows (as chunk_readback_mma_kernel's), U to U, HdH' to HdH: what bwd_local reads.
+constexpr int kQrThreads = 256;
+constexpr int kQrLT = 128;          // latents per block
+constexpr int kQrMS = kQB + 8;      // bf16 row stride of the M tiles
+constexpr int kQrOS = kQrLT + 8;    // bf16 row stride of the operand tiles
+constexpr int kQrStage = 2 * 64 * kQrMS + 64 * kQrOS;  // bf16 elements per stage: M hi, M lo, operand
+constexpr int kQrSmem = (2 * kQrStage + 64 * kQrOS) * static_cast<int>(sizeof(bf16)) +
+                        (kQrLT + 2 * kQrLT) * static_cast<int>(sizeof(float));  // a^C, HdH partials
+__global__ void __launch_bounds__(kQrThreads, 2) quad_readback_mma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo,
+                                                                          const bf16* Kq, const bf16* Xq,
+                                                                          const float* a32, float* W, float* U,
+                                                                          float* HdH) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* stages = reinterpret_cast<bf16*>(smem_raw);   // [2][kQrStage]
+  bf16* xk = stages + 2 * kQrStage;                    // [64 tokens][kQrOS]: Xq of the item's chunk
+  float* aC = reinterpret_cast<float*>(xk + 64 * kQrOS);  // [kQrLT]: a^C of the tile's latents
+  float* red = aC + kQrLT;                                // [2][kQrLT]: HdH' partials of the two token halves
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+  const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  // the warp's latents and tokens
+  const int64_t nlt = (d.Lp + kQrLT - 1) / kQrLT, nsteps = d.nC > 0 ? d.nC - 1 : 0;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * nlt), K = (item / nlt) % d.nC, l0 = (item % nlt) * kQrLT;
+    const int64_t h = d.h_of(bh), tK = K * d.C;
+    const int CnK = static_cast<int>(d.chunk_len(K));
+    // step s: W with J = s (s < K), or U with I = nC-1-(s-K); tiles into stage st
+    auto fetch = [&](int64_t s, int st) {
+      const bool w = s < K;
+      const int64_t I = w ? K : d.nC - 1 - (s - K), J = w ? s : K;
+      const bf16* Mh = Mhi + cross_block(bh, d.nC, I, J);
+      const bf16* Ml = Mlo + cross_block(bh, d.nC, I, J);
+      const int64_t c = w ? J : I;  // the operand's chunk
+      const int Cn = static_cast<int>(d.chunk_len(c));
+      const bf16* op = (w ? Kq : Xq) + (bh * d.T + c * d.C) * d.Lp + l0;
+      bf16* sm = stages + st * kQrStage;
+      for (int idx = threadIdx.x; idx < 64 * 8; idx += blockDim.x) {
+        const int r = idx / 8, p = 8 * (idx % 8);
+        cp_async16(sm + r * kQrMS + p, Mh + r * kQB + p);
+        cp_async16(sm + 64 * kQrMS + r * kQrMS + p, Ml + r * kQB + p);
+      }
+      for (int idx = threadIdx.x; idx < 64 * (kQrLT / 8); idx += blockDim.x) {
+        const int r = idx / (kQrLT / 8), p = 8 * (idx % (kQrLT / 8));
+        const bool ok = r < Cn && l0 + p < d.Lp;
+        cp_async16(sm + 2 * 64 * kQrMS + r * kQrOS + p, ok ? op + r * d.Lp + p : op, ok);
+      }
+      cp_async_commit();
+    };
+    __syncthreads();  // the previous item's shared memory is consumed
+    if (threadIdx.x < kQrLT) {
+      const int64_t l = l0 + threadIdx.x;
+      aC[threadIdx.x] = l < d.L ? ipow(a32[h * d.L + l], static_cast<int>(d.C)) : 0.0f;
+    }
+    if (K >= 2) {  // the chunk's own Xq rows (HdH'), in the first step's commit group
+      const bf16* op = Xq + (bh * d.T + tK) * d.Lp + l0;
+      for (int idx = threadIdx.x; idx < 64 * (kQrLT / 8); idx += blockDim.x) {
+        const int r = idx / (kQrLT / 8), p = 8 * (idx % (kQrLT / 8));
+        const bool ok = r < CnK && l0 + p < d.Lp;
+        cp_async16(xk + r * kQrOS + p, ok ? op + r * d.Lp + p : op, ok);
+      }
+    }
+    if (nsteps > 0) fetch(0, 0);
+    else cp_async_commit();
+    float acc[2][4][4] = {}, dp[2][2] = {};  // dp[mt][hf]: latent row wm + 16 mt + 8 hf + g
+    auto row_scale = [&](int mt, int hf) { return aC[wm + 16 * mt + 8 * hf + g]; };
+    // W to its rows, HdH' to its slot, acc cleared for the U steps
+    auto finish_w = [&]() {
+      for_each_acc(acc, wm, wn, [&](int lr, int i, float& x) {
+        const int64_t l = l0 + lr;
+        if (l < d.L && i < CnK) W[(bh * d.T + tK + i) * d.L + l] = x;
+        x = 0.0f;
+      });
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {  // the quad's 4 lanes hold the row's other columns
+          float x = dp[mt][hf];
+          x += __shfl_xor_sync(0xffffffffu, x, 1);
+          x += __shfl_xor_sync(0xffffffffu, x, 2);
+          if (lane % 4 == 0) red[(wn / 32) * kQrLT + wm + 16 * mt + 8 * hf + g] = x;
+        }
+      __syncthreads();
+      if (threadIdx.x < kQrLT && l0 + threadIdx.x < d.L) {
+        const float x = K >= 1 ? red[threadIdx.x] + red[kQrLT + threadIdx.x] : 0.0f;
+        HdH[(bh * d.nC + (K >= 1 ? K - 1 : d.nC - 1)) * d.L + l0 + threadIdx.x] = x;
+      }
+    };
+    for (int64_t s = 0; s < nsteps; ++s) {
+      const int st = static_cast<int>(s & 1);
+      if (s + 1 < nsteps) {
+        fetch(s + 1, st ^ 1);  // into the stage consumed at s - 1
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      if (s == K) finish_w();  // block-uniform
+      const bf16* sm = stages + st * kQrStage;
+      const bool w = s < K;
+      if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (this thread's columns)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int lr = wm + 16 * mt + 8 * hf + g;
+            float x = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const int i = wn + 8 * nt + 2 * (lane % 4) + c;
+                x += __bfloat162float(xk[i * kQrOS + lr]) * acc[mt][nt][2 * hf + c];
+              }
+            dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x;
+          }
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const float f = row_scale(mt, hf);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) acc[mt][nt][2 * hf] *= f, acc[mt][nt][2 * hf + 1] *= f;
+        }
+      const bf16* op = sm + 2 * 64 * kQrMS;
+      if (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (stored [j][l]), B = M^T (M stored [i][j])
+        warp_mma_32x32<true, true>(acc, op, kQrOS, sm, kQrMS, wm, wn, 64);
+        warp_mma_32x32<true, true>(acc, op, kQrOS, sm + 64 * kQrMS, kQrMS, wm, wn, 64);
+      } else {  // [l][j] += sum_i Xq_I[i][l] M[i][j]: A = Xq^T (stored [i][l]), B = M (stored [i][j])
+        warp_mma_32x32<true, false>(acc, op, kQrOS, sm, kQrMS, wm, wn, 64);
+        warp_mma_32x32<true, false>(acc, op, kQrOS, sm + 64 * kQrMS, kQrMS, wm, wn, 64);
+      }
+      __syncthreads();  // this stage is refilled by the next step's fetch
+    }
+    if (K == nsteps) {  // no U step (the last chunk): W's steps end the loop
+      cp_async_wait<0>();
+      __syncthreads();
+      finish_w();
+    }
+    for_each_acc(acc, wm, wn, [&](int lr, int j, float& x) {
+      const int64_t l = l0 + lr;
+      if (l < d.L && j < CnK) U[(bh * d.T + tK + j) * d.L + l] = x;
+    });
+  }
+}
+
+// ---- dv: dv_J = sum_{I>J} P_IJ^T G_I + sum_{k>j in J} P[k][j] G_k, per (bh, J, 128 columns) ----
+// Pcross: [bh][nC][nC][C][C] float32 (block (I, J), J < I, at ((bh nC + I) nC + J) C C, row i,
+// column j); P: chunk_scores' intra-chunk scores [bh][nC][nsplit][C][C] (split 0 holds the sum).
+// Step 0 the chunk's own scores (k > j, k < Cn), step s >= 1 the block of I = J + s. Each step's
+// scores are rounded to bf16 into [i][j] tiles (A = P^T by a transposing ldmatrix) and G_I's rows
+// arrive by cp.async, the next step's while the current one is multiplied. 8 warps, 64 tokens ×
+// 128 columns (chunk_output_mma_kernel's shape). Out: dvp [bh][t][E] float32.
+constexpr int kQdThreads = 256;
+constexpr int kQdPS = kQB + 8, kQdGS = kMmaET + 8;
+constexpr int kQdStage = 64 * kQdPS + 64 * kQdGS;
+constexpr int kQdSmem = 2 * kQdStage * static_cast<int>(sizeof(bf16));
+__global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, const float* Pcross, const float* P,
+                                                                    const bf16* gb, float* dvp) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* stages = reinterpret_cast<bf16*>(smem_raw);  // [2][P tile [64][kQdPS], G tile [64][kQdGS]]
+  const int warp = threadIdx.x / 32;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's tokens j and columns
+  const int C = static_cast<int>(d.C);
+  const int64_t net = d.Ep / kMmaET;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * net; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * net), J = (item / net) % d.nC, e0 = (item % net) * kMmaET;
+    const int CnJ = static_cast<int>(d.chunk_len(J));
+    const int64_t nsteps = d.nC - J;
+    auto fetch = [&](int64_t s, int st) {
+      const int64_t I = J + s;
+      const int CnI = static_cast<int>(d.chunk_len(I));
+      bf16* pt = stages + st * kQdStage;
+      bf16* gt = pt + 64 * kQdPS;
+      const bf16* gI = gb + (bh * d.T + I * d.C) * d.Ep + e0;
+      for (int idx = threadIdx.x; idx < 64 * (kMmaET / 8); idx += blockDim.x) {
+        const int r = idx / (kMmaET / 8), p = 8 * (idx % (kMmaET / 8));
+        cp_async16(gt + r * kQdGS + p, gI + min(r, CnI - 1) * d.Ep + p, r < CnI);
+      }
+      cp_async_commit();
+      const float* Pb = s == 0 ? P + (bh * d.nC + J) * d.nsplit * C * C : Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
+      for (int idx = threadIdx.x; idx < 64 * 64; idx += blockDim.x) {
+        const int i = idx / 64, j = idx % 64;
+        const bool ok = i < CnI && j < C && (s > 0 || j < i);
+        pt[i * kQdPS + j] = __float2bfloat16_rn(ok ? Pb[i * C + j] : 0.0f);
+      }
+    };
+    float acc[2][4][4] = {};
+    __syncthreads();  // the previous item's tiles are consumed
+    fetch(0, 0);
+    for (int64_t s = 0; s < nsteps; ++s) {
+      const int st = static_cast<int>(s & 1);
+      if (s + 1 < nsteps) {
+        fetch(s + 1, st ^ 1);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      // [j][e] += sum_i P[i][j] G[i][e]: A = P^T (stored [i][j]), B = G (stored [i][e])
+      const bf16* pt = stages + st * kQdStage;
+      warp_mma_32x32<true, false>(acc, pt, kQdPS, pt + 64 * kQdPS, kQdGS, wm, wn, 64);
+      __syncthreads();
+    }
+    for_each_acc(acc, wm, wn, [&](int j, int ec, float& x) {
+      const int64_t e = e0 + ec;
+      if (j < CnJ && e < d.E) dvp[(bh * d.T + J * d.C + j) * d.E + e] = x;
+    });
+  }
+}
+// ---- end of the quadratic backward's kernels
+
+}  // namespace rhoscan::cuda_detail
