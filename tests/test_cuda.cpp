@@ -3,7 +3,10 @@
 // GPU every test skips with the backend's reason (the one allowed skip).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 
 #include "support/device_memory.h"
 #include "support/problem.h"
@@ -193,6 +196,89 @@ TEST_F(Cuda, WorkspaceCapBatchesWithoutChangingResults) {
       EXPECT_EQ(e.kind(), ErrorKind::out_of_memory);
       EXPECT_NE(std::string(e.what()).find("max_workspace_bytes"), std::string::npos) << e.what();
     }
+  }
+}
+
+// Sets RHOSCAN_CUDA_BACKWARD_PATH (chunked or quadratic: which bfloat16 backward runs, see
+// backward.cu's backward_path) for its lifetime, then restores the previous value.
+class BackwardPath {
+ public:
+  explicit BackwardPath(const char* path) {
+    if (const char* old = std::getenv(kVar)) old_ = old;
+    setenv(kVar, path, 1);
+  }
+  ~BackwardPath() {
+    if (old_) setenv(kVar, old_->c_str(), 1);
+    else unsetenv(kVar);
+  }
+
+ private:
+  static constexpr const char* kVar = "RHOSCAN_CUDA_BACKWARD_PATH";
+  std::optional<std::string> old_;
+};
+
+// The bfloat16 backward's two paths, the quadratic one (no chunk-state sets: products of blocks
+// between chunks; taken for T <= 1024 without initial rho or grad_rho_out) and the chunked one,
+// each against the float64 reference and against each other, and the quadratic one bitwise
+// deterministic: tail chunks, T below one chunk and T = 1, chunks 64, 32 and 17, decay exactly 0
+// and 1 (and a mix), zero q rows, Hv = 1 and Hv = H, the [B,T,H,x] layout, rho_norm0 and
+// grad_rho_norm_out given (the quadratic path's conditions allow both), grad_rho0 wanted (the
+// harness always asks for it).
+TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
+  struct Case {
+    ProblemSpec s;
+    int64_t chunk;
+  };
+  std::vector<Case> cases;
+  auto add = [&](ProblemSpec s, int64_t chunk, auto&& tweak) {
+    tweak(s);
+    cases.push_back({s, chunk});
+  };
+  add(spec(2, 2, 1, 300, 700, 200, DType::bfloat16), 0, [](ProblemSpec& s) {  // 300 = 4 · 64 + 44
+    s.q_zero_fraction = 0.9;
+    s.initial_rho_norm = s.grad_rho_norm_out = true;
+  });
+  add(spec(2, 3, 3, 100, 96, 40, DType::bfloat16), 32, [](ProblemSpec& s) {
+    s.decay = DecayKind::with_zeros_and_ones;
+    s.zero_q_rows = true;
+    s.grad_rho_norm_out = true;
+  });
+  add(spec(1, 2, 1, 130, 80, 72, DType::bfloat16), 0, [](ProblemSpec& s) {
+    s.decay = DecayKind::all_zero;
+    s.bthl_layout = true;
+  });
+  add(spec(1, 2, 2, 150, 64, 130, DType::bfloat16), 17, [](ProblemSpec& s) { s.decay = DecayKind::all_one; });
+  add(spec(2, 2, 1, 20, 130, 9, DType::bfloat16), 0, [](ProblemSpec& s) { s.initial_rho_norm = true; });
+  add(spec(1, 3, 1, 1, 70, 20, DType::bfloat16), 0, [](ProblemSpec&) {});
+  add(spec(1, 1, 1, 1024, 256, 64, DType::bfloat16), 0, [](ProblemSpec& s) {  // the longest default T
+    s.decay = DecayKind::with_zeros_and_ones;
+  });
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.s.name() + " chunk " + std::to_string(c.chunk));
+    Problem ref = Problem(c.s).reference_solution();
+    Problem chunked(c.s), quad(c.s), quad2(c.s);
+    for (auto [p, path] : {std::pair{&chunked, "chunked"}, std::pair{&quad, "quadratic"}, std::pair{&quad2, "quadratic"}}) {
+      BackwardPath env(path);
+      MirroredProblem m(*p, Device::cuda);
+      backward(m.backward_args(), cuda(c.chunk));
+      m.copy_outputs_to_host();
+    }
+    const double gt = gradient_tolerance(DType::bfloat16);
+    for (auto [p, what] : {std::pair{&chunked, "chunked"}, std::pair{&quad, "quadratic"}}) {
+      EXPECT_LE(rms_rel(p->grad_q.values(), ref.grad_q.values()), gt) << what << " grad_q";
+      EXPECT_LE(rms_rel(p->grad_v.values(), ref.grad_v.values()), gt) << what << " grad_v";
+      EXPECT_LE(rms_rel(p->grad_decay.values(), ref.grad_decay.values()), gt) << what << " grad_decay";
+      EXPECT_LE(rms_rel(p->grad_rho.values(), ref.grad_rho.values()), gt) << what << " grad_rho";
+      EXPECT_LE(rms_rel(p->grad_rho_norm.values(), ref.grad_rho_norm.values()), gt) << what << " grad_rho_norm";
+    }
+    EXPECT_LE(rms_rel(quad.grad_q.values(), chunked.grad_q.values()), gt) << "grad_q, quadratic vs chunked";
+    EXPECT_LE(rms_rel(quad.grad_v.values(), chunked.grad_v.values()), gt) << "grad_v, quadratic vs chunked";
+    EXPECT_LE(rms_rel(quad.grad_decay.values(), chunked.grad_decay.values()), gt) << "grad_decay, quadratic vs chunked";
+    EXPECT_LE(rms_rel(quad.grad_rho.values(), chunked.grad_rho.values()), gt) << "grad_rho, quadratic vs chunked";
+    EXPECT_TRUE(same_bytes(quad.grad_q, quad2.grad_q) && same_bytes(quad.grad_v, quad2.grad_v) &&
+                same_bytes(quad.grad_decay, quad2.grad_decay) && same_bytes(quad.grad_rho, quad2.grad_rho) &&
+                same_bytes(quad.grad_rho_norm, quad2.grad_rho_norm))
+        << "quadratic path not bitwise deterministic";
   }
 }
 

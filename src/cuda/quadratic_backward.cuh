@@ -329,4 +329,25 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 }
 // ---- end of the quadratic backward's kernels
 
+// The quadratic backward's products for one batch, after norm_scan (o.Xq, o.Kq), chunk_scores (P)
+// and pack_bf16 (o.vb, o.gb), with the cross scores in Pcross: W (to dqp), U, HdH' and dvp, what
+// bwd_local and dv_accumulate read. Grids: an item per block, grid-stride beyond 2^16 blocks.
+inline void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
+                                      const float* Pcross, bf16* Mhi, bf16* Mlo, float* W, float* U, float* HdH,
+                                      float* dvp, cudaStream_t stream) {
+  if (d.nbh == 0 || d.nC == 0) return;
+  if (d.nC > 1) {
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cross_values_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCvSmem));
+    cross_values_mma_kernel<<<grid_for(d.nbh * cross_pairs(d.nC)), kCvThreads, kCvSmem, stream>>>(d, o.gb, o.vb, Mhi, Mlo);
+    RHOSCAN_CUDA_LAUNCHED("cross_values_mma_kernel");
+  }
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(quad_readback_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kQrSmem));
+  quad_readback_mma_kernel<<<grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads, kQrSmem, stream>>>(
+      d, Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH);
+  RHOSCAN_CUDA_LAUNCHED("quad_readback_mma_kernel");
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(quad_dv_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kQdSmem));
+  quad_dv_mma_kernel<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kQdThreads, kQdSmem, stream>>>(d, Pcross, P, o.gb, dvp);
+  RHOSCAN_CUDA_LAUNCHED("quad_dv_mma_kernel");
+}
+
 }  // namespace rhoscan::cuda_detail

@@ -32,6 +32,12 @@ mutants=(
   "output: no barrier after the stage's wait (a race: caught when the threads interleave)|src/cuda/chunk_products.cuh|        cp_async_wait<0>();\n      }\n      __syncthreads();\n      warp_mma_32x32<false, false>|        cp_async_wait<0>();\n      }\n      warp_mma_32x32<false, false>|deferred|caught"
   "readback: lo plane dropped (H's lo tile fetched from the hi plane)|src/cuda/backward.cu|cp_async16(tile(stage, 1) + o, Hs_lo + so);|cp_async16(tile(stage, 1) + o, Hs + so);|deferred|caught"
   "states: split stores' lo plane dropped|src/cuda/chunk_products.cuh|if (lo) hi = __floats2bfloat162_rn(|if (false) hi = __floats2bfloat162_rn(|deferred|caught"
+  "cross values: lo plane left zero|src/cuda/quadratic_backward.cuh|Mlo[o + i * kQB + j] = __float2bfloat16_rn(x - __bfloat162float(hi));|Mlo[o + i * kQB + j] = __float2bfloat16_rn(0.0f);|deferred|caught"
+  "quad readback: W without M's lo pass|src/cuda/quadratic_backward.cuh|        warp_mma_32x32<true, true>(acc, op, kQrOS, sm + 64 * kQrMS, kQrMS, wm, wn, 64);\n|\n|deferred|caught"
+  "quad readback: U steps in ascending order (Horner's powers reversed)|src/cuda/quadratic_backward.cuh|const int64_t I = w ? K : d.nC - 1 - (s - K)|const int64_t I = w ? K : K + 1 + (s - K)|deferred|caught"
+  "quad readback: HdH' without the decay of its running sum|src/cuda/quadratic_backward.cuh|dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x;|dp[mt][hf] = dp[mt][hf] + x;|deferred|caught"
+  "quad readback: HdH' into slot K instead of K-1|src/cuda/quadratic_backward.cuh|(K >= 1 ? K - 1 : d.nC - 1)|(K >= 1 ? K : d.nC - 1)|deferred|caught"
+  "quad dv: the intra-chunk step reads all of P (its upper triangle)|src/cuda/quadratic_backward.cuh|(s > 0 |(s >= 0 |deferred|caught"
 )
 missed=0
 for m in "${mutants[@]}"; do
