@@ -31,6 +31,10 @@ mutants=(
   "output: intra-chunk Y tile without the column offset|src/cuda/chunk_products.cuh|fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep + e0, d.Ep, ET);|fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep, d.Ep, ET);|deferred|caught"
   "output: no barrier after the stage's wait (a race: caught when the threads interleave)|src/cuda/chunk_products.cuh|        cp_async_wait<0>();\n      }\n      __syncthreads();\n      warp_mma_32x32<false, false>|        cp_async_wait<0>();\n      }\n      warp_mma_32x32<false, false>|deferred|caught"
   "readback: lo plane dropped (H's lo tile fetched from the hi plane)|src/cuda/backward.cu|cp_async16(tile(stage, 1) + o, Hs_lo + so);|cp_async16(tile(stage, 1) + o, Hs + so);|deferred|caught"
+  "cross: the decay factor a^((I-J) C) instead of a^((I-J-1) C)|src/cuda/quadratic.cuh|ipow(a, (I - J0 - s - 1) * C)|ipow(a, (I - J0 - s) * C)|deferred|caught"
+  "cross: the second column block's key rows from the first|src/cuda/quadratic.cuh|Kj + (s * C + j) * d.Lp + l0 + p|Kj + j * d.Lp + l0 + p|deferred|caught"
+  "cross: a split's partial left out of the sum|src/cuda/quadratic.cuh|for (int s = 1; s < nsplit; ++s) acc +=|for (int s = 2; s < nsplit; ++s) acc +=|deferred|caught"
+  "cross: no barrier between the factors and the scaled keys|src/cuda/quadratic.cuh|      fetch(kt0, 0);\n      __syncthreads();|      fetch(kt0, 0);|deferred|caught"
   "states: split stores' lo plane dropped|src/cuda/chunk_products.cuh|if (lo) hi = __floats2bfloat162_rn(|if (false) hi = __floats2bfloat162_rn(|deferred|caught"
 )
 missed=0
