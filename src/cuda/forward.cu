@@ -3,6 +3,7 @@
 // in a workspace bounded by options.max_workspace_bytes (default 2 GiB): when all pairs do not
 // fit at once, the pairs are processed in consecutive batches.
 #include "cuda/chunk_products.cuh"
+#include "cuda/quadratic.cuh"
 #include "cuda/ops.h"
 #include "cuda/workspace.h"
 

@@ -243,6 +243,37 @@ bool scores_case(const Problem& p) {
   return check("P", doubles(P), ref, std::is_same_v<QpT, bf16> ? 1.2e-2 : 1e-2);
 }
 
+// ---- cross_scores (quadratic forward): Pcross[bh][I][J][i'][j'] = sum_l Qp_i a^(i-1-j) q_j for
+//      blocks J < I (i = I C + i', j = J C + j'); rows past the last chunk's length 0; the blocks
+//      J >= I unwritten. Against the formula from Qp and q (not from the operands): this checks the
+//      split of the exponent into Xq's a^i', the factor a^((I-J-1) C) and Kq's a^(C-1-j') too.
+//      nsplit partials over slices of L (some empty when nsplit > Lp / 64), summed by cross_reduce.
+bool cross_case(const Problem& p, int nsplit) {
+  const Dims& d = p.d;
+  const int64_t C = d.C, nC = d.nC, plane = d.nbh * nC * nC * C * C;
+  const int64_t items = d.nbh * cross_groups(nC) * nsplit;
+  auto P = nans<float>(plane), parts = nans<float>(std::max<int64_t>(1, (nsplit - 1) * plane));
+  emu::launch(small_grid(items), kCrossThreads, kCrossSmem, [&] {
+    cross_scores_mma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), P.data(), parts.data(), nsplit);
+  });
+  if (nsplit > 1) emu::launch(3, 64, 0, [&] { cross_reduce_kernel(d, P.data(), parts.data(), nsplit); });
+  std::vector<Acc> ref(P.size(), kUnwritten);
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t I = 1; I < nC; ++I)
+      for (int64_t J = 0; J < I; ++J)
+        for (int64_t i = 0; i < C; ++i)
+          for (int64_t j = 0; j < C; ++j) {
+            Acc x;
+            const int64_t ti = I * C + i, tj = J * C + j;
+            if (i < p.chunk_len(I))
+              for (int64_t l = 0; l < d.L; ++l)
+                x += double(p.Qp[(bh * d.T + ti) * d.L + l]) * p.apow(p.h_of(bh), l, ti - 1 - tj) * p.qf(bh, tj, l);
+            ref[(((bh * nC + I) * nC + J) * C + i) * C + j] = x;
+          }
+  // three roundings per term: Xq, Kq, and the scaled key (3 × 2^-8)
+  return check("Pcross", doubles(P), ref, 1.2e-2);
+}
+
 // ---- key remainders: Kq_lo = bf16(q_t a^(Cn-1-i) - Kq), zero padded (exact) ------------------
 bool key_remainder_case(const Problem& p) {
   const Dims& d = p.d;
@@ -583,15 +614,20 @@ int main(int argc, char** argv) {
   problems.push_back(make_problem("H2 pairs2@1 T100 L150 E130 C32", 2, 2, 1, 100, 150, 130, 32, 2, false));
   // one chunk per item (the fetch cursor moves to the next item at every step)
   problems.push_back(make_problem("H1 pairs3 T20 L130 E9 C64 [B,T,H,x]", 1, 3, 0, 20, 130, 9, 64, 1, true));
+  // the quadratic forward's kernels only (`quadratic` below): five chunks of 64 (row blocks with
+  // one and two column blocks per group, the factor a^(d C) up to d = 3), a tail chunk, odd L and E
+  problems.push_back(make_problem("H2 pairs3@3 T300 L70 E136 C64 [B,T,H,x]", 2, 3, 3, 300, 70, 136, 64, 2, true));
   // EMU_QUICK=1 (ctest's default set): on the three largest problems only the bfloat16 path's
   // kernels (`core`); the float32-state and split-value variants on the other six. The full run
   // (ctest label long, or without EMU_QUICK) takes every kernel on every problem.
   const bool quick = std::getenv("EMU_QUICK") != nullptr;
-  const std::vector<bool> big = {true, false, true, false, false, false, false, true, false};
+  const std::vector<bool> big = {true, false, true, false, false, false, false, true, false, true};
+  const std::vector<bool> quadratic_only = {false, false, false, false, false, false, false, false, false, true};
   struct K {
     const char* name;
     std::function<bool(const Problem&)> f;
     bool core = false;
+    bool quadratic = false;  // a kernel of the quadratic forward or backward (the only ones on quadratic_only problems)
   };
   const std::vector<K> kernels = {
       {"pack_bf16", pack_case, true},
@@ -610,9 +646,13 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv", output_case<float, float, true>},
       {"chunk_output_mma dv, bf16 states", output_case<bf16, float, true>, true},
       {"chunk_readback_mma", readback_case<false>, true},
-      {"cross_values_mma", cross_values_case, true},
-      {"quad_readback_mma", quad_readback_case, true},
-      {"quad_dv_mma", quad_dv_case, true},
+      // the quadratic forward
+      {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},
+      {"cross_scores_mma, 3 splits", [](const Problem& p) { return cross_case(p, 3); }, true, true},
+      // the quadratic backward
+      {"cross_values_mma", cross_values_case, true, true},
+      {"quad_readback_mma", quad_readback_case, true, true},
+      {"quad_dv_mma", quad_dv_case, true, true},
       // split values (float16 inputs): the lo passes
       {"chunk_states_mma forward, bf16 states, split values",
        [](const Problem& p) { return states_case<bf16, false, true>(p, true); }},
@@ -628,7 +668,8 @@ int main(int argc, char** argv) {
   };
   for (size_t i = 0; i < problems.size(); ++i)
     for (const auto& k : kernels)
-      if ((only.empty() || std::string(k.name).find(only) != std::string::npos) && !(quick && big[i] && !k.core))
+      if ((only.empty() || std::string(k.name).find(only) != std::string::npos) && !(quick && big[i] && !k.core) &&
+          (k.quadratic || !quadratic_only[i]))
         run(problems[i], k.name, [&] { return k.f(problems[i]); });
   if (emu::errors) std::printf("%d emulation errors (see stderr)\n", int(emu::errors));
   std::printf("%s (%d failed)\n", failures || emu::errors ? "FAILED" : "all tensor-core kernels match", failures);

@@ -74,6 +74,7 @@ struct alignas(16) float4 {
 };
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
 
 // bf16 as on the GPU: 16 bits, the upper half of a float32.
 struct __nv_bfloat16 {

@@ -1,0 +1,220 @@
+// The whole-sequence ("quadratic") forward of the tensor-core path: for short sequences with no
+// initial state, the context without chunk-start states,
+//   c_i = sum_{j<i} P[i][j] v_j,   P[i][j] = sum_l Qp_i[l] a_l^(i-1-j) q_j[l],
+// as a lower block-triangular product of C×C blocks (chunk C, blocks I >= J, i', j' the tokens'
+// indices in their chunks). Diagonal blocks are chunk_scores' P. Below the diagonal, with
+// d = I - J - 1 >= 0, the exponent splits into three non-negative parts,
+//   i - 1 - j = i' + d C + (C - 1 - j'),
+// so with the operands norm_apply writes (Xq_i = Qp_i a^i', Kq_j = q_j a^(Cn-1-j'), and Cn = C for
+// every J < I: only the last chunk can be short)
+//   P_IJ = Xq_I · diag(a^(d C)) · Kq_J^T        (contraction over L; no a^(-n) anywhere).
+// The chunked forward stores a chunk-start state per chunk (L×E per chunk and pair: 1 GiB of bf16
+// at BDH-8k) and reads it back; this path stores T×T/2 scores per pair instead (4 MiB of float32
+// per pair at T = 1024), at the price of ~T/2 C-token blocks of L-contractions per chunk instead
+// of one. The final state still comes from chunk_states_mma, with Hs = nullptr (no chunk states
+// stored).
+#pragma once
+
+#include "cuda/chunk_products.cuh"
+
+namespace rhoscan::cuda_detail {
+
+// The longest sequence the forward takes the quadratic path for (tensor-core dtypes, no initial
+// rho); 0: never. -DRHOSCAN_QUADRATIC_MAX_T=n overrides it (A/B builds). The environment variable
+// RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic forces a path (forward.cu; for tests).
+#ifndef RHOSCAN_QUADRATIC_MAX_T
+#define RHOSCAN_QUADRATIC_MAX_T 1024
+#endif
+constexpr int64_t kQuadraticMaxT = RHOSCAN_QUADRATIC_MAX_T;
+
+// ---- cross_scores: the blocks below the diagonal on tensor cores --------------------------------
+// Pcross[bh][I][J][i'][j'] (float32, block (I, J) at ((bh nC + I) nC + J) C C, row i' then
+// column j'; only blocks J < I are written, rows past the last chunk's length as 0):
+//   P_IJ[i'][j'] = sum_l Xq[I C + i'][l] a_l^((I-J-1) C) Kq[J C + j'][l].
+// A block's item is (bh, row block I, group of two column blocks J = 2k, 2k + 1 (the second only
+// if < I), slice sp of the latents): a 64 × 128 output tile, one 32×32 warp tile per warp, so each
+// Xq tile serves two blocks. Row I has ceil(I / 2) groups; rows 2m-1 and 2m have m each, so group
+// g of a pair lies in rows 2m-1, 2m with m (m-1) <= g < m (m+1) (closed form: no idle items).
+// Per 64-latent tile: Xq's rows by cp.async; Kq's rows by plain 16-byte loads into registers,
+// issued before this tile's mma and, after it, scaled by a^(d C) in float32 and stored as bf16
+// (one more rounding of the key: the scaled key is not representable in the stored operand). The
+// factors a^(d C) of the tile's latents are computed once per tile into shared memory (ipow, exact
+// for a = 0 and 1). Two stages, two barriers per tile.
+// L splits: slice sp covers tiles [sp·n, (sp+1)·n) of the Lp / 64; split 0 writes Pcross, split
+// s > 0 writes parts[s - 1] (same layout), and cross_reduce_kernel adds them in split order
+// (deterministic; no atomics).
+constexpr int kCrossThreads = 256;
+constexpr int kCrossS = kMmaLT + 8;  // bf16 row stride of the operand tiles (conflict-free ldmatrix)
+constexpr int kCrossSmem = (2 * (64 + 128) * kCrossS) * static_cast<int>(sizeof(bf16)) +
+                           2 * 2 * kMmaLT * static_cast<int>(sizeof(float));
+// Column-block groups per pair: sum over I = 1 .. nC-1 of ceil(I / 2) = floor(nC^2 / 4).
+__host__ __device__ __forceinline__ int64_t cross_groups(int64_t nC) { return nC * nC / 4; }
+// Group g -> (row block I, first column block J0 = 2k).
+__device__ __forceinline__ void cross_group_decode(int64_t g, int& I, int& J0) {
+  int64_t m = static_cast<int64_t>((1.0 + sqrt(1.0 + 4.0 * static_cast<double>(g))) / 2.0);
+  while (m * (m + 1) <= g) ++m;  // rounding of the square root, either way
+  while (m > 1 && m * (m - 1) > g) --m;
+  const int64_t r = g - m * (m - 1);
+  I = static_cast<int>(2 * m - 1 + r / m);
+  J0 = static_cast<int>(2 * (r % m));
+}
+static __global__ void __launch_bounds__(kCrossThreads, 2)
+    cross_scores_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross, float* parts,
+                            int nsplit) {
+  constexpr int LT = kMmaLT, S = kCrossS;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* xs = reinterpret_cast<bf16*>(smem_raw);             // [2 stages][64 tokens i'][S]
+  bf16* ks = xs + 2 * 64 * S;                                // [2 stages][128: 64 slot + j'][S], scaled
+  float* fs = reinterpret_cast<float*>(ks + 2 * 128 * S);   // [2 stages][2 slots][64 latents]: a^(d C)
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's rows i' and columns (64 slot + j')
+  const int C = static_cast<int>(d.C);
+  const int ntiles = static_cast<int>(d.Lp / LT), per_split = (ntiles + nsplit - 1) / nsplit;
+  const int64_t groups = cross_groups(d.nC), items = d.nbh * groups * nsplit;
+  const int64_t plane = d.nbh * d.nC * d.nC * C * C;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t bh = item / (groups * nsplit);
+    const int sp = static_cast<int>(item % nsplit);
+    int I, J0;
+    cross_group_decode(item / nsplit % groups, I, J0);
+    const int nJ = I - J0 < 2 ? I - J0 : 2;  // column blocks of the group (J0 + s < I)
+    const int CnI = static_cast<int>(d.chunk_len(I));
+    const int kt0 = sp * per_split, kt1 = min(ntiles, kt0 + per_split);
+    const bf16* Xi = Xq + (bh * d.T + int64_t{I} * C) * d.Lp;
+    const bf16* Kj = Kq + (bh * d.T + int64_t{J0} * C) * d.Lp;  // slot s: rows s C + j'
+    const float* arow = a32 + d.h_of(bh) * d.L;
+    uint4 kreg[4];  // this thread's Kq pieces of the next tile: row (tid + 256 r) / 8, latents p .. p+7
+    const int p = 8 * (tid % 8);
+    auto fetch = [&](int kt, int st) {
+      const int l0 = kt * LT;
+      for (int idx = tid; idx < 64 * 8; idx += kCrossThreads) {  // Xq rows i' < CnI, zeros below
+        const int i = idx / 8, q8 = 8 * (idx % 8);
+        cp_async16(xs + (st * 64 + i) * S + q8, Xi + min(i, CnI - 1) * d.Lp + l0 + q8, i < CnI);
+      }
+      cp_async_commit();
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = (tid + kCrossThreads * r) / 8, s = row / 64, j = row % 64;
+        kreg[r] = s < nJ && j < C ? __ldg(reinterpret_cast<const uint4*>(Kj + (s * C + j) * d.Lp + l0 + p))
+                                  : make_uint4(0, 0, 0, 0);
+      }
+      if (tid < 2 * LT) {  // a^(d C) of slot s = tid / 64 (d < 0: an unused slot, factor unread)
+        const int s = tid / LT, l = l0 + tid % LT;
+        const float a = l < d.L ? arow[l] : 0.0f;
+        fs[st * 2 * LT + tid] = ipow(a, (I - J0 - s - 1) * C);
+      }
+    };
+    auto put = [&](int st) {  // the fetched keys times a^(d C), rounded to bf16, into stage st
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = (tid + kCrossThreads * r) / 8, s = row / 64;
+        const float* f = fs + (st * 2 + s) * LT + p;
+        __nv_bfloat162 w[4];
+        memcpy(w, &kreg[r], sizeof w);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          w[k] = __floats2bfloat162_rn(__low2float(w[k]) * f[2 * k], __high2float(w[k]) * f[2 * k + 1]);
+        memcpy(&kreg[r], w, sizeof w);
+        *reinterpret_cast<uint4*>(ks + (st * 128 + row) * S + p) = kreg[r];
+      }
+    };
+    float acc[2][4][4] = {};
+    __syncthreads();  // the previous item's tiles are consumed
+    if (kt0 < kt1) {
+      fetch(kt0, 0);
+      __syncthreads();  // its factors
+      put(0);
+      cp_async_wait<0>();
+      __syncthreads();
+    }
+    const bool active = wn < 64 * nJ;  // false: the warp's columns are an unused second slot
+    for (int kt = kt0; kt < kt1; ++kt) {
+      const int st = (kt - kt0) & 1;
+      if (kt + 1 < kt1) fetch(kt + 1, st ^ 1);  // stage st ^ 1 was last read before the last barrier
+      if (active) warp_mma_32x32<false, true>(acc, xs + st * 64 * S, S, ks + st * 128 * S, S, wm, wn, LT);
+      __syncthreads();  // the next tile's factors written
+      if (kt + 1 < kt1) {
+        put(st ^ 1);
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+    }
+    if (!active) continue;
+    float* dst = (sp == 0 ? Pcross : parts + (sp - 1) * plane) + ((bh * d.nC + I) * d.nC + J0) * C * C;
+    // acc[mt][nt][2 hf + e]: row wm + 16 mt + 8 hf + g, column wn + 8 nt + 2 tq + e (slot col / 64)
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = wm + 16 * mt + 8 * hf + g;
+        if (i >= C) continue;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const int col = wn + 8 * nt + 2 * tq, s = col / 64, j = col % 64;
+          float* o = dst + s * C * C + i * C + j;
+          const float x0 = i < CnI ? acc[mt][nt][2 * hf] : 0.0f, x1 = i < CnI ? acc[mt][nt][2 * hf + 1] : 0.0f;
+          if (C % 2 == 0 && j + 1 < C) {  // j even: an aligned pair
+            *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
+          } else {
+            if (j < C) o[0] = x0;
+            if (j + 1 < C) o[1] = x1;
+          }
+        }
+      }
+  }
+}
+
+// Pcross (lower blocks) += parts[0] + parts[1] + ... in split order.
+static __global__ void cross_reduce_kernel(Dims d, float* Pcross, const float* parts, int nsplit) {
+  const int64_t CC = d.C * d.C, n = d.nbh * d.nC * d.nC * CC;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t IJ = x / CC % (d.nC * d.nC);
+    if (IJ % d.nC >= IJ / d.nC) continue;  // J >= I: not a cross block
+    float acc = Pcross[x];
+    for (int s = 1; s < nsplit; ++s) acc += parts[(s - 1) * n + x];
+    Pcross[x] = acc;
+  }
+}
+
+// ---- launchers (quadratic) -----------------------------------------------------------------------
+// L splits of cross_scores: enough items to fill the GPU (about 4 blocks per multiprocessor on
+// 132, as score_splits), at most 16, at most one per 64-latent tile.
+inline int64_t cross_splits(const Dims& d) {
+  const int64_t items = d.nbh * cross_groups(d.nC);
+  if (items == 0) return 1;
+  int64_t n = std::min<int64_t>((528 + items - 1) / items, 16);
+  n = std::min<int64_t>(n, d.Lp / kMmaLT);
+  return std::max<int64_t>(n, 1);
+}
+// Floats of the split partials' scratch for a batch of d.nbh pairs.
+inline int64_t cross_scratch_floats(const Dims& d) {
+  return (cross_splits(d) - 1) * d.nbh * d.nC * d.nC * d.C * d.C;
+}
+// The largest scratch any batch of up to max_nbh pairs needs (splits > 1 only while nbh · groups <
+// 528, so the loop is short).
+inline int64_t cross_scratch_floats_max(Dims d, int64_t max_nbh) {
+  int64_t most = 0;
+  for (d.nbh = 1; d.nbh <= max_nbh; ++d.nbh) {
+    if (cross_splits(d) == 1) break;
+    most = std::max(most, cross_scratch_floats(d));
+  }
+  return most;
+}
+// Pcross of one batch (scratch: cross_scratch_floats(d) floats, unused with one split).
+inline void launch_cross_scores(const Dims& d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross,
+                                float* scratch, cudaStream_t stream) {
+  const int64_t nsplit = cross_splits(d), items = d.nbh * cross_groups(d.nC) * nsplit;
+  if (items == 0) return;
+  RHOSCAN_CUDA_CHECK(
+      cudaFuncSetAttribute(cross_scores_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCrossSmem));
+  cross_scores_mma_kernel<<<grid_for(items), kCrossThreads, kCrossSmem, stream>>>(d, Xq, Kq, a32, Pcross, scratch,
+                                                                                 static_cast<int>(nsplit));
+  RHOSCAN_CUDA_LAUNCHED("cross_scores_mma_kernel");
+  if (nsplit > 1) {
+    cross_reduce_kernel<<<grid_for(d.nbh * d.nC * d.nC * d.C * d.C, 256), 256, 0, stream>>>(d, Pcross, scratch,
+                                                                                          static_cast<int>(nsplit));
+    RHOSCAN_CUDA_LAUNCHED("cross_reduce_kernel");
+  }
+}
+
+}  // namespace rhoscan::cuda_detail
