@@ -22,8 +22,12 @@
 //   (A_{i+1} v_i)    = a^(Cn-1-i) (A_end v_i) + sum_{k>i} a^(k-i-1) Qp_k M[k][i]
 //   da = sum_i <A_{i+1}, R_i> = f(Cn)<A_end, H> + sum_j q_j (A_end v_j) f(Cn-1-j)
 //        + sum_k Qp_k (H G_k) f(k) + sum_{j<k} Qp_k q_j M[k][j] f(k-j-1),   f(n) = n a^(n-1).
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/chunk_products.cuh"
 #include "cuda/ops.h"
+#include "cuda/quadratic_backward.cuh"
 #include "cuda/workspace.h"
 
 namespace rhoscan::cuda_detail {
@@ -639,6 +643,25 @@ __global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void
   }
 }
 
+// Which backward runs: the quadratic one (quadratic_backward.cuh: no chunk-state sets) where it
+// applies — bfloat16, no initial rho, no grad_rho_out — for T <= kQuadraticMaxT and when one
+// pair's workspace fits the cap; else the chunked one. RHOSCAN_CUDA_BACKWARD_PATH=chunked or
+// =quadratic (internal: tests and A/B runs) forces either, the quadratic one still only where it
+// applies.
+enum class BackwardPath { chunked, quadratic };
+template <typename T>
+BackwardPath backward_path(const detail::BackwardParams& g, bool quadratic_fits) {
+  if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
+    return BackwardPath::chunked;
+  } else {
+    if (g.rho0 != nullptr || g.grad_rho_out != nullptr) return BackwardPath::chunked;
+    const char* env = std::getenv("RHOSCAN_CUDA_BACKWARD_PATH");
+    if (env != nullptr && std::strcmp(env, "chunked") == 0) return BackwardPath::chunked;
+    if (env != nullptr && std::strcmp(env, "quadratic") == 0) return BackwardPath::quadratic;
+    return g.p.T <= kQuadraticMaxT && quadratic_fits ? BackwardPath::quadratic : BackwardPath::chunked;
+  }
+}
+
 template <typename T>
 void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const detail::Problem& p = g.p;
@@ -655,12 +678,21 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   // Per (b, h) pair: what the forward recomputes, both chunk-state sets (float32), the
   // backward's per-token float32 partials (dq, dv, gc) and per-chunk vectors.
   const int64_t nlt = (L + kLocalLT - 1) / kLocalLT;
-  const int64_t per_bh = Workspace::floats(nT) * 2 + Workspace::floats(nT * L) * 2 + Workspace::floats((nC + 1) * L) +
-                         Workspace::floats(nC * 16 * C * C) * 2 + chunk_state_bytes<float>(d) * 2 +
-                         operand_bytes<kTC, T>(d, 2, 2) + Workspace::floats(nT * nlt) + Workspace::floats(nT * E) +
-                         Workspace::floats(nC * L) * 4 + Workspace::floats(L) +
-                         (kTC ? Workspace::floats(nT * L) + Workspace::floats(nC * L) : 0);  // U, HdH
+  // The quadratic path keeps, instead of the two state sets, M's cross blocks (bf16 hi + lo planes
+  // of 64×64) and the cross scores P_IJ (float32 [nC][nC][C][C]).
+  const int64_t per_bh_common = Workspace::floats(nT) * 2 + Workspace::floats(nT * L) * 2 +
+                                Workspace::floats((nC + 1) * L) + Workspace::floats(nC * 16 * C * C) * 2 +
+                                operand_bytes<kTC, T>(d, 2, 2) + Workspace::floats(nT * nlt) + Workspace::floats(nT * E) +
+                                Workspace::floats(nC * L) * 4 + Workspace::floats(L) +
+                                (kTC ? Workspace::floats(nT * L) + Workspace::floats(nC * L) : 0);  // U, HdH
+  // (plus cross_scores' split partials, a scratch of the batch: cross_scratch_floats_max)
+  const int64_t per_bh_quadratic = per_bh_common + Workspace::bytes<bf16>(cross_pairs(nC) * kQB * kQB) * 2 +
+                                   Workspace::floats(nC * nC * C * C);
   const int64_t cap = workspace_cap(g.options.max_workspace_bytes, kDefaultBackwardWorkspaceCap);
+  auto cross_scratch = [&](int64_t max_nbh) { return Workspace::floats(cross_scratch_floats_max(d, max_nbh)); };
+  const bool quadratic =
+      backward_path<T>(g, shared + per_bh_quadratic + cross_scratch(1) <= cap) == BackwardPath::quadratic;
+  const int64_t per_bh = quadratic ? per_bh_quadratic : per_bh_common + chunk_state_bytes<float>(d) * 2;
   if (shared + per_bh > cap)
     throw Error(ErrorKind::out_of_memory,
                 "rhoscan.backward (cuda): one (batch, head) pair needs " + std::to_string(shared + per_bh) +
@@ -668,8 +700,13 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                     ", L=" + std::to_string(L) + ", E=" + std::to_string(E) + "), over the cap of " +
                     std::to_string(cap) + " bytes: raise options.max_workspace_bytes");
   const int64_t BH = p.B * p.H;
-  const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
-  Workspace ws(shared + per_batch * per_bh, stream);
+  int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh), scratch = 0;
+  if (quadratic) {  // fewer pairs per batch while the split partials do not fit beside them
+    while (per_batch > 1 && shared + per_batch * per_bh + cross_scratch(per_batch) > cap)
+      per_batch = balanced_batch(BH, per_batch - 1);
+    scratch = cross_scratch(per_batch);
+  }
+  Workspace ws(shared + per_batch * per_bh + scratch, stream);
   float* a32 = ws.take_floats(p.H * L);
   double* da_acc = ws.take_doubles(p.H * L);
   float* dv_acc = ws.take_floats(p.B * p.Hv * nT * E);
@@ -704,11 +741,16 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     // chunk states H and A_end: float32 (FFMA path), or bf16 hi and lo planes (tensor-core path;
     // the same bytes), the lo plane right after the hi plane
     using BState = std::conditional_t<kTC, bf16, float>;
-    const int64_t plane = n * nC * d.Lp * d.Ep;
-    BState* Hs = ws.take_array<BState>(plane * (kTC ? 2 : 1));
-    BState* dHs = ws.take_array<BState>(plane * (kTC ? 2 : 1));
-    BState* Hs_lo = kTC ? Hs + plane : nullptr;
-    BState* dHs_lo = kTC ? dHs + plane : nullptr;
+    const int64_t plane = quadratic ? 0 : n * nC * d.Lp * d.Ep;
+    BState* Hs = quadratic ? nullptr : ws.take_array<BState>(plane * (kTC ? 2 : 1));
+    BState* dHs = quadratic ? nullptr : ws.take_array<BState>(plane * (kTC ? 2 : 1));
+    BState* Hs_lo = kTC && !quadratic ? Hs + plane : nullptr;
+    BState* dHs_lo = kTC && !quadratic ? dHs + plane : nullptr;
+    // quadratic path: M's cross blocks (hi, lo) and the cross scores
+    bf16* Mhi = quadratic ? ws.take_array<bf16>(n * cross_pairs(nC) * kQB * kQB) : nullptr;
+    bf16* Mlo = quadratic ? ws.take_array<bf16>(n * cross_pairs(nC) * kQB * kQB) : nullptr;
+    float* Pcross = quadratic ? ws.take_floats(n * nC * nC * C * C) : nullptr;
+    float* cross_parts = quadratic ? ws.take_floats(cross_scratch_floats(d)) : nullptr;  // within `scratch`
     const Operands16 o = take_operands<kTC, T>(ws, d, true);
     float* gcp = ws.take_floats(n * nT * nlt);
     float* dvp = ws.take_floats(n * nT * E);
@@ -727,18 +769,29 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, M, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     pack_values<kTC, T>(d, gctx, o.gb, o.glo, stream);
-    launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream, Hs_lo);
-    launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream, dHs_lo);
-    launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
+    if (quadratic) {
+      if constexpr (kTC) {
+        launch_cross_scores(d, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
+        launch_quadratic_backward(d, a32, o, P, Pcross, Mhi, Mlo, dqp, Ur, HdHr, dvp, stream);
+      }
+      // dR_0 = A_0: the reverse recurrence's final state, no chunk states stored (GR is zero here)
+      if (dr0.p != nullptr) launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, static_cast<BState*>(nullptr), dr0, stream);
+    } else {
+      launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream, Hs_lo);
+      launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream, dHs_lo);
+      launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
+    }
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, kTC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(LocalSmem))));
     if constexpr (kTC) {
       constexpr bool kLo = kSplitValues<T>;
-      RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(chunk_readback_mma_kernel<kLo>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize, readback_smem<kLo>()));
-      chunk_readback_mma_kernel<kLo><<<grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, readback_smem<kLo>(), stream>>>(
-          d, Hs, Hs_lo, dHs, dHs_lo, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
-      RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
+      if (!quadratic) {
+        RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(chunk_readback_mma_kernel<kLo>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize, readback_smem<kLo>()));
+        chunk_readback_mma_kernel<kLo><<<grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, readback_smem<kLo>(),
+                                         stream>>>(d, Hs, Hs_lo, dHs, dHs_lo, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
+        RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
+      }
     }
     bwd_local_kernel<T, kTC><<<grid_for(n * nC * nlt), kLocalThreads, sizeof(LocalSmem), stream>>>(
         d, q, v, gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),

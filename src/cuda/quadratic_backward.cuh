@@ -29,19 +29,14 @@
 // p_{J-1} gives dp = sum_J (I-1-J) a^((I-2-J)C) X_IJ after the last step.
 //
 // Dispatch (backward.cu): bfloat16 only (float16 keeps the chunked path: its values, gradients
-// and keys would need split passes), T <= kQuadraticBackwardMaxT, no rho0, no grad_rho_out.
+// and keys would need split passes), T <= kQuadraticMaxT (quadratic.cuh, shared with the
+// forward), no rho0, no grad_rho_out.
 #pragma once
 
 #include "cuda/chunk_products.cuh"
+#include "cuda/quadratic.cuh"
 
 namespace rhoscan::cuda_detail {
-
-// Sequences up to this length take the quadratic backward (0: never). quadratic.cuh's forward
-// reads the same macro.
-#ifndef RHOSCAN_QUADRATIC_MAX_T
-#define RHOSCAN_QUADRATIC_MAX_T 1024
-#endif
-constexpr int64_t kQuadraticBackwardMaxT = RHOSCAN_QUADRATIC_MAX_T;
 
 // ---- cross values: M_IJ = G_I v_J^T for J < I, as bf16 hi + lo planes ------------------------
 // Blocks are stored 64×64 (kQB; zeros past Cn_I rows and C columns), in the lower triangle's order:

@@ -47,7 +47,7 @@ MMA_PARTS = [
     ("src/cuda/quadratic.cuh", "// ---- cross_scores", "// Pcross of one batch"),
     (backward, "constexpr int kLocalThreads", "\n\n"),
     (backward, "// ---- bwd_local's contractions over E on tensor cores", "// gc_t = sum_l"),
-    ("src/cuda/quadratic_backward.cuh", "// Sequences up to this length", "// ---- end of the quadratic backward's kernels"),
+    ("src/cuda/quadratic_backward.cuh", "// ---- cross values", "// ---- end of the quadratic backward's kernels"),
 ]
 if base == "--mma":
     text = "\n".join(['#include "shim.h"'] + [cut(tree(f), b, e, f) for f, b, e in MMA_PARTS])
