@@ -10,6 +10,9 @@
 //      chunk, the partial dq, the chunk's share of da, and the block's share of
 //      gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t) (bwd_local_kernel, then gc_reduce_kernel);
 //   5. the normaliser gradient across chunks (bscan_kernel), dN_0 = B_0, and dq.
+// The bfloat16 backward of short sequences without rho0 and grad_rho_out replaces steps 1-3's
+// chunk states, the readback and dv by products of blocks between chunks (quadratic_backward.cuh,
+// backward_path below); steps 4 and 5 are the same.
 // gc comes from the same gw that dq subtracts it from, so the difference gw - gc, which is small
 // where the read weights are spread evenly, carries no error of a separately computed context.
 // Reductions over heads (dv when Hv = 1) and over batch rows and chunks (da) are sums in a fixed
@@ -675,7 +678,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const int64_t nT = p.T, L = p.L, E = p.E, nC = d.nC, C = d.C;
   const int64_t shared = Workspace::floats(p.H * L) + Workspace::doubles(p.H * L) +
                          Workspace::floats(p.B * p.Hv * nT * E);
-  // Per (b, h) pair: what the forward recomputes, both chunk-state sets (float32), the
+  // Per (b, h) pair: what the forward recomputes, both chunk-state sets (chunked path), the
   // backward's per-token float32 partials (dq, dv, gc) and per-chunk vectors.
   const int64_t nlt = (L + kLocalLT - 1) / kLocalLT;
   // The quadratic path keeps, instead of the two state sets, M's cross blocks (bf16 hi + lo planes
@@ -775,7 +778,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
         launch_quadratic_backward(d, a32, o, P, Pcross, Mhi, Mlo, dqp, Ur, HdHr, dvp, stream);
       }
       // dR_0 = A_0: the reverse recurrence's final state, no chunk states stored (GR is zero here)
-      if (dr0.p != nullptr) launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, static_cast<BState*>(nullptr), dr0, stream);
+      if (dr0.p != nullptr)
+        launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, static_cast<BState*>(nullptr), dr0, stream);
     } else {
       launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream, Hs_lo);
       launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream, dHs_lo);
