@@ -661,7 +661,8 @@ BackwardPath backward_path(const detail::BackwardParams& g, bool quadratic_fits)
     const char* env = std::getenv("RHOSCAN_CUDA_BACKWARD_PATH");
     if (env != nullptr && std::strcmp(env, "chunked") == 0) return BackwardPath::chunked;
     if (env != nullptr && std::strcmp(env, "quadratic") == 0) return BackwardPath::quadratic;
-    return g.p.T <= kQuadraticMaxT && quadratic_fits ? BackwardPath::quadratic : BackwardPath::chunked;
+    const bool short_t = kQuadraticMaxT > 0 && g.p.T <= kQuadraticMaxT;  // 0: never
+    return short_t && quadratic_fits ? BackwardPath::quadratic : BackwardPath::chunked;
   }
 }
 
