@@ -217,13 +217,13 @@ class BackwardPath {
   std::optional<std::string> old_;
 };
 
-// The bfloat16 backward's two paths, the quadratic one (no chunk-state sets: products of blocks
+// The 16-bit backward's two paths, the quadratic one (no chunk-state sets: products of blocks
 // between chunks; taken for T <= 1024 without initial rho or grad_rho_out) and the chunked one,
 // each against the float64 reference and against each other, and the quadratic one bitwise
 // deterministic: tail chunks, T below one chunk and T = 1, chunks 64, 32 and 17, decay exactly 0
 // and 1 (and a mix), zero q rows, Hv = 1 and Hv = H, the [B,T,H,x] layout, rho_norm0 and
 // grad_rho_norm_out given (the quadratic path's conditions allow both), grad_rho0 wanted (the
-// harness always asks for it).
+// harness always asks for it); bfloat16, and float16 (split values and keys) on three of them.
 TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
   struct Case {
     ProblemSpec s;
@@ -253,8 +253,13 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
   add(spec(1, 1, 1, 1024, 256, 64, DType::bfloat16), 0, [](ProblemSpec& s) {  // the longest default T
     s.decay = DecayKind::with_zeros_and_ones;
   });
+  for (size_t k : {0, 1, 3}) {  // float16: the split passes
+    Case c = cases[k];
+    c.s.dtype = DType::float16;
+    cases.push_back(c);
+  }
   for (const Case& c : cases) {
-    SCOPED_TRACE(c.s.name() + " chunk " + std::to_string(c.chunk));
+    SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
     Problem ref = Problem(c.s).reference_solution();
     Problem chunked(c.s), quad(c.s), quad2(c.s);
     for (auto [p, path] : {std::pair{&chunked, "chunked"}, std::pair{&quad, "quadratic"}, std::pair{&quad2, "quadratic"}}) {
@@ -263,7 +268,7 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
       backward(m.backward_args(), cuda(c.chunk));
       m.copy_outputs_to_host();
     }
-    const double gt = gradient_tolerance(DType::bfloat16);
+    const double gt = gradient_tolerance(c.s.dtype);
     for (auto [p, what] : {std::pair{&chunked, "chunked"}, std::pair{&quad, "quadratic"}}) {
       EXPECT_LE(rms_rel(p->grad_q.values(), ref.grad_q.values()), gt) << what << " grad_q";
       EXPECT_LE(rms_rel(p->grad_v.values(), ref.grad_v.values()), gt) << what << " grad_v";

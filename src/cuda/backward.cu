@@ -647,14 +647,17 @@ __global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void
 }
 
 // Which backward runs: the quadratic one (quadratic_backward.cuh: no chunk-state sets) where it
-// applies — bfloat16, no initial rho, no grad_rho_out — for T <= kQuadraticMaxT and when one
-// pair's workspace fits the cap; else the chunked one. RHOSCAN_CUDA_BACKWARD_PATH=chunked or
-// =quadratic (internal: tests and A/B runs) forces either, the quadratic one still only where it
-// applies.
+// applies — bfloat16 or float16 (the latter unless built with RHOSCAN_QUADRATIC_BACKWARD_FLOAT16=0),
+// no initial rho, no grad_rho_out — for T <= kQuadraticMaxT and when one pair's workspace fits the
+// cap; else the chunked one. RHOSCAN_CUDA_BACKWARD_PATH=chunked or =quadratic (internal: tests and
+// A/B runs) forces either, the quadratic one still only where it applies.
+#ifndef RHOSCAN_QUADRATIC_BACKWARD_FLOAT16
+#define RHOSCAN_QUADRATIC_BACKWARD_FLOAT16 1
+#endif
 enum class BackwardPath { chunked, quadratic };
 template <typename T>
 BackwardPath backward_path(const detail::BackwardParams& g, bool quadratic_fits) {
-  if constexpr (!std::is_same_v<T, __nv_bfloat16>) {
+  if constexpr (!kTensorCoreBackward<T> || (std::is_same_v<T, __half> && !RHOSCAN_QUADRATIC_BACKWARD_FLOAT16)) {
     return BackwardPath::chunked;
   } else {
     if (g.rho0 != nullptr || g.grad_rho_out != nullptr) return BackwardPath::chunked;
@@ -776,7 +779,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     if (quadratic) {
       if constexpr (kTC) {
         launch_cross_scores(d, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
-        launch_quadratic_backward(d, a32, o, P, Pcross, Mhi, Mlo, dqp, Ur, HdHr, dvp, stream);
+        launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, dqp, Ur, HdHr, dvp, stream);
       }
       // dR_0 = A_0: the reverse recurrence's final state, no chunk states stored (GR is zero here)
       if (dr0.p != nullptr)

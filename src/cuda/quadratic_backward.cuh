@@ -28,9 +28,11 @@
 // running sum: with p_J = sum_i Xq_I ⊙ acc_J (the Horner sum of X_IJ), dp_J = a^C dp_{J-1} +
 // p_{J-1} gives dp = sum_J (I-1-J) a^((I-2-J)C) X_IJ after the last step.
 //
-// Dispatch (backward.cu): bfloat16 only (float16 keeps the chunked path: its values, gradients
-// and keys would need split passes), T <= kQuadraticMaxT (quadratic.cuh, shared with the
-// forward), no rho0, no grad_rho_out.
+// float16 (split values and keys, as on the chunked path): M = G v^T + G v_lo^T + G_lo v^T (three
+// passes), W's products add M_hi Kq_lo (Xq is not split, as in the chunked path's A states), dv
+// adds P G_lo.
+// Dispatch (backward.cu, backward_path): bfloat16 and float16, T <= kQuadraticMaxT (quadratic.cuh,
+// shared with the forward), no rho0, no grad_rho_out.
 #pragma once
 
 #include "cuda/chunk_products.cuh"
@@ -56,14 +58,24 @@ __device__ inline void cross_pair_of(int64_t k, int64_t& I, int64_t& J) {
 
 // A block (4 warps, 2 × 2 warp tiles of 32×32) per (bh, I, J): the contraction over E in 64-column
 // tiles, two cp.async stages.
+// kLo (split values, float16): glo, vlo hold G's and v's bf16 remainders; M adds G·v_lo + G_lo·v
+// (G_lo·v_lo is below float32 resolution with real float16 remainders).
 constexpr int kCvThreads = 128;
 constexpr int kCvS = 64 + 8;  // bf16 row stride of the tiles (conflict-free ldmatrix)
-constexpr int kCvSmem = 2 * 2 * 64 * kCvS * static_cast<int>(sizeof(bf16));
+template <bool kLo>
+constexpr int cross_values_smem() {
+  return 2 * (kLo ? 4 : 2) * 64 * kCvS * static_cast<int>(sizeof(bf16));
+}
+template <bool kLo = false>
 __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, const bf16* gb, const bf16* vb,
-                                                                      bf16* Mhi, bf16* Mlo) {
+                                                                      bf16* Mhi, bf16* Mlo,
+                                                                      const bf16* glo = nullptr,
+                                                                      const bf16* vlo = nullptr) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* tiles = reinterpret_cast<bf16*>(smem_raw);  // [stage][0: G rows i, 1: v rows j][64][kCvS]
-  auto tile = [&](int stage, int k) { return tiles + (stage * 2 + k) * 64 * kCvS; };
+  // [stage][0: G rows i, 1: v rows j, if kLo 2: G lo, 3: v lo][64][kCvS]
+  bf16* tiles = reinterpret_cast<bf16*>(smem_raw);
+  constexpr int NT = kLo ? 4 : 2;
+  auto tile = [&](int stage, int k) { return tiles + (stage * NT + k) * 64 * kCvS; };
   const int warp = threadIdx.x / 32;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's rows i and columns j
   const int64_t npairs = cross_pairs(d.nC), net = d.Ep / 64;
@@ -77,8 +89,13 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
     auto fetch = [&](int stage, int64_t e0) {
       for (int idx = threadIdx.x; idx < 64 * 8; idx += blockDim.x) {
         const int r = idx / 8, p = 8 * (idx % 8);
-        cp_async16(tile(stage, 0) + r * kCvS + p, gI + min(r, CnI - 1) * d.Ep + e0 + p, r < CnI);
-        cp_async16(tile(stage, 1) + r * kCvS + p, vJ + min(r, CnJ - 1) * d.Ep + e0 + p, r < CnJ);
+        const int64_t gi = min(r, CnI - 1) * d.Ep + e0 + p, vj = min(r, CnJ - 1) * d.Ep + e0 + p;
+        cp_async16(tile(stage, 0) + r * kCvS + p, gI + gi, r < CnI);
+        cp_async16(tile(stage, 1) + r * kCvS + p, vJ + vj, r < CnJ);
+        if constexpr (kLo) {
+          cp_async16(tile(stage, 2) + r * kCvS + p, glo + (gI - gb) + gi, r < CnI);
+          cp_async16(tile(stage, 3) + r * kCvS + p, vlo + (vJ - vb) + vj, r < CnJ);
+        }
       }
       cp_async_commit();
     };
@@ -96,6 +113,10 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
       __syncthreads();
       // [i][j] += sum_e G[i][e] v[j][e]: A = G (stored [i][e]), B = v^T (v stored [j][e])
       warp_mma_32x32<false, true>(acc, tile(stage, 0), kCvS, tile(stage, 1), kCvS, wm, wn, 64);
+      if constexpr (kLo) {
+        warp_mma_32x32<false, true>(acc, tile(stage, 0), kCvS, tile(stage, 3), kCvS, wm, wn, 64);
+        warp_mma_32x32<false, true>(acc, tile(stage, 2), kCvS, tile(stage, 1), kCvS, wm, wn, 64);
+      }
       __syncthreads();
     }
     const int64_t o = cross_block(bh, d.nC, I, J);
@@ -119,14 +140,25 @@ constexpr int kQrThreads = 256;
 constexpr int kQrLT = 128;          // latents per block
 constexpr int kQrMS = kQB + 8;      // bf16 row stride of the M tiles
 constexpr int kQrOS = kQrLT + 8;    // bf16 row stride of the operand tiles
-constexpr int kQrStage = 2 * 64 * kQrMS + 64 * kQrOS;  // bf16 elements per stage: M hi, M lo, operand
-constexpr int kQrSmem = (2 * kQrStage + 64 * kQrOS) * static_cast<int>(sizeof(bf16)) +
-                        (kQrLT + 2 * kQrLT) * static_cast<int>(sizeof(float));  // a^C, HdH partials
-__global__ void __launch_bounds__(kQrThreads, 2) quad_readback_mma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo,
-                                                                          const bf16* Kq, const bf16* Xq,
-                                                                          const float* a32, float* W, float* U,
-                                                                          float* HdH) {
+// kKeyLo (split keys, float16): Kq_lo holds Kq's bf16 remainders, a third pass M_hi·Kq_lo in the W
+// steps (as the chunked path's recomputed states H; Xq is not split there either). One more operand
+// tile per stage: 125 KB of shared memory, one block per SM.
+// bf16 elements per stage: M hi, M lo, operand (and its remainders)
+template <bool kKeyLo>
+constexpr int quad_readback_stage() {
+  return 2 * 64 * kQrMS + (kKeyLo ? 2 : 1) * 64 * kQrOS;
+}
+template <bool kKeyLo>
+constexpr int quad_readback_smem() {
+  return (2 * quad_readback_stage<kKeyLo>() + 64 * kQrOS) * static_cast<int>(sizeof(bf16)) +
+         (kQrLT + 2 * kQrLT) * static_cast<int>(sizeof(float));  // a^C, HdH partials
+}
+template <bool kKeyLo = false>
+__global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
+    quad_readback_mma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
+                             const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int kQrStage = quad_readback_stage<kKeyLo>();
   bf16* stages = reinterpret_cast<bf16*>(smem_raw);   // [2][kQrStage]
   bf16* xk = stages + 2 * kQrStage;                    // [64 tokens][kQrOS]: Xq of the item's chunk
   float* aC = reinterpret_cast<float*>(xk + 64 * kQrOS);  // [kQrLT]: a^C of the tile's latents
@@ -157,6 +189,9 @@ __global__ void __launch_bounds__(kQrThreads, 2) quad_readback_mma_kernel(Dims d
         const int r = idx / (kQrLT / 8), p = 8 * (idx % (kQrLT / 8));
         const bool ok = r < Cn && l0 + p < d.Lp;
         cp_async16(sm + 2 * 64 * kQrMS + r * kQrOS + p, ok ? op + r * d.Lp + p : op, ok);
+        if constexpr (kKeyLo) {
+          if (w) cp_async16(sm + 2 * 64 * kQrMS + 64 * kQrOS + r * kQrOS + p, Kq_lo + (op - Kq) + (ok ? r * d.Lp + p : 0), ok);
+        }
       }
       cp_async_commit();
     };
@@ -240,6 +275,7 @@ __global__ void __launch_bounds__(kQrThreads, 2) quad_readback_mma_kernel(Dims d
       if (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (stored [j][l]), B = M^T (M stored [i][j])
         warp_mma_32x32<true, true>(acc, op, kQrOS, sm, kQrMS, wm, wn, 64);
         warp_mma_32x32<true, true>(acc, op, kQrOS, sm + 64 * kQrMS, kQrMS, wm, wn, 64);
+        if constexpr (kKeyLo) warp_mma_32x32<true, true>(acc, op + 64 * kQrOS, kQrOS, sm, kQrMS, wm, wn, 64);
       } else {  // [l][j] += sum_i Xq_I[i][l] M[i][j]: A = Xq^T (stored [i][l]), B = M (stored [i][j])
         warp_mma_32x32<true, false>(acc, op, kQrOS, sm, kQrMS, wm, wn, 64);
         warp_mma_32x32<true, false>(acc, op, kQrOS, sm + 64 * kQrMS, kQrMS, wm, wn, 64);
@@ -265,13 +301,23 @@ __global__ void __launch_bounds__(kQrThreads, 2) quad_readback_mma_kernel(Dims d
 // scores are rounded to bf16 into [i][j] tiles (A = P^T by a transposing ldmatrix) and G_I's rows
 // arrive by cp.async, the next step's while the current one is multiplied. 8 warps, 64 tokens ×
 // 128 columns (chunk_output_mma_kernel's shape). Out: dvp [bh][t][E] float32.
+// kLo (split values, float16): glo holds G's bf16 remainders, a second pass P·G_lo.
 constexpr int kQdThreads = 256;
 constexpr int kQdPS = kQB + 8, kQdGS = kMmaET + 8;
-constexpr int kQdStage = 64 * kQdPS + 64 * kQdGS;
-constexpr int kQdSmem = 2 * kQdStage * static_cast<int>(sizeof(bf16));
+template <bool kLo>
+constexpr int quad_dv_stage() {
+  return 64 * kQdPS + (kLo ? 2 : 1) * 64 * kQdGS;
+}
+template <bool kLo>
+constexpr int quad_dv_smem() {
+  return 2 * quad_dv_stage<kLo>() * static_cast<int>(sizeof(bf16));
+}
+template <bool kLo = false>
 __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, const float* Pcross, const float* P,
-                                                                    const bf16* gb, float* dvp) {
+                                                                    const bf16* gb, float* dvp,
+                                                                    const bf16* glo = nullptr) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int kQdStage = quad_dv_stage<kLo>();
   bf16* stages = reinterpret_cast<bf16*>(smem_raw);  // [2][P tile [64][kQdPS], G tile [64][kQdGS]]
   const int warp = threadIdx.x / 32;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's tokens j and columns
@@ -290,6 +336,7 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
       for (int idx = threadIdx.x; idx < 64 * (kMmaET / 8); idx += blockDim.x) {
         const int r = idx / (kMmaET / 8), p = 8 * (idx % (kMmaET / 8));
         cp_async16(gt + r * kQdGS + p, gI + min(r, CnI - 1) * d.Ep + p, r < CnI);
+        if constexpr (kLo) cp_async16(gt + 64 * kQdGS + r * kQdGS + p, glo + (gI - gb) + min(r, CnI - 1) * d.Ep + p, r < CnI);
       }
       cp_async_commit();
       const float* Pb = s == 0 ? P + (bh * d.nC + J) * d.nsplit * C * C : Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
@@ -314,6 +361,7 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
       // [j][e] += sum_i P[i][j] G[i][e]: A = P^T (stored [i][j]), B = G (stored [i][e])
       const bf16* pt = stages + st * kQdStage;
       warp_mma_32x32<true, false>(acc, pt, kQdPS, pt + 64 * kQdPS, kQdGS, wm, wn, 64);
+      if constexpr (kLo) warp_mma_32x32<true, false>(acc, pt, kQdPS, pt + 64 * kQdPS + 64 * kQdGS, kQdGS, wm, wn, 64);
       __syncthreads();
     }
     for_each_acc(acc, wm, wn, [&](int j, int ec, float& x) {
@@ -327,21 +375,29 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 // The quadratic backward's products for one batch, after norm_scan (o.Xq, o.Kq), chunk_scores (P)
 // and pack_bf16 (o.vb, o.gb), with the cross scores in Pcross: W (to dqp), U, HdH' and dvp, what
 // bwd_local and dv_accumulate read. Grids: an item per block, grid-stride beyond 2^16 blocks.
-inline void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
-                                      const float* Pcross, bf16* Mhi, bf16* Mlo, float* W, float* U, float* HdH,
-                                      float* dvp, cudaStream_t stream) {
+// kLo (float16): the split values' and keys' passes (o.vlo, o.glo, o.Kq_lo).
+template <bool kLo>
+void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
+                               const float* Pcross, bf16* Mhi, bf16* Mlo, float* W, float* U, float* HdH, float* dvp,
+                               cudaStream_t stream) {
   if (d.nbh == 0 || d.nC == 0) return;
   if (d.nC > 1) {
-    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cross_values_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCvSmem));
-    cross_values_mma_kernel<<<grid_for(d.nbh * cross_pairs(d.nC)), kCvThreads, kCvSmem, stream>>>(d, o.gb, o.vb, Mhi, Mlo);
+    auto cv = cross_values_mma_kernel<kLo>;
+    constexpr int cv_smem = cross_values_smem<kLo>();
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
+    cv<<<grid_for(d.nbh * cross_pairs(d.nC)), kCvThreads, cv_smem, stream>>>(d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo);
     RHOSCAN_CUDA_LAUNCHED("cross_values_mma_kernel");
   }
-  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(quad_readback_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kQrSmem));
-  quad_readback_mma_kernel<<<grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads, kQrSmem, stream>>>(
-      d, Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH);
+  auto qr = quad_readback_mma_kernel<kLo>;
+  constexpr int qr_smem = quad_readback_smem<kLo>();
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
+  qr<<<grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads, qr_smem, stream>>>(d, Mhi, Mlo, o.Kq, o.Xq,
+                                                                                           a32, W, U, HdH, o.Kq_lo);
   RHOSCAN_CUDA_LAUNCHED("quad_readback_mma_kernel");
-  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(quad_dv_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kQdSmem));
-  quad_dv_mma_kernel<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kQdThreads, kQdSmem, stream>>>(d, Pcross, P, o.gb, dvp);
+  auto qd = quad_dv_mma_kernel<kLo>;
+  constexpr int qd_smem = quad_dv_smem<kLo>();
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));
+  qd<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kQdThreads, qd_smem, stream>>>(d, Pcross, P, o.gb, dvp, o.glo);
   RHOSCAN_CUDA_LAUNCHED("quad_dv_mma_kernel");
 }
 

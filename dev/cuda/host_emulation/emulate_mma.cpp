@@ -448,17 +448,22 @@ bool readback_case(const Problem& p) {
 struct CrossM {
   std::vector<bf16> hi, lo;
 };
+// kLo (split values): M = G v^T + G v_lo^T + G_lo v^T (G_lo v_lo^T left out).
+template <bool kLo = false>
 CrossM run_cross_values(const Problem& p) {
   const Dims& d = p.d;
   const int64_t items = d.nbh * cross_pairs(d.nC);
   CrossM m{nans<bf16>(items * kQB * kQB), nans<bf16>(items * kQB * kQB)};
-  emu::launch(small_grid(items), kCvThreads, kCvSmem,
-              [&] { cross_values_mma_kernel(d, p.gb.data(), p.vb.data(), m.hi.data(), m.lo.data()); });
+  emu::launch(small_grid(items), kCvThreads, cross_values_smem<kLo>(), [&] {
+    cross_values_mma_kernel<kLo>(d, p.gb.data(), p.vb.data(), m.hi.data(), m.lo.data(), kLo ? p.glo.data() : nullptr,
+                                 kLo ? p.vlo.data() : nullptr);
+  });
   return m;
 }
+template <bool kLo = false>
 bool cross_values_case(const Problem& p) {
   const Dims& d = p.d;
-  const CrossM m = run_cross_values(p);
+  const CrossM m = run_cross_values<kLo>(p);
   std::vector<Acc> ref(m.hi.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh)
     for (int64_t I = 1; I < d.nC; ++I)
@@ -467,8 +472,11 @@ bool cross_values_case(const Problem& p) {
           for (int64_t j = 0; j < kQB; ++j) {
             Acc x;
             if (i < p.chunk_len(I) && j < p.chunk_len(J))
-              for (int64_t e = 0; e < d.E; ++e)
-                x += bf(p.gb, (bh * d.T + I * d.C + i) * d.Ep + e) * bf(p.vb, (bh * d.T + J * d.C + j) * d.Ep + e);
+              for (int64_t e = 0; e < d.E; ++e) {
+                const int64_t gi = (bh * d.T + I * d.C + i) * d.Ep + e, vj = (bh * d.T + J * d.C + j) * d.Ep + e;
+                x += bf(p.gb, gi) * bf(p.vb, vj);
+                if (kLo) x += bf(p.gb, gi) * bf(p.vlo, vj), x += bf(p.glo, gi) * bf(p.vb, vj);
+              }
             ref[cross_block(bh, d.nC, I, J) + i * kQB + j] = x;
           }
   std::vector<double> sum = doubles(m.hi);
@@ -487,9 +495,9 @@ bool quad_readback_case(const Problem& p) {
   const int64_t L = d.L, E = d.E, C = d.C, nC = d.nC, items = d.nbh * nC * ((d.Lp + kQrLT - 1) / kQrLT);
   const CrossM m = run_cross_values(p);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
-  emu::launch(small_grid(items), kQrThreads, kQrSmem, [&] {
-    quad_readback_mma_kernel(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(), U.data(),
-                             HdH.data());
+  emu::launch(small_grid(items), kQrThreads, quad_readback_smem<false>(), [&] {
+    quad_readback_mma_kernel<false>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(),
+                                    U.data(), HdH.data());
   });
   std::vector<Acc> rW(W.size()), rU(U.size());
   std::vector<Acc> rH(d.nbh * L);  // sum_c f(Cn_c) <H_c, A_end_c>
@@ -553,8 +561,65 @@ bool quad_readback_case(const Problem& p) {
   return ok && last_zero;
 }
 
+// quad_readback as a function of its inputs, slot by slot: with M = hi + lo (cross_values' output)
+// and, for split keys, the third pass M_hi Kq_lo,
+//   W_K = sum_{J<K} a^((K-1-J)C) (M_KJ Kq_J [+ M_hi,KJ Kq_lo,J]),  U_K = sum_{I>K} a^((I-K-1)C) M_IK^T Xq_I,
+//   HdH[K-1] = sum_{J<=K-2} (K-J-1) a^((K-J-2)C) sum_i Xq_K[i] (M_KJ Kq_J [+ ...])[i],  HdH[nC-1] = 0.
+template <bool kKeyLo>
+bool quad_readback_slots_case(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t L = d.L, C = d.C, nC = d.nC, items = d.nbh * nC * ((d.Lp + kQrLT - 1) / kQrLT);
+  const CrossM m = run_cross_values<kKeyLo>(p);
+  auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
+  emu::launch(small_grid(items), kQrThreads, quad_readback_smem<kKeyLo>(), [&] {
+    quad_readback_mma_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(),
+                                     U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
+  });
+  std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
+  for (int64_t bh = 0; bh < d.nbh; ++bh) {
+    const int64_t h = p.h_of(bh);
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t K = 0; K < nC; ++K) {
+        const int64_t CnK = p.chunk_len(K);
+        std::vector<Acc> w(CnK);
+        Acc hdh;
+        for (int64_t J = 0; J < K; ++J) {
+          const double f = p.apow(h, l, (K - 1 - J) * C);
+          for (int64_t i = 0; i < CnK; ++i) {
+            Acc x;  // (M_KJ Kq_J)[i, l]
+            for (int64_t j = 0; j < C; ++j) {
+              const int64_t o = cross_block(bh, nC, K, J) + i * kQB + j, kj = (bh * d.T + J * C + j) * d.Lp + l;
+              x += (bf(m.hi, o) + bf(m.lo, o)) * bf(p.Kq, kj);
+              if (kKeyLo) x += bf(m.hi, o) * bf(p.Kq_lo, kj);
+            }
+            w[i].x += x.x * f, w[i].m += x.m * f;  // f >= 0; the terms' magnitude, not |sum|
+            if (J <= K - 2) {
+              const double c = double(K - J - 1) * p.apow(h, l, (K - J - 2) * C) *
+                               bf(p.Xq, (bh * d.T + K * C + i) * d.Lp + l);
+              hdh.x += c * x.x, hdh.m += std::fabs(c) * x.m;
+            }
+          }
+        }
+        for (int64_t i = 0; i < CnK; ++i) rW[(bh * d.T + K * C + i) * L + l] = w[i];
+        if (K >= 1) rH[(bh * nC + K - 1) * L + l] = hdh;
+        else rH[(bh * nC + nC - 1) * L + l] = Acc{};
+        for (int64_t j = 0; j < CnK; ++j) {
+          Acc u;
+          for (int64_t I = K + 1; I < nC; ++I)
+            for (int64_t i = 0; i < p.chunk_len(I); ++i) {
+              const int64_t o = cross_block(bh, nC, I, K) + i * kQB + j;
+              u += p.apow(h, l, (I - K - 1) * C) * (bf(m.hi, o) + bf(m.lo, o)) * bf(p.Xq, (bh * d.T + I * C + i) * d.Lp + l);
+            }
+          rU[(bh * d.T + K * C + j) * L + l] = u;
+        }
+      }
+  }
+  return check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) & check("HdH slots", doubles(HdH), rH, 1e-4);
+}
+
 // quad_dv: dv_J = sum_{I>J} Pcross_IJ^T G_I + sum_{k>j} P[k][j] G_k. Pcross's blocks J >= I, and
 // its rows past Cn_I, are NaN (must not be read), as are P's upper triangle and splits past 0.
+template <bool kLo = false>
 bool quad_dv_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t C = d.C, nC = d.nC, E = d.E, items = d.nbh * nC * (d.Ep / kMmaET);
@@ -568,8 +633,9 @@ bool quad_dv_case(const Problem& p) {
         for (int64_t j = 0; j < i; ++j) P[((bh * nC + I) * d.nsplit * C + i) * C + j] = float(U01());
     }
   auto dv = nans<float>(d.nbh * d.T * E);
-  emu::launch(small_grid(items), kQdThreads, kQdSmem,
-              [&] { quad_dv_mma_kernel(d, Pc.data(), P.data(), p.gb.data(), dv.data()); });
+  emu::launch(small_grid(items), kQdThreads, quad_dv_smem<kLo>(), [&] {
+    quad_dv_mma_kernel<kLo>(d, Pc.data(), P.data(), p.gb.data(), dv.data(), kLo ? p.glo.data() : nullptr);
+  });
   std::vector<Acc> ref(dv.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh)
     for (int64_t J = 0; J < nC; ++J)
@@ -577,10 +643,12 @@ bool quad_dv_case(const Problem& p) {
         for (int64_t e = 0; e < E; ++e) {
           Acc x;
           for (int64_t k = j + 1; k < p.chunk_len(J); ++k)
-            x += double(P[((bh * nC + J) * d.nsplit * C + k) * C + j]) * bf(p.gb, (bh * d.T + J * C + k) * d.Ep + e);
+            x += double(P[((bh * nC + J) * d.nsplit * C + k) * C + j]) *
+                 val(p.gb, p.glo, kLo, (bh * d.T + J * C + k) * d.Ep + e);
           for (int64_t I = J + 1; I < nC; ++I)
             for (int64_t i = 0; i < p.chunk_len(I); ++i)
-              x += double(Pc[(((bh * nC + I) * nC + J) * C + i) * C + j]) * bf(p.gb, (bh * d.T + I * C + i) * d.Ep + e);
+              x += double(Pc[(((bh * nC + I) * nC + J) * C + i) * C + j]) *
+                   val(p.gb, p.glo, kLo, (bh * d.T + I * C + i) * d.Ep + e);
           ref[(bh * d.T + J * C + j) * E + e] = x;
         }
   return check("dv", doubles(dv), ref, 1e-2);
@@ -650,9 +718,14 @@ int main(int argc, char** argv) {
       {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},
       {"cross_scores_mma, 3 splits", [](const Problem& p) { return cross_case(p, 3); }, true, true},
       // the quadratic backward
-      {"cross_values_mma", cross_values_case, true, true},
+      {"cross_values_mma", cross_values_case<false>, true, true},
       {"quad_readback_mma", quad_readback_case, true, true},
-      {"quad_dv_mma", quad_dv_case, true, true},
+      {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, true, true},
+      {"quad_dv_mma", quad_dv_case<false>, true, true},
+      // the quadratic backward, float16 (split values and keys)
+      {"cross_values_mma, split values", cross_values_case<true>, false, true},
+      {"quad_readback_mma slot by slot, split keys", quad_readback_slots_case<true>, false, true},
+      {"quad_dv_mma, split values", quad_dv_case<true>, false, true},
       // split values (float16 inputs): the lo passes
       {"chunk_states_mma forward, bf16 states, split values",
        [](const Problem& p) { return states_case<bf16, false, true>(p, true); }},

@@ -41,6 +41,7 @@ mutants=(
   "quad readback: U steps in ascending order (Horner's powers reversed)|src/cuda/quadratic_backward.cuh|const int64_t I = w ? K : d.nC - 1 - (s - K)|const int64_t I = w ? K : K + 1 + (s - K)|deferred|caught"
   "quad readback: HdH' without the decay of its running sum|src/cuda/quadratic_backward.cuh|dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x;|dp[mt][hf] = dp[mt][hf] + x;|deferred|caught"
   "quad readback: HdH' into slot K instead of K-1|src/cuda/quadratic_backward.cuh|(K >= 1 ? K - 1 : d.nC - 1)|(K >= 1 ? K : d.nC - 1)|deferred|caught"
+  "quad readback: split keys' third pass dropped|src/cuda/quadratic_backward.cuh|        if constexpr (kKeyLo) warp_mma_32x32<true, true>(acc, op + 64 * kQrOS, kQrOS, sm, kQrMS, wm, wn, 64);\n|\n|deferred|caught"
   "quad dv: the intra-chunk step reads all of P (its upper triangle)|src/cuda/quadratic_backward.cuh|(s > 0 |(s >= 0 |deferred|caught"
 )
 missed=0
