@@ -44,7 +44,7 @@ MMA_PARTS = [
     (mma, "// One warp's 32", "}  // namespace rhoscan::cuda_detail"),
     (products, "constexpr int kMmaThreads", "// Sets the state and operand padding"),
     (products, "// ---- y (v or G", "// ---- launchers"),
-    ("src/cuda/quadratic.cuh", "// ---- cross_scores", "// Pcross of one batch"),
+    ("src/cuda/quadratic.cuh", "// ---- cross_scores", "// ---- launchers (quadratic)"),
     (backward, "constexpr int kLocalThreads", "\n\n"),
     (backward, "// ---- bwd_local's contractions over E on tensor cores", "// gc_t = sum_l"),
 ]

@@ -35,6 +35,9 @@ mutants=(
   "cross: the second column block's key rows from the first|src/cuda/quadratic.cuh|Kj + (s * C + j) * d.Lp + l0 + p|Kj + j * d.Lp + l0 + p|deferred|caught"
   "cross: a split's partial left out of the sum|src/cuda/quadratic.cuh|for (int s = 1; s < nsplit; ++s) acc +=|for (int s = 2; s < nsplit; ++s) acc +=|deferred|caught"
   "cross: no barrier between the factors and the scaled keys|src/cuda/quadratic.cuh|      fetch(kt0, 0);\n      __syncthreads();|      fetch(kt0, 0);|deferred|caught"
+  "quadratic output: the diagonal block's own token (j' <= i')|src/cuda/quadratic.cuh|j < i) ? x[k]|j <= i) ? x[k]|deferred|caught"
+  "quadratic output: the V block of the next chunk|src/cuda/quadratic.cuh|const bf16* Vj = V + (bh * d.T + int64_t{J} * C) * d.Ep + e0;|const bf16* Vj = V + (bh * d.T + int64_t{J + (J < I)} * C) * d.Ep + e0;|deferred|caught"
+  "quadratic output: no wait for the next stage|src/cuda/quadratic.cuh|        cp_async_wait<1>();\n|\n|deferred|caught"
   "states: split stores' lo plane dropped|src/cuda/chunk_products.cuh|if (lo) hi = __floats2bfloat162_rn(|if (false) hi = __floats2bfloat162_rn(|deferred|caught"
 )
 missed=0
