@@ -212,7 +212,8 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
     const int p = 4 * (tid % 16);
     auto fetch = [&](int J, int st) {
       const int CnJ = static_cast<int>(d.chunk_len(J));
-      const float* src = J == I ? P + (bh * d.nC + I) * d.nsplit * C * C : Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
+      const float* src =
+          J == I ? P + (bh * d.nC + I) * d.nsplit * C * C : Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i = (tid + kMmaThreads * r) / 16;

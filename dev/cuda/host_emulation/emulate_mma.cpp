@@ -2,7 +2,8 @@
 //
 // What it runs: the working tree's pack_bf16_kernel, chunk_scores_mma_kernel,
 // chunk_states_mma_kernel (forward with bf16 and with float32 stored states, and reverse),
-// chunk_output_mma_kernel (forward and dv) and chunk_readback_mma_kernel, cut out of src/cuda by
+// chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel and the quadratic forward's
+// cross_scores_mma_kernel, cross_reduce_kernel and quadratic_output_mma_kernel, cut out of src/cuda by
 // extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async emulated with
 // their PTX fragment layouts; see the top of shim.h for what is and is not emulated). Each is
 // compared with a plain float64 loop of its formula (the comments of chunk_products.cuh and
@@ -319,7 +320,8 @@ bool quadratic_output_case(const Problem& p) {
 bool quadratic_chain_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t C = d.C, nC = d.nC, S = d.nsplit, plane = d.nbh * nC * nC * C * C;
-  auto P = nans<float>(d.nbh * nC * S * C * C), Pc = nans<float>(plane), parts = nans<float>(std::max<int64_t>(1, plane));
+  auto P = nans<float>(d.nbh * nC * S * C * C), Pc = nans<float>(plane);
+  auto parts = nans<float>(std::max<int64_t>(1, plane));
   std::vector<bf16> Qp(p.Qp.size());
   for (size_t i = 0; i < Qp.size(); ++i) Qp[i] = __float2bfloat16_rn(p.Qp[i]);
   emu::launch(small_grid(d.nbh * nC * S), kMmaThreads, sizeof(ScoreSmem),
@@ -389,7 +391,8 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
   emu::launch(small_grid(items), kStatesThreads, states_mma_smem<S, kLo, kKeyLo>(), [&] {
     chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>(
         d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init,
-        store_H ? Hs.data() : nullptr, outs, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr, kKeyLo ? p.Kq_lo.data() : nullptr,
+        store_H ? Hs.data() : nullptr, outs, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr,
+        kKeyLo ? p.Kq_lo.data() : nullptr,
         kSplitStore ? Hs_lo.data() : nullptr);
   });
   std::vector<Acc> ref_H(Hs.size()), ref_out(out.size(), kUnwritten);
