@@ -3,9 +3,9 @@
 //             formulas). The chunk-start states of a batch of (b, h) pairs live in a workspace
 //             bounded by options.max_workspace_bytes (default 2 GiB): when all pairs do not fit at
 //             once, the pairs are processed in consecutive batches.
-//   quadratic (quadratic.cuh) the tensor-core dtypes with no initial rho and T <= kQuadraticMaxT:
-//             the whole lower block-triangular score matrix instead of chunk-start states; the
-//             final state from chunk_states_mma with no chunk states stored.
+//   quadratic (quadratic.cuh) the tensor-core dtypes with no initial rho, T <= kQuadraticMaxT and
+//             chunks of 64: the whole lower block-triangular score matrix instead of chunk-start
+//             states; the final state from chunk_states_mma with no chunk states stored.
 // RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic (environment, read per call) forces a path where it
 // applies (quadratic needs a tensor-core dtype and no initial rho): for tests and A/B runs.
 #include <cstdlib>
@@ -19,17 +19,18 @@
 namespace rhoscan::cuda_detail {
 namespace {
 
-
-// Whether the quadratic path applies: tensor-core dtype, no initial rho (rho_norm0 is fine: the
-// normaliser scan takes it), and T <= kQuadraticMaxT unless RHOSCAN_CUDA_FORWARD_PATH says otherwise
-// (an unknown value counts as unset).
-inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T) {
+// Whether the quadratic path applies: tensor-core dtype and no initial rho (rho_norm0 is fine: the
+// normaliser scan takes it); then by default T <= kQuadraticMaxT and chunks of 64 (its kernels'
+// 64-token tiles: smaller chunks would leave most of each tile empty and multiply the blocks), or
+// whatever RHOSCAN_CUDA_FORWARD_PATH says (chunked, or quadratic at any T and chunk; an unknown
+// value counts as unset).
+inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T, int64_t C) {
   if (!tensor_core || has_rho0) return false;
   if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_PATH")) {
     if (std::strcmp(env, "chunked") == 0) return false;
     if (std::strcmp(env, "quadratic") == 0) return true;
   }
-  return T <= kQuadraticMaxT;
+  return T <= kQuadraticMaxT && C == kMmaLT;
 }
 
 template <typename T>
@@ -55,7 +56,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   int64_t cross_nsplit = 1, per_bh = chunked_bh;
   bool quadratic = false;
   if constexpr (kTC) {
-    if (quadratic_forward(true, f.rho0 != nullptr, p.T)) {
+    if (quadratic_forward(true, f.rho0 != nullptr, p.T, d.C)) {
       cross_nsplit = cross_splits(BH, d);
       const int64_t quadratic_bh = common_bh + Workspace::floats(d.nC * d.nC * d.C * d.C) +
                                    Workspace::floats((cross_nsplit - 1) * d.nC * d.nC * d.C * d.C);
