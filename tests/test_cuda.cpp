@@ -199,7 +199,7 @@ TEST_F(Cuda, WorkspaceCapBatchesWithoutChangingResults) {
   }
 }
 
-// Sets RHOSCAN_CUDA_BACKWARD_PATH (chunked or quadratic: which bfloat16 backward runs, see
+// Sets RHOSCAN_CUDA_BACKWARD_PATH (chunked or quadratic: which 16-bit backward runs, see
 // backward.cu's backward_path) for its lifetime, then restores the previous value.
 class BackwardPath {
  public:
@@ -285,6 +285,89 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
                 same_bytes(quad.grad_rho_norm, quad2.grad_rho_norm))
         << "quadratic path not bitwise deterministic";
   }
+}
+
+// Sets RHOSCAN_CUDA_FORWARD_PATH (src/cuda/forward.cu: forces the forward's chunked or quadratic
+// path where it applies) for its lifetime, then restores the caller's value.
+class ForwardPath {
+ public:
+  explicit ForwardPath(const char* path) {
+    if (const char* old = std::getenv(kName)) saved_ = old, had_ = true;
+    setenv(kName, path, 1);
+  }
+  ~ForwardPath() {
+    if (had_) setenv(kName, saved_.c_str(), 1);
+    else unsetenv(kName);
+  }
+  ForwardPath(const ForwardPath&) = delete;
+  ForwardPath& operator=(const ForwardPath&) = delete;
+
+ private:
+  static constexpr const char* kName = "RHOSCAN_CUDA_FORWARD_PATH";
+  std::string saved_;
+  bool had_ = false;
+};
+
+// Both forward paths of the tensor-core dtypes on the same input (no initial rho, so the
+// quadratic path applies; rho_norm0 does not prevent it): each against the float64 reference, and
+// the quadratic path bitwise the same when a workspace cap batches the pairs (its L splits come
+// from the call's pair count, not the batch's). Five chunks with a tail at the default chunk, ten
+// at chunk 32; L and E off the 64 × 128 tiles. The harness (test_backends) runs every shape through
+// whichever path the default threshold (kQuadraticMaxT) picks: this test keeps both covered.
+TEST_F(Cuda, ForwardPathsQuadraticAndChunked) {
+  for (DType dtype : {DType::bfloat16, DType::float16})
+    for (int64_t chunk : {int64_t{0}, int64_t{32}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " chunk " + std::to_string(chunk));
+      ProblemSpec s = spec(2, 3, 1, 300, 150, 136, dtype);
+      s.q_zero_fraction = 0.5;
+      s.initial_rho_norm = s.grad_rho_out = true;
+      Problem ref = Problem(s).reference_solution();
+      std::vector<std::vector<double>> contexts;
+      for (const char* path : {"chunked", "quadratic"}) {
+        SCOPED_TRACE(path);
+        ForwardPath forced(path);
+        Problem p(s);
+        {
+          MirroredProblem m(p, Device::cuda);
+          forward(m.forward_args(), cuda(chunk));
+          m.copy_outputs_to_host();
+        }
+        const double ft = forward_tolerance(dtype);
+        EXPECT_LE(rms_rel(p.context.values(), ref.context.values()), ft) << "context";
+        EXPECT_LE(rms_rel(p.rho_out.values(), ref.rho_out.values()), ft) << "rho";
+        EXPECT_LE(rms_rel(p.rho_norm_out.values(), ref.rho_norm_out.values()), ft) << "rho_norm";
+        contexts.push_back(p.context.values());
+        if (std::string(path) == "quadratic") {
+          Problem capped(s);
+          {
+            MirroredProblem m(capped, Device::cuda);
+            forward(m.forward_args(), cuda(chunk, 6 << 20));  // one or two pairs per batch
+            m.copy_outputs_to_host();
+          }
+          EXPECT_TRUE(same_bytes(p.context, capped.context)) << "context under a workspace cap";
+          EXPECT_TRUE(same_bytes(p.rho_out, capped.rho_out)) << "rho under a workspace cap";
+        }
+      }
+      // the two paths round differently (bf16 states against bf16 scores), but agree to the bar
+      EXPECT_LE(rms_rel(contexts[1], contexts[0]), forward_tolerance(dtype)) << "quadratic against chunked";
+    }
+}
+
+// With an initial rho the quadratic path does not apply: forcing it must fall back to the chunked
+// path (the reference includes R_0's read).
+TEST_F(Cuda, ForwardPathQuadraticNeedsNoInitialRho) {
+  ForwardPath forced("quadratic");
+  ProblemSpec s = spec(2, 2, 1, 130, 100, 40, DType::bfloat16);
+  s.initial_rho = s.initial_rho_norm = true;
+  Problem p(s);
+  Problem ref = p.reference_solution();
+  {
+    MirroredProblem m(p, Device::cuda);
+    forward(m.forward_args(), cuda());
+    m.copy_outputs_to_host();
+  }
+  EXPECT_LE(rms_rel(p.context.values(), ref.context.values()), forward_tolerance(s.dtype)) << "context";
+  EXPECT_LE(rms_rel(p.rho_out.values(), ref.rho_out.values()), forward_tolerance(s.dtype)) << "rho";
 }
 
 TEST_F(Cuda, Float64InputsAreUnsupported) {

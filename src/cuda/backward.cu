@@ -648,15 +648,17 @@ __global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void
 
 // Which backward runs: the quadratic one (quadratic_backward.cuh: no chunk-state sets) where it
 // applies — bfloat16 or float16 (the latter unless built with RHOSCAN_QUADRATIC_BACKWARD_FLOAT16=0),
-// no initial rho, no grad_rho_out — for T <= kQuadraticMaxT and when one pair's workspace fits the
-// cap; else the chunked one. RHOSCAN_CUDA_BACKWARD_PATH=chunked or =quadratic (internal: tests and
-// A/B runs) forces either, the quadratic one still only where it applies.
+// no initial rho, no grad_rho_out — for T <= kQuadraticMaxT, chunks of 64 (as the quadratic forward:
+// its kernels' 64-token tiles would be mostly empty at smaller chunks) and when one pair's
+// workspace fits the cap; else the chunked one. RHOSCAN_CUDA_BACKWARD_PATH=chunked or =quadratic
+// (internal: tests and A/B runs) forces either, the quadratic one at any T and chunk but still only
+// where it applies.
 #ifndef RHOSCAN_QUADRATIC_BACKWARD_FLOAT16
 #define RHOSCAN_QUADRATIC_BACKWARD_FLOAT16 1
 #endif
 enum class BackwardPath { chunked, quadratic };
 template <typename T>
-BackwardPath backward_path(const detail::BackwardParams& g, bool quadratic_fits) {
+BackwardPath backward_path(const detail::BackwardParams& g, int64_t C, bool quadratic_fits) {
   if constexpr (!kTensorCoreBackward<T> || (std::is_same_v<T, __half> && !RHOSCAN_QUADRATIC_BACKWARD_FLOAT16)) {
     return BackwardPath::chunked;
   } else {
@@ -665,7 +667,7 @@ BackwardPath backward_path(const detail::BackwardParams& g, bool quadratic_fits)
     if (env != nullptr && std::strcmp(env, "chunked") == 0) return BackwardPath::chunked;
     if (env != nullptr && std::strcmp(env, "quadratic") == 0) return BackwardPath::quadratic;
     const bool short_t = kQuadraticMaxT > 0 && g.p.T <= kQuadraticMaxT;  // 0: never
-    return short_t && quadratic_fits ? BackwardPath::quadratic : BackwardPath::chunked;
+    return short_t && C == kMmaLT && quadratic_fits ? BackwardPath::quadratic : BackwardPath::chunked;
   }
 }
 
@@ -692,13 +694,14 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                                 operand_bytes<kTC, T>(d, 2, 2) + Workspace::floats(nT * nlt) + Workspace::floats(nT * E) +
                                 Workspace::floats(nC * L) * 4 + Workspace::floats(L) +
                                 (kTC ? Workspace::floats(nT * L) + Workspace::floats(nC * L) : 0);  // U, HdH
-  // (plus cross_scores' split partials, a scratch of the batch: cross_scratch_floats_max)
+  // (and cross_scores' split partials: their count from the call's pairs, so that the sums do not
+  // depend on the batching)
+  const int64_t BH = p.B * p.H, cross_nsplit = cross_splits(BH, d);
   const int64_t per_bh_quadratic = per_bh_common + Workspace::bytes<bf16>(cross_pairs(nC) * kQB * kQB) * 2 +
-                                   Workspace::floats(nC * nC * C * C);
+                                   Workspace::floats(nC * nC * C * C) +
+                                   Workspace::floats((cross_nsplit - 1) * nC * nC * C * C);
   const int64_t cap = workspace_cap(g.options.max_workspace_bytes, kDefaultBackwardWorkspaceCap);
-  auto cross_scratch = [&](int64_t max_nbh) { return Workspace::floats(cross_scratch_floats_max(d, max_nbh)); };
-  const bool quadratic =
-      backward_path<T>(g, shared + per_bh_quadratic + cross_scratch(1) <= cap) == BackwardPath::quadratic;
+  const bool quadratic = backward_path<T>(g, C, shared + per_bh_quadratic <= cap) == BackwardPath::quadratic;
   const int64_t per_bh = quadratic ? per_bh_quadratic : per_bh_common + chunk_state_bytes<float>(d) * 2;
   if (shared + per_bh > cap)
     throw Error(ErrorKind::out_of_memory,
@@ -706,14 +709,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                     " bytes of workspace (B=" + std::to_string(p.B) + ", T=" + std::to_string(nT) +
                     ", L=" + std::to_string(L) + ", E=" + std::to_string(E) + "), over the cap of " +
                     std::to_string(cap) + " bytes: raise options.max_workspace_bytes");
-  const int64_t BH = p.B * p.H;
-  int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh), scratch = 0;
-  if (quadratic) {  // fewer pairs per batch while the split partials do not fit beside them
-    while (per_batch > 1 && shared + per_batch * per_bh + cross_scratch(per_batch) > cap)
-      per_batch = balanced_batch(BH, per_batch - 1);
-    scratch = cross_scratch(per_batch);
-  }
-  Workspace ws(shared + per_batch * per_bh + scratch, stream);
+  const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
+  Workspace ws(shared + per_batch * per_bh, stream);
   float* a32 = ws.take_floats(p.H * L);
   double* da_acc = ws.take_doubles(p.H * L);
   float* dv_acc = ws.take_floats(p.B * p.Hv * nT * E);
@@ -757,7 +754,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     bf16* Mhi = quadratic ? ws.take_array<bf16>(n * cross_pairs(nC) * kQB * kQB) : nullptr;
     bf16* Mlo = quadratic ? ws.take_array<bf16>(n * cross_pairs(nC) * kQB * kQB) : nullptr;
     float* Pcross = quadratic ? ws.take_floats(n * nC * nC * C * C) : nullptr;
-    float* cross_parts = quadratic ? ws.take_floats(cross_scratch_floats(d)) : nullptr;  // within `scratch`
+    float* cross_parts = quadratic ? ws.take_floats((cross_nsplit - 1) * n * nC * nC * C * C) : nullptr;
     const Operands16 o = take_operands<kTC, T>(ws, d, true);
     float* gcp = ws.take_floats(n * nT * nlt);
     float* dvp = ws.take_floats(n * nT * E);
@@ -778,7 +775,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     pack_values<kTC, T>(d, gctx, o.gb, o.glo, stream);
     if (quadratic) {
       if constexpr (kTC) {
-        launch_cross_scores(d, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
+        launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
         launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, dqp, Ur, HdHr, dvp, stream);
       }
       // dR_0 = A_0: the reverse recurrence's final state, no chunk states stored (GR is zero here)

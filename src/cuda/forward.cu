@@ -1,15 +1,37 @@
-// The CUDA forward: normaliser scan, intra-chunk scores, chunk-start states, chunk outputs.
-// See chunk_kernels.cuh for the formulas. The chunk-start states of a batch of (b, h) pairs live
-// in a workspace bounded by options.max_workspace_bytes (default 2 GiB): when all pairs do not
-// fit at once, the pairs are processed in consecutive batches.
+// The CUDA forward: normaliser scan, then one of two paths for the context:
+//   chunked   intra-chunk scores, chunk-start states, chunk outputs (chunk_kernels.cuh for the
+//             formulas). The chunk-start states of a batch of (b, h) pairs live in a workspace
+//             bounded by options.max_workspace_bytes (default 2 GiB): when all pairs do not fit at
+//             once, the pairs are processed in consecutive batches.
+//   quadratic (quadratic.cuh) the tensor-core dtypes with no initial rho, T <= kQuadraticMaxT and
+//             chunks of 64: the whole lower block-triangular score matrix instead of chunk-start
+//             states; the final state from chunk_states_mma with no chunk states stored.
+// RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic (environment, read per call) forces a path where it
+// applies (quadratic needs a tensor-core dtype and no initial rho): for tests and A/B runs.
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/chunk_products.cuh"
-#include "cuda/quadratic.cuh"
 #include "cuda/ops.h"
+#include "cuda/quadratic.cuh"
 #include "cuda/workspace.h"
 
 namespace rhoscan::cuda_detail {
 namespace {
 
+// Whether the quadratic path applies: tensor-core dtype and no initial rho (rho_norm0 is fine: the
+// normaliser scan takes it); then by default T <= kQuadraticMaxT and chunks of 64 (its kernels'
+// 64-token tiles: smaller chunks would leave most of each tile empty and multiply the blocks), or
+// whatever RHOSCAN_CUDA_FORWARD_PATH says (chunked, or quadratic at any T and chunk; an unknown
+// value counts as unset).
+inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T, int64_t C) {
+  if (!tensor_core || has_rho0) return false;
+  if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_PATH")) {
+    if (std::strcmp(env, "chunked") == 0) return false;
+    if (std::strcmp(env, "quadratic") == 0) return true;
+  }
+  return T <= kQuadraticMaxT && C == kMmaLT;
+}
 
 template <typename T>
 void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
@@ -21,12 +43,28 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   constexpr bool kTC = kTensorCoreForward<T>;
   set_padding<kTC>(d);
   const int64_t BH = p.B * p.H;
-  const int64_t shared = Workspace::floats(p.H * p.L);
   using QpT = std::conditional_t<kTC, bf16, float>;  // bf16 where only the mma scores read it
-  const int64_t per_bh = Workspace::floats(p.T) + Workspace::bytes<QpT>(p.T * p.L) +
-                         Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
-                         chunk_state_bytes<StateT<kTC>>(d) + operand_bytes<kTC, T>(d, 2, 1);
+  // Per pair, both paths: s, Qp, the chunk-start normalisers, the intra-chunk scores (16 split
+  // slots), the bf16 operands. Chunked: the chunk-start states. Quadratic: the cross-chunk scores
+  // Pcross [nC][nC][C][C] float32 and the partials of their L splits.
+  const int64_t common_bh = Workspace::floats(p.T) + Workspace::bytes<QpT>(p.T * p.L) +
+                            Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
+                            operand_bytes<kTC, T>(d, 2, 1);
+  const int64_t chunked_bh = common_bh + chunk_state_bytes<StateT<kTC>>(d);
   const int64_t cap = workspace_cap(f.options.max_workspace_bytes, kDefaultWorkspaceCap);
+  const int64_t shared = Workspace::floats(p.H * p.L);
+  int64_t cross_nsplit = 1, per_bh = chunked_bh;
+  bool quadratic = false;
+  if constexpr (kTC) {
+    if (quadratic_forward(true, f.rho0 != nullptr, p.T, d.C)) {
+      cross_nsplit = cross_splits(BH, d);
+      const int64_t quadratic_bh = common_bh + Workspace::floats(d.nC * d.nC * d.C * d.C) +
+                                   Workspace::floats((cross_nsplit - 1) * d.nC * d.nC * d.C * d.C);
+      // where even one pair does not fit the cap, the chunked path (or its out_of_memory error)
+      quadratic = shared + quadratic_bh <= cap;
+      if (quadratic) per_bh = quadratic_bh;
+    }
+  }
   if (shared + per_bh > cap)
     throw Error(ErrorKind::out_of_memory,
                 "rhoscan.forward (cuda): one (batch, head) pair needs " + std::to_string(shared + per_bh) +
@@ -52,15 +90,24 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     QpT* Qp = ws.take_array<QpT>(d.nbh * p.T * p.L);
     float* Nc = ws.take_floats(d.nbh * (d.nC + 1) * p.L);
     float* P = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
-    StateT<kTC>* Hs = ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
+    StateT<kTC>* Hs = quadratic ? nullptr : ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
+    float* Pcross = quadratic ? ws.take_floats(d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
+    float* Pparts = quadratic ? ws.take_floats((cross_nsplit - 1) * d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
     const Operands16 o = take_operands<kTC, T>(ws, d, false);
     token_sum_kernel<T><<<grid_for(d.nbh * p.T, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
     launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, n_out, o.Xq, o.Kq, stream);
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
+    // quadratic: Hs is null, so the states kernel stores only the final state (rho0 is null)
     launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
-    launch_chunk_output<kTC, T, T, false>(d, q, v, a32, Qp, o, Hs, P, ctx, nullptr, stream);
+    if constexpr (kTC) {
+      if (quadratic) {
+        launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, stream);
+        launch_quadratic_output<T>(d, P, Pcross, o, ctx, stream);
+      }
+    }
+    if (!quadratic) launch_chunk_output<kTC, T, T, false>(d, q, v, a32, Qp, o, Hs, P, ctx, nullptr, stream);
     ws.reset();
     ws.take_floats(p.H * p.L);  // a32 stays at the front
   }

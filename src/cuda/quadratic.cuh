@@ -176,34 +176,123 @@ static __global__ void cross_reduce_kernel(Dims d, float* Pcross, const float* p
   }
 }
 
+// ---- quadratic output: c_I = sum_{J <= I} P_IJ V_J on tensor cores ---------------------------
+// A block's item is (bh, row block I, 128 columns of E): a 64 × 128 output tile (a 32×32 warp tile
+// per warp) contracted over the tokens of the column blocks J = 0 .. I, one C-token block per step:
+// A = P_IJ rounded to bf16 (J = I: chunk_scores' P, split 0, entries j' < i'; J < I: Pcross), as
+// chunk_output_mma rounds its intra-chunk P; B = V_J (the packed bf16 values, rows past the block's
+// tokens zero-filled). Everything outside the block's valid rows and columns enters as 0, so the
+// upper triangle of the diagonal block and the padding are never read as operands. Two stages: the
+// next block's P (float32 loads into registers, rounded when stored) and V (cp.async) are fetched
+// while the current one is multiplied. kLo: the values' bf16 remainders, a second pass with the
+// same P (split values: float16 inputs).
+constexpr int kQOutPS = 64 + 8, kQOutVS = kMmaET + 8;  // bf16 row strides (conflict-free ldmatrix)
+template <bool kLo>
+constexpr int quadratic_output_smem() {
+  return 2 * 64 * (kQOutPS + (kLo ? 2 : 1) * kQOutVS) * static_cast<int>(sizeof(bf16));
+}
+template <typename OutT, bool kLo>
+static __global__ void __launch_bounds__(kMmaThreads, 2)
+    quadratic_output_mma_kernel(Dims d, const float* P, const float* Pcross, const bf16* V, const bf16* V_lo,
+                                Str4 out) {
+  constexpr int ET = kMmaET, PS = kQOutPS, VS = kQOutVS;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* ps = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens i'][PS]: P_IJ[i'][j']
+  bf16* vs = ps + 2 * 64 * PS;                    // [2 stages][64 tokens j'][VS]: V_J[j'][e]
+  bf16* vls = vs + 2 * 64 * VS;                   // [2 stages][64][VS] if kLo: V_J's remainders
+  const int tid = threadIdx.x, warp = tid / 32;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's tokens and columns in the tile
+  const int C = static_cast<int>(d.C);
+  const int64_t net = d.Ep / ET, items = d.nbh * d.nC * net;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * net), e0 = item % net * ET;
+    const int I = static_cast<int>(item / net % d.nC), CnI = static_cast<int>(d.chunk_len(I));
+    const int64_t t0 = int64_t{I} * C;
+    float preg[4][4];  // this thread's P pieces of the next block: row (tid + 256 r) / 16, columns p .. p+3
+    const int p = 4 * (tid % 16);
+    auto fetch = [&](int J, int st) {
+      const int CnJ = static_cast<int>(d.chunk_len(J));
+      const float* src =
+          J == I ? P + (bh * d.nC + I) * d.nsplit * C * C : Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = (tid + kMmaThreads * r) / 16;
+        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (i < CnI && p < C) {
+          if (C % 4 == 0) {  // an aligned float4 (blocks start at multiples of C C, rows of C)
+            const float4 w = *reinterpret_cast<const float4*>(src + i * C + p);
+            x[0] = w.x, x[1] = w.y, x[2] = w.z, x[3] = w.w;
+          } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+              if (p + k < C) x[k] = src[i * C + p + k];
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {  // select, not multiply: what lies outside is never used
+          const int j = p + k;
+          preg[r][k] = i < CnI && j < CnJ && (J < I || j < i) ? x[k] : 0.0f;
+        }
+      }
+      const bf16* Vj = V + (bh * d.T + int64_t{J} * C) * d.Ep + e0;
+      for (int idx = tid; idx < 64 * (ET / 8); idx += kMmaThreads) {
+        const int j = idx / (ET / 8), q8 = 8 * (idx % (ET / 8));
+        cp_async16(vs + (st * 64 + j) * VS + q8, Vj + min(j, CnJ - 1) * d.Ep + q8, j < CnJ);
+        if constexpr (kLo)
+          cp_async16(vls + (st * 64 + j) * VS + q8, V_lo + (Vj - V) + min(j, CnJ - 1) * d.Ep + q8, j < CnJ);
+      }
+      cp_async_commit();
+    };
+    auto put = [&](int st) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = (tid + kMmaThreads * r) / 16;
+        __nv_bfloat162 w[2] = {__floats2bfloat162_rn(preg[r][0], preg[r][1]),
+                               __floats2bfloat162_rn(preg[r][2], preg[r][3])};
+        memcpy(ps + (st * 64 + i) * PS + p, w, sizeof w);
+      }
+    };
+    float acc[2][4][4] = {};
+    __syncthreads();  // the previous item's tiles are consumed
+    fetch(0, 0);
+    for (int J = 0; J <= I; ++J) {
+      const int st = J & 1;
+      put(st);  // stage st was last read two steps ago, before the last barrier
+      if (J < I) {
+        fetch(J + 1, st ^ 1);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      warp_mma_32x32<false, false>(acc, ps + st * 64 * PS, PS, vs + st * 64 * VS, VS, wm, wn, 64);
+      if constexpr (kLo) warp_mma_32x32<false, false>(acc, ps + st * 64 * PS, PS, vls + st * 64 * VS, VS, wm, wn, 64);
+      __syncthreads();
+    }
+    const int64_t b = d.b_of(bh), h = d.h_of(bh);
+    for_each_acc(acc, wm, wn, [&](int i, int ec, float& x) {
+      const int64_t e = e0 + ec;
+      if (i < CnI && e < d.E) store<OutT>(const_cast<void*>(out.p), out.at(b, h, t0 + i, e), x);
+    });
+  }
+}
+
 // ---- launchers (quadratic) -----------------------------------------------------------------------
-// L splits of cross_scores: enough items to fill the GPU (about 4 blocks per multiprocessor on
-// 132, as score_splits), at most 16, at most one per 64-latent tile.
-inline int64_t cross_splits(const Dims& d) {
-  const int64_t items = d.nbh * cross_groups(d.nC);
+// L splits of cross_scores for a call of `pairs` (b, h) pairs in all: enough items to fill the GPU
+// (about 4 blocks per multiprocessor on 132, as score_splits), at most 16, at most one per
+// 64-latent tile. From the call's pairs, not a batch's: the sums do not depend on the batching
+// (a workspace cap changes no bit of the context).
+inline int64_t cross_splits(int64_t pairs, const Dims& d) {
+  const int64_t items = pairs * cross_groups(d.nC);
   if (items == 0) return 1;
   int64_t n = std::min<int64_t>((528 + items - 1) / items, 16);
   n = std::min<int64_t>(n, d.Lp / kMmaLT);
   return std::max<int64_t>(n, 1);
 }
-// Floats of the split partials' scratch for a batch of d.nbh pairs.
-inline int64_t cross_scratch_floats(const Dims& d) {
-  return (cross_splits(d) - 1) * d.nbh * d.nC * d.nC * d.C * d.C;
-}
-// The largest scratch any batch of up to max_nbh pairs needs (splits > 1 only while nbh · groups <
-// 528, so the loop is short).
-inline int64_t cross_scratch_floats_max(Dims d, int64_t max_nbh) {
-  int64_t most = 0;
-  for (d.nbh = 1; d.nbh <= max_nbh; ++d.nbh) {
-    if (cross_splits(d) == 1) break;
-    most = std::max(most, cross_scratch_floats(d));
-  }
-  return most;
-}
-// Pcross of one batch (scratch: cross_scratch_floats(d) floats, unused with one split).
-inline void launch_cross_scores(const Dims& d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross,
-                                float* scratch, cudaStream_t stream) {
-  const int64_t nsplit = cross_splits(d), items = d.nbh * cross_groups(d.nC) * nsplit;
+// Pcross of one batch; scratch: (nsplit - 1) d.nbh nC^2 C^2 floats (unused with one split).
+inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, const bf16* Kq, const float* a32,
+                                float* Pcross, float* scratch, cudaStream_t stream) {
+  const int64_t items = d.nbh * cross_groups(d.nC) * nsplit;
   if (items == 0) return;
   RHOSCAN_CUDA_CHECK(
       cudaFuncSetAttribute(cross_scores_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCrossSmem));
@@ -215,6 +304,18 @@ inline void launch_cross_scores(const Dims& d, const bf16* Xq, const bf16* Kq, c
                                                                                           static_cast<int>(nsplit));
     RHOSCAN_CUDA_LAUNCHED("cross_reduce_kernel");
   }
+}
+
+// The context of one batch (bf16 / float16 inputs; float16 values split into hi + lo).
+template <typename T>
+void launch_quadratic_output(const Dims& d, const float* P, const float* Pcross, const Operands16& o, Str4 ctx,
+                             cudaStream_t stream) {
+  constexpr bool kLo = kSplitValues<T>;
+  auto kernel = quadratic_output_mma_kernel<T, kLo>;
+  constexpr int smem = quadratic_output_smem<kLo>();
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, smem, stream>>>(d, P, Pcross, o.vb, o.vlo, ctx);
+  RHOSCAN_CUDA_LAUNCHED("quadratic_output_mma_kernel");
 }
 
 }  // namespace rhoscan::cuda_detail

@@ -2,7 +2,8 @@
 //
 // What it runs: the working tree's pack_bf16_kernel, chunk_scores_mma_kernel,
 // chunk_states_mma_kernel (forward with bf16 and with float32 stored states, and reverse),
-// chunk_output_mma_kernel (forward and dv) and chunk_readback_mma_kernel, cut out of src/cuda by
+// chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel and the quadratic forward's
+// cross_scores_mma_kernel, cross_reduce_kernel and quadratic_output_mma_kernel, cut out of src/cuda by
 // extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async emulated with
 // their PTX fragment layouts; see the top of shim.h for what is and is not emulated). Each is
 // compared with a plain float64 loop of its formula (the comments of chunk_products.cuh and
@@ -274,6 +275,88 @@ bool cross_case(const Problem& p, int nsplit) {
   return check("Pcross", doubles(P), ref, 1.2e-2);
 }
 
+// ---- quadratic output: c_i = sum_{J < I} Pcross_IJ[i'][:] V_J + sum_{j' < i'} P_II[i'][j'] v_j, the
+//      context in the layout of v (bf16). P's split 0 holds the diagonal blocks (the upper triangle
+//      and the other splits NaN); Pcross's blocks J >= I and its rows past the last chunk's length
+//      NaN too: none of them may be read as operands.
+template <bool kLo = false>
+bool quadratic_output_case(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t C = d.C, nC = d.nC, items = d.nbh * nC * (d.Ep / kMmaET);
+  std::vector<float> P(d.nbh * nC * d.nsplit * C * C, kNaN), Pc(d.nbh * nC * nC * C * C, kNaN);
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t I = 0; I < nC; ++I)
+      for (int64_t i = 0; i < p.chunk_len(I); ++i) {
+        for (int64_t j = 0; j < i; ++j) P[((bh * nC + I) * d.nsplit * C + i) * C + j] = float(U01());
+        for (int64_t J = 0; J < I; ++J)
+          for (int64_t j = 0; j < C; ++j) Pc[(((bh * nC + I) * nC + J) * C + i) * C + j] = float(2 * U01() - 1);
+      }
+  auto out = nans<bf16>(p.v.size());
+  Str4 outs = p.vs;
+  outs.p = out.data();
+  emu::launch(small_grid(items), kMmaThreads, quadratic_output_smem<kLo>(), [&] {
+    quadratic_output_mma_kernel<bf16, kLo>(d, P.data(), Pc.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, outs);
+  });
+  std::vector<Acc> ref(out.size(), kUnwritten);
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t I = 0; I < nC; ++I)
+      for (int64_t i = 0; i < p.chunk_len(I); ++i)
+        for (int64_t e = 0; e < d.E; ++e) {
+          Acc x;
+          for (int64_t J = 0; J <= I; ++J)
+            for (int64_t j = 0; j < (J < I ? C : i); ++j) {
+              const double pm = J < I ? Pc[(((bh * nC + I) * nC + J) * C + i) * C + j]
+                                      : P[((bh * nC + I) * d.nsplit * C + i) * C + j];
+              x += pm * val(p.vb, p.vlo, kLo, (bh * d.T + J * C + j) * d.Ep + e);
+            }
+          ref[outs.at(p.b_of(bh), p.h_of(bh), I * C + i, e)] = x;
+        }
+  return check("context", doubles(out), ref, 1e-2);
+}
+
+// ---- the quadratic forward's chain: chunk_scores_mma (bf16 Qp; its splits summed here, in order,
+//      as reduce_splits does), cross_scores_mma (2 splits) and quadratic_output_mma, against
+//      c_i = sum_{j<i} (sum_l Qp_i a^(i-1-j) q_j) v_j in float64 from Qp, q and v.
+bool quadratic_chain_case(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t C = d.C, nC = d.nC, S = d.nsplit, plane = d.nbh * nC * nC * C * C;
+  auto P = nans<float>(d.nbh * nC * S * C * C), Pc = nans<float>(plane);
+  auto parts = nans<float>(std::max<int64_t>(1, plane));
+  std::vector<bf16> Qp(p.Qp.size());
+  for (size_t i = 0; i < Qp.size(); ++i) Qp[i] = __float2bfloat16_rn(p.Qp[i]);
+  emu::launch(small_grid(d.nbh * nC * S), kMmaThreads, sizeof(ScoreSmem),
+              [&] { chunk_scores_mma_kernel<bf16, bf16>(d, p.qs, p.a32.data(), Qp.data(), P.data()); });
+  for (int64_t bc = 0; bc < d.nbh * nC; ++bc)
+    for (int64_t x = 0; x < C * C; ++x)
+      for (int64_t sp = 1; sp < S; ++sp) P[bc * S * C * C + x] += P[(bc * S + sp) * C * C + x];
+  emu::launch(small_grid(d.nbh * cross_groups(nC) * 2), kCrossThreads, kCrossSmem, [&] {
+    cross_scores_mma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), Pc.data(), parts.data(), 2);
+  });
+  emu::launch(2, 64, 0, [&] { cross_reduce_kernel(d, Pc.data(), parts.data(), 2); });
+  auto out = nans<bf16>(p.v.size());
+  Str4 outs = p.vs;
+  outs.p = out.data();
+  emu::launch(small_grid(d.nbh * nC * (d.Ep / kMmaET)), kMmaThreads, quadratic_output_smem<false>(), [&] {
+    quadratic_output_mma_kernel<bf16, false>(d, P.data(), Pc.data(), p.vb.data(), nullptr, outs);
+  });
+  std::vector<Acc> ref(out.size(), kUnwritten);
+  for (int64_t bh = 0; bh < d.nbh; ++bh) {
+    const int64_t h = p.h_of(bh);
+    for (int64_t i = 0; i < d.T; ++i)
+      for (int64_t e = 0; e < d.E; ++e) {
+        Acc x;
+        for (int64_t j = 0; j < i; ++j) {
+          const double vj = to_float(p.v[p.vs.at(p.b_of(bh), h, j, e)]);
+          for (int64_t l = 0; l < d.L; ++l)
+            x += double(p.Qp[(bh * d.T + i) * d.L + l]) * p.apow(h, l, i - 1 - j) * p.qf(bh, j, l) * vj;
+        }
+        ref[p.vs.at(p.b_of(bh), h, i, e)] = x;
+      }
+  }
+  // per term: Qp to bf16, the two operand roundings (Xq and Kq, or Xs and Kd), the scaled key, P to bf16
+  return check("context", doubles(out), ref, 2e-2);
+}
+
 // ---- key remainders: Kq_lo = bf16(q_t a^(Cn-1-i) - Kq), zero padded (exact) ------------------
 bool key_remainder_case(const Problem& p) {
   const Dims& d = p.d;
@@ -296,7 +379,8 @@ bool key_remainder_case(const Problem& p) {
 // kSplitStore: S = bf16 hi and lo planes (the backward's): hi within bf16 rounding of the reference,
 // hi + lo within 2^-16 of the same kernel's float32 stores.
 template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false>
-bool states_case(const Problem& p, bool with_init) {
+// store_H = false: Hs null (the quadratic forward: only the final state is written).
+bool states_case(const Problem& p, bool with_init, bool store_H = true) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E, items = states_items(d);
   auto Hs = nans<S>(d.nbh * d.nC * d.Lp * d.Ep), Hs_lo = Hs;
@@ -306,8 +390,9 @@ bool states_case(const Problem& p, bool with_init) {
   if (!with_init) init = Str4{};
   emu::launch(small_grid(items), kStatesThreads, states_mma_smem<S, kLo, kKeyLo>(), [&] {
     chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>(
-        d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init, Hs.data(),
-        outs, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr, kKeyLo ? p.Kq_lo.data() : nullptr,
+        d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init,
+        store_H ? Hs.data() : nullptr, outs, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr,
+        kKeyLo ? p.Kq_lo.data() : nullptr,
         kSplitStore ? Hs_lo.data() : nullptr);
   });
   std::vector<Acc> ref_H(Hs.size()), ref_out(out.size(), kUnwritten);
@@ -337,6 +422,7 @@ bool states_case(const Problem& p, bool with_init) {
     for (int64_t l = 0; l < L; ++l)
       for (int64_t e = 0; e < E; ++e) ref_out[p.init_s.at(b, h, l, e)] = st[l * E + e];
   }
+  if (!store_H) std::fill(ref_H.begin(), ref_H.end(), kUnwritten);
   bool ok = check("Hs", doubles(Hs), ref_H, 1e-2) & check("final", doubles(out), ref_out, 1e-2);
   if constexpr (kSplitStore) {  // hi + lo against the float32 stores of the same products
     auto Hf = nans<float>(Hs.size());
@@ -717,6 +803,13 @@ int main(int argc, char** argv) {
       // the quadratic forward
       {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},
       {"cross_scores_mma, 3 splits", [](const Problem& p) { return cross_case(p, 3); }, true, true},
+      {"chunk_states_mma forward, bf16, no chunk states stored (quadratic forward's final state)",
+       [](const Problem& p) { return states_case<bf16, false>(p, false, false); }, true, true},
+      {"chunk_states_mma forward, bf16, split values, no chunk states stored (quadratic forward's final state)",
+       [](const Problem& p) { return states_case<bf16, false, true>(p, false, false); }, false, true},
+      {"quadratic_output_mma", quadratic_output_case<false>, true, true},
+      {"quadratic_output_mma, split values", quadratic_output_case<true>, false, true},
+      {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
       // the quadratic backward
       {"cross_values_mma", cross_values_case<false>, true, true},
       {"quad_readback_mma", quad_readback_case, true, true},
@@ -726,6 +819,10 @@ int main(int argc, char** argv) {
       {"cross_values_mma, split values", cross_values_case<true>, false, true},
       {"quad_readback_mma slot by slot, split keys", quad_readback_slots_case<true>, false, true},
       {"quad_dv_mma, split values", quad_dv_case<true>, false, true},
+      {"chunk_states_mma reverse, bf16, no chunk states stored (quadratic backward's dR_0)",
+       [](const Problem& p) { return states_case<bf16, true>(p, false, false); }, true, true},
+      {"chunk_states_mma reverse, bf16, split values, no chunk states stored (quadratic backward's dR_0)",
+       [](const Problem& p) { return states_case<bf16, true, true>(p, false, false); }, false, true},
       // split values (float16 inputs): the lo passes
       {"chunk_states_mma forward, bf16 states, split values",
        [](const Problem& p) { return states_case<bf16, false, true>(p, true); }},

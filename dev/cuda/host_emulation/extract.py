@@ -9,7 +9,8 @@ comments (a missing marker stops with its name); run from the repository root.
                                  b9ba242, before the paired norm_apply) in namespace prev
   extract.py --mma OUT_FILE      kernels_mma.h for emulate_mma.cpp: the tensor-core kernels of the
                                  working tree (MMA_PARTS below; a kernel added between the pack_bf16
-                                 section and the launchers of chunk_products.cuh comes along)"""
+                                 section and the launchers of chunk_products.cuh, or before the
+                                 launchers of quadratic.cuh, comes along)"""
 import subprocess
 import sys
 
@@ -44,7 +45,7 @@ MMA_PARTS = [
     (mma, "// One warp's 32", "}  // namespace rhoscan::cuda_detail"),
     (products, "constexpr int kMmaThreads", "// Sets the state and operand padding"),
     (products, "// ---- y (v or G", "// ---- launchers"),
-    ("src/cuda/quadratic.cuh", "// ---- cross_scores", "// Pcross of one batch"),
+    ("src/cuda/quadratic.cuh", "// ---- cross_scores", "// ---- launchers (quadratic)"),
     (backward, "constexpr int kLocalThreads", "\n\n"),
     (backward, "// ---- bwd_local's contractions over E on tensor cores", "// gc_t = sum_l"),
     ("src/cuda/quadratic_backward.cuh", "// ---- cross values", "// ---- end of the quadratic backward's kernels"),
