@@ -287,6 +287,25 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
   }
 }
 
+// The quadratic backward (the default here: bfloat16, T <= 1024, chunk 64, no rho0, no
+// grad_rho_out) under a workspace cap that fits a few pairs per batch: bitwise the same gradients
+// (cross_scores' L splits come from the call's pair count, not the batch's).
+TEST_F(Cuda, QuadraticBackwardUnderACapIsBitwiseUnchanged) {
+  ProblemSpec s = spec(4, 2, 1, 130, 128, 64, DType::bfloat16);
+  s.initial_rho_norm = s.grad_rho_norm_out = true;
+  Problem a(s), b(s);
+  for (auto [p, cap] : {std::pair{&a, int64_t{0}}, std::pair{&b, int64_t{3} << 20}}) {
+    MirroredProblem m(*p, Device::cuda);
+    backward(m.backward_args(), cuda(0, cap));
+    m.copy_outputs_to_host();
+  }
+  EXPECT_TRUE(same_bytes(a.grad_q, b.grad_q));
+  EXPECT_TRUE(same_bytes(a.grad_v, b.grad_v));
+  EXPECT_TRUE(same_bytes(a.grad_decay, b.grad_decay));
+  EXPECT_TRUE(same_bytes(a.grad_rho, b.grad_rho));
+  EXPECT_TRUE(same_bytes(a.grad_rho_norm, b.grad_rho_norm));
+}
+
 // Sets RHOSCAN_CUDA_FORWARD_PATH (src/cuda/forward.cu: forces the forward's chunked or quadratic
 // path where it applies) for its lifetime, then restores the caller's value.
 class ForwardPath {
