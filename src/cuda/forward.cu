@@ -30,7 +30,7 @@ inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T, int64_
     if (std::strcmp(env, "chunked") == 0) return false;
     if (std::strcmp(env, "quadratic") == 0) return true;
   }
-  return T <= kQuadraticMaxT && C == kMmaLT;
+  return kQuadraticMaxT > 0 && T <= kQuadraticMaxT && C == kMmaLT;  // 0: never, not even at T = 0
 }
 
 template <typename T>

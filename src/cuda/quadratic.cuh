@@ -107,15 +107,21 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
     auto put = [&](int st) {  // the fetched keys times a^(d C), rounded to bf16, into stage st
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int row = (tid + kCrossThreads * r) / 8, s = row / 64;
-        const float* f = fs + (st * 2 + s) * LT + p;
+        const int row = (tid + kCrossThreads * r) / 8;  // in slot r / 2
+        const float4* f4 = reinterpret_cast<const float4*>(fs + (st * 2 + r / 2) * LT + p);
+        const float4 fa = f4[0], fb = f4[1];  // the factors of latents p .. p+7
+        const float f[8] = {fa.x, fa.y, fa.z, fa.w, fb.x, fb.y, fb.z, fb.w};
         __nv_bfloat162 w[4];
         memcpy(w, &kreg[r], sizeof w);
-#pragma unroll
-        for (int k = 0; k < 4; ++k)
-          w[k] = __floats2bfloat162_rn(__low2float(w[k]) * f[2 * k], __high2float(w[k]) * f[2 * k + 1]);
-        memcpy(&kreg[r], w, sizeof w);
-        *reinterpret_cast<uint4*>(ks + (st * 128 + row) * S + p) = kreg[r];
+        auto scaled = [&](int k) {  // pair k times its factors, as the bits of a bf16 pair
+          const __nv_bfloat162 y =
+              __floats2bfloat162_rn(__low2float(w[k]) * f[2 * k], __high2float(w[k]) * f[2 * k + 1]);
+          uint32_t u;
+          memcpy(&u, &y, sizeof u);
+          return u;
+        };
+        uint4* dst = reinterpret_cast<uint4*>(ks + (st * 128 + row) * S + p);
+        *dst = make_uint4(scaled(0), scaled(1), scaled(2), scaled(3));
       }
     };
     float acc[2][4][4] = {};
