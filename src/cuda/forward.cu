@@ -20,17 +20,17 @@ namespace rhoscan::cuda_detail {
 namespace {
 
 // Whether the quadratic path applies: tensor-core dtype and no initial rho (rho_norm0 is fine: the
-// normaliser scan takes it); then by default T <= kQuadraticMaxT and chunks of 64 (its kernels'
-// 64-token tiles: smaller chunks would leave most of each tile empty and multiply the blocks), or
-// whatever RHOSCAN_CUDA_FORWARD_PATH says (chunked, or quadratic at any T and chunk; an unknown
+// normaliser scan takes it); then by default, if built with RHOSCAN_QUADRATIC_FORWARD=1, where
+// quadratic_shape allows (quadratic.cuh: T, L against T, chunks of 64), or whatever
+// RHOSCAN_CUDA_FORWARD_PATH says (chunked, or quadratic at any T and chunk; an unknown
 // value counts as unset).
-inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T, int64_t C) {
+inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T, int64_t L, int64_t C) {
   if (!tensor_core || has_rho0) return false;
   if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_PATH")) {
     if (std::strcmp(env, "chunked") == 0) return false;
     if (std::strcmp(env, "quadratic") == 0) return true;
   }
-  return kQuadraticMaxT > 0 && T <= kQuadraticMaxT && C == kMmaLT;  // 0: never, not even at T = 0
+  return RHOSCAN_QUADRATIC_FORWARD && quadratic_shape(T, L, C);
 }
 
 template <typename T>
@@ -56,7 +56,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   int64_t cross_nsplit = 1, per_bh = chunked_bh;
   bool quadratic = false;
   if constexpr (kTC) {
-    if (quadratic_forward(true, f.rho0 != nullptr, p.T, d.C)) {
+    if (quadratic_forward(true, f.rho0 != nullptr, p.T, p.L, d.C)) {
       cross_nsplit = cross_splits(BH, d);
       const int64_t quadratic_bh = common_bh + Workspace::floats(d.nC * d.nC * d.C * d.C) +
                                    Workspace::floats((cross_nsplit - 1) * d.nC * d.nC * d.C * d.C);

@@ -26,6 +26,26 @@ namespace rhoscan::cuda_detail {
 #define RHOSCAN_QUADRATIC_MAX_T 1024
 #endif
 constexpr int64_t kQuadraticMaxT = RHOSCAN_QUADRATIC_MAX_T;
+// ... and only where L >= RHOSCAN_QUADRATIC_MIN_L_PER_T · T: the quadratic path trades the chunk
+// states' L×E traffic per chunk for T×T×E products (M, P·V, dv) that do not shrink with L. Measured
+// on the H200 at 7a4ccef (bfloat16, T = 512, E = 256): at L = 8192 (BDH-8k, L = 16 T) forward +
+// backward 7.80 against 9.86 ms chunked, the forward alone 2.11 against 2.07; at L = 256 (BDH-base,
+// L = T / 2) 2.01 against 1.82 ms, the forward 0.44 against 0.39. Where between the two it pays is
+// not measured; L >= T is the guess in between.
+#ifndef RHOSCAN_QUADRATIC_MIN_L_PER_T
+#define RHOSCAN_QUADRATIC_MIN_L_PER_T 1
+#endif
+// The forward's quadratic path by default (0: only when RHOSCAN_CUDA_FORWARD_PATH=quadratic
+// forces it): off while it is not faster than the chunked forward (above).
+#ifndef RHOSCAN_QUADRATIC_FORWARD
+#define RHOSCAN_QUADRATIC_FORWARD 0
+#endif
+// The shape rule both directions share (the caller checks dtype, initial state, environment):
+// T <= kQuadraticMaxT (0: never, not even at T = 0), L >= RHOSCAN_QUADRATIC_MIN_L_PER_T · T, and
+// chunks of 64 (the kernels' 64-token tiles: smaller chunks would leave most of each tile empty).
+inline bool quadratic_shape(int64_t T, int64_t L, int64_t C) {
+  return kQuadraticMaxT > 0 && T <= kQuadraticMaxT && L >= RHOSCAN_QUADRATIC_MIN_L_PER_T * T && C == kMmaLT;
+}
 
 // ---- cross_scores: the blocks below the diagonal on tensor cores --------------------------------
 // Pcross[bh][I][J][i'][j'] (float32, block (I, J) at ((bh nC + I) nC + J) C C, row i' then
