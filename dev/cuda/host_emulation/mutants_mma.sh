@@ -63,7 +63,9 @@ PY
   then missed=$((missed + 1)); continue; fi
   (cd "$dir" && python3 "$root/dev/cuda/host_emulation/extract.py" --mma kernels_mma.h) &&
     g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w -I "$dir" "$root/dev/cuda/host_emulation/emulate_mma.cpp" -o "$dir/emu" || exit 2
-  if EMU_CP_ASYNC=$mode EMU_STOP_AT_FIRST=1 timeout 300 "$dir/emu" >"$dir/log" 2>&1; then
+  # (the limit covers a whole run: a mutant expected to be missed runs every kernel on every
+  # problem, about 6 minutes on two busy cores since the quadratic forward's cases came in)
+  if EMU_CP_ASYNC=$mode EMU_STOP_AT_FIRST=1 timeout 1200 "$dir/emu" >"$dir/log" 2>&1; then
     got=missed
   else
     got=caught
