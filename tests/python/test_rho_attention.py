@@ -191,8 +191,24 @@ def test_meta_tensors_give_shapes_without_running():
     assert c.device.type == "meta"
     grads = torch.ops.rhoscan.rho_attention_backward(q, v, decay, None, None, c, r, None, "bthl", 0)
     assert [tuple(g.shape) for g in grads] == [(2, 7, 3, 5), (2, 7, 1, 4), (3, 5), (2, 3, 5, 4), (2, 3, 5)]
+    grads = torch.ops.rhoscan.rho_attention_backward(q, v, decay, None, None, c, r, None, "bthl", 0, False)
+    assert [tuple(g.shape) for g in grads] == [(2, 7, 3, 5), (2, 7, 1, 4), (3, 5), (0,), (2, 3, 5)]
     c, r, n = rhoscan.rho_attention_step(q[:, 0], v[:, 0], decay)
     assert (c.shape, r.shape, n.shape) == ((2, 3, 4), (2, 3, 5, 4), (2, 3, 5))
+
+
+def test_backward_without_rho_grad_skips_only_grad_rho(device):
+    # rho_grad=False (what autograd passes when no initial rho was given): grad_rho comes back
+    # empty, every other gradient is the same as with it.
+    q, v, decay, rho, rho_norm = make_problem(B=2, H=2, T=9, L=5, E=3, device=device, dtype=torch.float32)
+    c, r, n = rhoscan.rho_attention(q, v, decay)
+    g = torch.randn_like(c)
+    op = torch.ops.rhoscan.rho_attention_backward
+    full = op(q, v, decay, None, None, g, None, None, "bhtl", 0)
+    lean = op(q, v, decay, None, None, g, None, None, "bhtl", 0, False)
+    assert full[3].shape == (2, 2, 5, 3) and lean[3].shape == (0,)
+    for k in (0, 1, 2, 4):
+        assert torch.equal(full[k], lean[k])
 
 
 def test_empty_sequence_returns_the_state_unchanged(device):

@@ -2,8 +2,10 @@
 //
 //   rho_attention           forward: (q, v, decay, rho?, rho_norm?, layout, chunk_size)
 //                           -> (context, rho, rho_norm)
-//   rho_attention_backward  the forward's inputs + grad_context?, grad_rho_out?, grad_rho_norm_out?
-//                           -> (grad_q, grad_v, grad_decay, grad_rho, grad_rho_norm)
+//   rho_attention_backward  the forward's inputs + grad_context?, grad_rho_out?, grad_rho_norm_out?,
+//                           layout, chunk_size, rho_grad
+//                           -> (grad_q, grad_v, grad_decay, grad_rho, grad_rho_norm); grad_rho is
+//                           empty (shape [0]) when rho_grad is false (autograd: no initial rho)
 //   rho_attention_step      one token, functional: (q, v, decay, rho?, rho_norm?)
 //                           -> (context, new rho, new rho_norm)
 //   available_backends      the rhoscan backends usable in this process
@@ -182,15 +184,19 @@ Triple allocate_forward(const Tensor& q, const Tensor& v, const OptTensor& rho,
           at::empty_symint({s.B, s.H, s.L}, state)};
 }
 
+// grad_rho is [B,H,L,E], or empty (shape [0]) when rho_grad is false: the autograd wrapper asks for
+// it only when an initial rho was given, since on CUDA it costs a pass over T·L·E (the reverse
+// state recurrence) that nothing would use.
 Grads allocate_backward(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
                         const OptTensor& rho_norm, const OptTensor& grad_rho_out,
-                        const OptTensor& grad_rho_norm_out, Layout layout) {
+                        const OptTensor& grad_rho_norm_out, Layout layout, bool rho_grad) {
   const Sizes s = sizes_of(q, v, layout, false);
   const auto state =
       q.options().dtype(state_dtype(q, {&rho, &rho_norm, &grad_rho_out, &grad_rho_norm_out}));
   return {at::empty_symint(q.sym_sizes(), q.options()), at::empty_symint(v.sym_sizes(), v.options()),
           at::empty_symint(decay.sym_sizes(), decay.options()),
-          at::empty_symint({s.B, s.H, s.L, s.E}, state), at::empty_symint({s.B, s.H, s.L}, state)};
+          rho_grad ? at::empty_symint({s.B, s.H, s.L, s.E}, state) : at::empty({0}, state),
+          at::empty_symint({s.B, s.H, s.L}, state)};
 }
 
 // ---- torch::Tensor -> rhoscan::TensorView ---------------------------------------------------
@@ -280,16 +286,16 @@ Triple forward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, con
 Grads backward_meta(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
                     const OptTensor& rho_norm, const OptTensor& grad_context,
                     const OptTensor& grad_rho_out, const OptTensor& grad_rho_norm_out,
-                    c10::string_view layout, int64_t chunk_size) {
+                    c10::string_view layout, int64_t chunk_size, bool rho_grad) {
   const Layout l = parse_layout(layout, "backward");
   check_inputs("backward", q, v, decay, rho, rho_norm, false);
-  return allocate_backward(q, v, decay, rho, rho_norm, grad_rho_out, grad_rho_norm_out, l);
+  return allocate_backward(q, v, decay, rho, rho_norm, grad_rho_out, grad_rho_norm_out, l, rho_grad);
 }
 
 Grads backward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
                       const OptTensor& rho_norm, const OptTensor& grad_context,
                       const OptTensor& grad_rho_out, const OptTensor& grad_rho_norm_out,
-                      c10::string_view layout, int64_t chunk_size) {
+                      c10::string_view layout, int64_t chunk_size, bool rho_grad) {
   const Layout l = parse_layout(layout, "backward");
   const bool seq_first = l == Layout::bthl;
   const char* op = "backward";
@@ -298,7 +304,7 @@ Grads backward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, con
   if (present(grad_rho_out)) check_arg(op, "grad_rho_out", *grad_rho_out, 4, 4);
   if (present(grad_rho_norm_out)) check_arg(op, "grad_rho_norm_out", *grad_rho_norm_out, 3, 3);
   auto [grad_q, grad_v, grad_decay, grad_rho, grad_rho_norm] =
-      allocate_backward(q, v, decay, rho, rho_norm, grad_rho_out, grad_rho_norm_out, l);
+      allocate_backward(q, v, decay, rho, rho_norm, grad_rho_out, grad_rho_norm_out, l, rho_grad);
   // No gradient for context (only the final state is used): a zero one.
   const Tensor grad_c = present(grad_context)
                             ? *grad_context
@@ -315,7 +321,7 @@ Grads backward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, con
   args.grad_q = view_of(op, "grad_q", grad_q, seq_first);
   args.grad_v = view_of(op, "grad_v", grad_v, seq_first);
   args.grad_decay = view_of(op, "grad_decay", grad_decay);
-  args.grad_rho = view_of(op, "grad_rho", grad_rho);
+  if (rho_grad) args.grad_rho = view_of(op, "grad_rho", grad_rho);
   args.grad_rho_norm = view_of(op, "grad_rho_norm", grad_rho_norm);
   const at::OptionalDeviceGuard guard(at::device_of(q));
   const Options options = options_for(q, chunk_size);
@@ -425,7 +431,7 @@ class RhoAttentionFunction : public torch::autograd::Function<RhoAttentionFuncti
     auto [gq, gv, gd, gr, gn] = backward_op().call(
         saved[0], saved[1], saved[2], optional_of(saved[3]), optional_of(saved[4]),
         optional_of(grads[0]), optional_of(grads[1]), optional_of(grads[2]), layout,
-        ctx->saved_data["chunk_size"].toInt());
+        ctx->saved_data["chunk_size"].toInt(), /*rho_grad=*/saved[3].defined());
     return {gq, gv, gd, saved[3].defined() ? gr : Tensor(), saved[4].defined() ? gn : Tensor(),
             Tensor(), Tensor()};
   }
@@ -453,7 +459,8 @@ class RhoAttentionStepFunction : public torch::autograd::Function<RhoAttentionSt
     if (grads[0].defined()) grad_context = grads[0].unsqueeze(2);
     auto [gq, gv, gd, gr, gn] = backward_op().call(
         saved[0].unsqueeze(2), saved[1].unsqueeze(2), saved[2], optional_of(saved[3]),
-        optional_of(saved[4]), grad_context, optional_of(grads[1]), optional_of(grads[2]), "bhtl", 0);
+        optional_of(saved[4]), grad_context, optional_of(grads[1]), optional_of(grads[2]), "bhtl", 0,
+        /*rho_grad=*/saved[3].defined());
     return {gq.squeeze(2), gv.squeeze(2), gd, saved[3].defined() ? gr : Tensor(),
             saved[4].defined() ? gn : Tensor()};
   }
@@ -479,7 +486,7 @@ TORCH_LIBRARY(rhoscan, m) {
         "str layout=\"bhtl\", int chunk_size=0) -> (Tensor, Tensor, Tensor)");
   m.def("rho_attention_backward(Tensor q, Tensor v, Tensor decay, Tensor? rho, Tensor? rho_norm, "
         "Tensor? grad_context, Tensor? grad_rho_out, Tensor? grad_rho_norm_out, "
-        "str layout=\"bhtl\", int chunk_size=0) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+        "str layout=\"bhtl\", int chunk_size=0, bool rho_grad=True) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("rho_attention_step(Tensor q, Tensor v, Tensor decay, Tensor? rho=None, "
         "Tensor? rho_norm=None) -> (Tensor, Tensor, Tensor)");
   m.def("available_backends() -> str[]", &rhoscan::pt::available_backends_op);
