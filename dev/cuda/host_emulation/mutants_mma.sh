@@ -34,7 +34,9 @@ mutants=(
   "cross: the decay factor a^((I-J) C) instead of a^((I-J-1) C)|src/cuda/quadratic.cuh|ipow(a, (I - J0 - s - 1) * C)|ipow(a, (I - J0 - s) * C)|deferred|caught"
   "cross: the second column block's key rows from the first|src/cuda/quadratic.cuh|Kj + (s * C + j) * d.Lp + l0 + p|Kj + j * d.Lp + l0 + p|deferred|caught"
   "cross: a split's partial left out of the sum|src/cuda/quadratic.cuh|for (int s = 1; s < nsplit; ++s) acc +=|for (int s = 2; s < nsplit; ++s) acc +=|deferred|caught"
-  "cross: no barrier between the factors and the scaled keys|src/cuda/quadratic.cuh|      fetch(kt0, 0);\n      __syncthreads();|      fetch(kt0, 0);|deferred|caught"
+  "cross: no barrier before a stage is read and refilled (version 2)|src/cuda/quadratic.cuh|      __syncthreads();          // ... everyone's|      // ... everyone's|deferred|caught"
+  "cross: a key fragment's upper 8 latents with the lower ones' factors (version 2)|src/cuda/quadratic.cuh|bf[c][np][3] = scaled(bf[c][np][3], f1)|bf[c][np][3] = scaled(bf[c][np][3], f0)|deferred|caught"
+  "cross: the stage read before its tile has landed (version 2)|src/cuda/quadratic.cuh|cp_async_wait<NS - 2>();  // tile kt|cp_async_wait<NS - 1>();  // tile kt|deferred|caught"
   "quadratic output: the diagonal block's own token (j' <= i')|src/cuda/quadratic.cuh|j < i) ? x[k]|j <= i) ? x[k]|deferred|caught"
   "quadratic output: the V block of the next chunk|src/cuda/quadratic.cuh|const bf16* Vj = V + (bh * d.T + int64_t{J} * C) * d.Ep + e0;|const bf16* Vj = V + (bh * d.T + int64_t{J + (J < I)} * C) * d.Ep + e0;|deferred|caught"
   "quadratic output: no wait for the next stage|src/cuda/quadratic.cuh|        cp_async_wait<1>();\n|\n|deferred|caught"
@@ -62,7 +64,7 @@ open(path, "w").write(s.replace(a, b, 1))
 PY
   then missed=$((missed + 1)); continue; fi
   (cd "$dir" && python3 "$root/dev/cuda/host_emulation/extract.py" --mma kernels_mma.h) &&
-    g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w -I "$dir" "$root/dev/cuda/host_emulation/emulate_mma.cpp" -o "$dir/emu" || exit 2
+    g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w ${EMU_CXXFLAGS:-} -I "$dir" "$root/dev/cuda/host_emulation/emulate_mma.cpp" -o "$dir/emu" || exit 2
   # (the limit covers a whole run: a mutant expected to be missed runs every kernel on every
   # problem, about 6 minutes on two busy cores since the quadratic forward's cases came in)
   if EMU_CP_ASYNC=$mode EMU_STOP_AT_FIRST=1 timeout 1200 "$dir/emu" >"$dir/log" 2>&1; then

@@ -10,7 +10,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 python3 dev/cuda/host_emulation/extract.py --mma "$dir/kernels_mma.h"
 cp dev/cuda/host_emulation/shim.h "$dir/"
-g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w -I "$dir" dev/cuda/host_emulation/emulate_mma.cpp -o "$dir/emulate_mma"
+g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w ${EMU_CXXFLAGS:-} -I "$dir" dev/cuda/host_emulation/emulate_mma.cpp -o "$dir/emulate_mma"
 # a __syncthreads that not every thread reaches hangs the emulation: the timeout says so
 timeout 1200 "$dir/emulate_mma" "$@"
 if [ "${EMU_BOTH:-0}" = 1 ]; then
