@@ -145,7 +145,9 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
 // step's copies (one M block serves twice the latents: 48 KB per 256 latents instead of 64), one
 // block of 8 warps per SM, so three cp.async stages (189 KB; float16 two, 204 KB); 128: 4 warps,
 // two stages, two blocks per SM (bf16, 88.5 KB as version 1). One barrier per step (the stage a
-// fetch refills was read in the step before that barrier), against version 1's two.
+// fetch refills was read in the step before that barrier), against version 1's two. HdH's
+// per-step sum p = sum_i Xq_K ⊙ acc takes Xq_K's values as A fragments (8 ldmatrix.x4 per warp
+// and W step instead of 64 scalar loads).
 // kKeyLo (float16): the third pass M_hi Kq_lo reloads A from the remainders' tile.
 #ifndef RHOSCAN_QUAD_READBACK_V2_LT
 #define RHOSCAN_QUAD_READBACK_V2_LT 256
@@ -323,21 +325,28 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo || kQrLT > 128 ? 1 : 2)
       const bf16* sm = stages + st * kQrStage;
       const bool w = s < K;
       if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (this thread's columns)
+        // Xq_K^T's fragments as the products' A (ldmatrix, [i][l] stored): register hf holds row
+        // (latent) g + 8 hf, tokens 2q, 2q+1 of the k16 slice, register 2 + hf tokens 2q+8, 2q+9,
+        // the columns of acc[mt][2 kk] and acc[mt][2 kk + 1]
+        float x[4][2] = {};
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt) {
+            uint32_t f[4];
+            ldsm_x4_trans(f, xk + (wn + 16 * kk + (lane >> 4) * 8 + (lane & 7)) * kQrOS + wm + 16 * mt + ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+              for (int u = 0; u < 2; ++u) {
+                const __nv_bfloat162 xv = *reinterpret_cast<const __nv_bfloat162*>(&f[2 * u + hf]);
+                x[mt][hf] += __low2float(xv) * acc[mt][2 * kk + u][2 * hf] + __high2float(xv) * acc[mt][2 * kk + u][2 * hf + 1];
+              }
+          }
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int lr = wm + 16 * mt + 8 * hf + g;
-            float x = 0.0f;
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-              for (int c = 0; c < 2; ++c) {
-                const int i = wn + 8 * nt + 2 * (lane % 4) + c;
-                x += __bfloat162float(xk[i * kQrOS + lr]) * acc[mt][nt][2 * hf + c];
-              }
-            dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x;
-          }
+          for (int hf = 0; hf < 2; ++hf) dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x[mt][hf];
       }
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)

@@ -44,7 +44,7 @@ mutants=(
   "quad readback: A fragments of a warp's upper 32 latents from its lower 32|src/cuda/quadratic_backward.cuh|m0 + 16 * mt + ((lane >> 3) \\& 1) * 8);|m0 + 16 * (mt \\& 1) + ((lane >> 3) \\& 1) * 8);|deferred|caught"
   "quad readback: no wait for the step's tiles|src/cuda/quadratic_backward.cuh|      cp_async_wait<NS - 2>();\n|\n|deferred|caught"
   "quad readback: U steps in ascending order (Horner's powers reversed)|src/cuda/quadratic_backward.cuh|const int64_t I = w ? K : d.nC - 1 - (s - K)|const int64_t I = w ? K : K + 1 + (s - K)|deferred|caught"
-  "quad readback: HdH' without the decay of its running sum|src/cuda/quadratic_backward.cuh|dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x;|dp[mt][hf] = dp[mt][hf] + x;|deferred|caught"
+  "quad readback: HdH' without the decay of its running sum|src/cuda/quadratic_backward.cuh|dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x[mt][hf];|dp[mt][hf] = dp[mt][hf] + x[mt][hf];|deferred|caught"
   "quad readback: HdH' into slot K instead of K-1|src/cuda/quadratic_backward.cuh|(K >= 1 ? K - 1 : d.nC - 1)|(K >= 1 ? K : d.nC - 1)|deferred|caught"
   "quad readback: split keys' third pass dropped|src/cuda/quadratic_backward.cuh|qr_mma_64x32<true, kKeyLo>(|qr_mma_64x32<true, false>(|deferred|caught"
   "quad dv: the intra-chunk step reads all of P (its upper triangle)|src/cuda/quadratic_backward.cuh|(s > 0 |(s >= 0 |deferred|caught"
