@@ -128,7 +128,255 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
   }
 }
 
-// ---- quadratic readback: W, U and HdH' per (bh, chunk K, 128 latents) ------------------------
+// ---- quadratic readback: W, U and HdH' per (bh, chunk K, kQrLT latents) ------------------------
+// Two versions, chosen at compile time (-DRHOSCAN_QUAD_READBACK_VERSION=1|2, default 2); both keep
+// the names below, the item's steps and the outputs (see version 1's comment for the steps).
+#ifndef RHOSCAN_QUAD_READBACK_VERSION
+#define RHOSCAN_QUAD_READBACK_VERSION 2
+#endif
+#if RHOSCAN_QUAD_READBACK_VERSION == 2
+// Version 2: version 1's steps and outputs, reshaped for shared-memory traffic. Version 1's warps
+// (32 latents × 32 tokens, the hi pass then the lo pass) load A twice and both B planes: 8
+// ldmatrix.x4 (4 KB) per 16 mma, which with each step's 32 KB of cp.async writes asks more of
+// shared memory per step than the tensor cores take. Here a warp holds 64 latents × 32 tokens and
+// each k16 slice loads A once (4 ldmatrix), B hi and B lo (2 each) for 32 mma, hi and lo into one
+// accumulator slice by slice (a fixed order, float32): half the ldmatrix per mma. An item is
+// kQrLT latents (RHOSCAN_QUAD_READBACK_V2_LT): 256 (default) halves the M tiles' share of each
+// step's copies (one M block serves twice the latents: 48 KB per 256 latents instead of 64), one
+// block of 8 warps per SM, so three cp.async stages (189 KB; float16 two, 204 KB); 128: 4 warps,
+// two stages, two blocks per SM (bf16, 88.5 KB as version 1). One barrier per step (the stage a
+// fetch refills was read in the step before that barrier), against version 1's two. HdH's
+// per-step sum p = sum_i Xq_K ⊙ acc takes Xq_K's values as A fragments (8 ldmatrix.x4 per warp
+// and W step instead of 64 scalar loads).
+// kKeyLo (float16): the third pass M_hi Kq_lo reloads A from the remainders' tile.
+#ifndef RHOSCAN_QUAD_READBACK_V2_LT
+#define RHOSCAN_QUAD_READBACK_V2_LT 256
+#endif
+constexpr int kQrLT = RHOSCAN_QUAD_READBACK_V2_LT;  // latents per block
+static_assert(kQrLT == 128 || kQrLT == 256, "RHOSCAN_QUAD_READBACK_V2_LT: 128 or 256");
+constexpr int kQrThreads = kQrLT;   // (kQrLT / 64) latent groups × 2 token halves of 32, a warp each
+constexpr int kQrMS = kQB + 8;      // bf16 row stride of the M tiles
+constexpr int kQrOS = kQrLT + 8;    // bf16 row stride of the operand tiles
+template <bool kKeyLo>
+constexpr int quad_readback_stage() {
+  return 2 * 64 * kQrMS + (kKeyLo ? 2 : 1) * 64 * kQrOS;
+}
+// cp.async stages: 3 for bf16 at 256 latents (one block per SM anyway), else 2 (bf16 at 128
+// latents keeps two blocks per SM; float16's stages hold the key remainders too)
+template <bool kKeyLo>
+constexpr int quad_readback_nstages() {
+  return kKeyLo || kQrLT < 256 ? 2 : 3;
+}
+template <bool kKeyLo>
+constexpr int quad_readback_smem() {
+  return (quad_readback_nstages<kKeyLo>() * quad_readback_stage<kKeyLo>() + 64 * kQrOS) * static_cast<int>(sizeof(bf16)) +
+         (kQrLT + 2 * kQrLT) * static_cast<int>(sizeof(float));  // a^C, HdH partials
+}
+// acc[mt][nt] (rows m0 + 16 mt, columns n0 + 8 nt) += A (stored [k][m]: A^T) · (Bh + Bl) over
+// k = 0..63, B stored [n][k] (kBTrans) or [k][n]; kALo: + Alo · Bh.
+template <bool kBTrans, bool kALo>
+__device__ __forceinline__ void qr_mma_64x32(float (&acc)[4][4][4], const bf16* As, const bf16* Alo, int lda,
+                                             const bf16* Bh, const bf16* Bl, int ldb, int m0, int n0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int k0 = 0; k0 < 64; k0 += 16) {
+    uint32_t a[4][4], bh[2][4], bl[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+      ldsm_x4_trans(a[mt], As + (k0 + (lane >> 4) * 8 + (lane & 7)) * lda + m0 + 16 * mt + ((lane >> 3) & 1) * 8);
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {  // two 8-column tiles per ldmatrix.x4: regs {0,1} and {2,3}
+      const int n = n0 + 16 * np;
+      if (kBTrans) {
+        const int o = (n + (lane >> 4) * 8 + (lane & 7)) * ldb + k0 + ((lane >> 3) & 1) * 8;
+        ldsm_x4(bh[np], Bh + o);
+        ldsm_x4(bl[np], Bl + o);
+      } else {
+        const int o = (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ldb + n + (lane >> 4) * 8;
+        ldsm_x4_trans(bh[np], Bh + o);
+        ldsm_x4_trans(bl[np], Bl + o);
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        mma_bf16_16816(acc[mt][nt], a[mt], bh[nt / 2][2 * (nt % 2)], bh[nt / 2][2 * (nt % 2) + 1]);
+        mma_bf16_16816(acc[mt][nt], a[mt], bl[nt / 2][2 * (nt % 2)], bl[nt / 2][2 * (nt % 2) + 1]);
+      }
+    if constexpr (kALo) {
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+        ldsm_x4_trans(a[mt], Alo + (k0 + (lane >> 4) * 8 + (lane & 7)) * lda + m0 + 16 * mt + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+          mma_bf16_16816(acc[mt][nt], a[mt], bh[nt / 2][2 * (nt % 2)], bh[nt / 2][2 * (nt % 2) + 1]);
+    }
+  }
+}
+template <bool kKeyLo = false>
+__global__ void __launch_bounds__(kQrThreads, kKeyLo || kQrLT > 128 ? 1 : 2)
+    quad_readback_mma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
+                             const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int kQrStage = quad_readback_stage<kKeyLo>();
+  constexpr int kGroups = kQrLT / 64;                  // the warps' latent groups
+  constexpr int NS = quad_readback_nstages<kKeyLo>();
+  bf16* stages = reinterpret_cast<bf16*>(smem_raw);   // [NS][kQrStage]
+  bf16* xk = stages + NS * kQrStage;                    // [64 tokens][kQrOS]: Xq of the item's chunk
+  float* aC = reinterpret_cast<float*>(xk + 64 * kQrOS);  // [kQrLT]: a^C of the tile's latents
+  float* red = aC + kQrLT;                                // [2][kQrLT]: HdH' partials of the two token halves
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+  const int wm = (warp % kGroups) * 64, wn = (warp / kGroups) * 32;  // the warp's latents and tokens
+  const int64_t nlt = (d.Lp + kQrLT - 1) / kQrLT, nsteps = d.nC > 0 ? d.nC - 1 : 0;
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * nlt), K = (item / nlt) % d.nC, l0 = (item % nlt) * kQrLT;
+    const int64_t h = d.h_of(bh), tK = K * d.C;
+    const int CnK = static_cast<int>(d.chunk_len(K));
+    // step s: W with J = s (s < K), or U with I = nC-1-(s-K); tiles into stage st
+    auto fetch = [&](int64_t s, int st) {
+      const bool w = s < K;
+      const int64_t I = w ? K : d.nC - 1 - (s - K), J = w ? s : K;
+      const bf16* Mh = Mhi + cross_block(bh, d.nC, I, J);
+      const bf16* Ml = Mlo + cross_block(bh, d.nC, I, J);
+      const int64_t c = w ? J : I;  // the operand's chunk
+      const int Cn = static_cast<int>(d.chunk_len(c));
+      const bf16* op = (w ? Kq : Xq) + (bh * d.T + c * d.C) * d.Lp + l0;
+      bf16* sm = stages + st * kQrStage;
+      for (int idx = threadIdx.x; idx < 64 * 8; idx += blockDim.x) {
+        const int r = idx / 8, p = 8 * (idx % 8);
+        cp_async16(sm + r * kQrMS + p, Mh + r * kQB + p);
+        cp_async16(sm + 64 * kQrMS + r * kQrMS + p, Ml + r * kQB + p);
+      }
+      for (int idx = threadIdx.x; idx < 64 * (kQrLT / 8); idx += blockDim.x) {
+        const int r = idx / (kQrLT / 8), p = 8 * (idx % (kQrLT / 8));
+        const bool ok = r < Cn && l0 + p < d.Lp;
+        cp_async16(sm + 2 * 64 * kQrMS + r * kQrOS + p, ok ? op + r * d.Lp + p : op, ok);
+        if constexpr (kKeyLo) {
+          if (w) cp_async16(sm + 2 * 64 * kQrMS + 64 * kQrOS + r * kQrOS + p, Kq_lo + (op - Kq) + (ok ? r * d.Lp + p : 0), ok);
+        }
+      }
+      cp_async_commit();
+    };
+    __syncthreads();  // the previous item's shared memory is consumed
+    if (threadIdx.x < kQrLT) {
+      const int64_t l = l0 + threadIdx.x;
+      aC[threadIdx.x] = l < d.L ? ipow(a32[h * d.L + l], static_cast<int>(d.C)) : 0.0f;
+    }
+    if (K >= 2) {  // the chunk's own Xq rows (HdH'), in the first step's commit group
+      const bf16* op = Xq + (bh * d.T + tK) * d.Lp + l0;
+      for (int idx = threadIdx.x; idx < 64 * (kQrLT / 8); idx += blockDim.x) {
+        const int r = idx / (kQrLT / 8), p = 8 * (idx % (kQrLT / 8));
+        const bool ok = r < CnK && l0 + p < d.Lp;
+        cp_async16(xk + r * kQrOS + p, ok ? op + r * d.Lp + p : op, ok);
+      }
+    }
+    // NS - 1 commit groups ahead (empty past the last step), step s's the oldest at its wait
+#pragma unroll
+    for (int s = 0; s < NS - 1; ++s) {
+      if (s < nsteps) fetch(s, s);
+      else cp_async_commit();
+    }
+    float acc[4][4][4] = {}, dp[4][2] = {};  // dp[mt][hf]: latent row wm + 16 mt + 8 hf + g
+    auto row_scale = [&](int mt, int hf) { return aC[wm + 16 * mt + 8 * hf + g]; };
+    // acc[mt][nt][r]: latent row wm + 16 mt + g + 8 (r / 2), token column wn + 8 nt + 2 (lane % 4) + r % 2
+    auto each_acc = [&](auto&& f) {
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            f(wm + 16 * mt + g + 8 * (r / 2), wn + 8 * nt + 2 * (lane % 4) + r % 2, acc[mt][nt][r]);
+    };
+    // W to its rows, HdH' to its slot, acc cleared for the U steps
+    auto finish_w = [&]() {
+      each_acc([&](int lr, int i, float& x) {
+        const int64_t l = l0 + lr;
+        if (l < d.L && i < CnK) W[(bh * d.T + tK + i) * d.L + l] = x;
+        x = 0.0f;
+      });
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {  // the quad's 4 lanes hold the row's other columns
+          float x = dp[mt][hf];
+          x += __shfl_xor_sync(0xffffffffu, x, 1);
+          x += __shfl_xor_sync(0xffffffffu, x, 2);
+          if (lane % 4 == 0) red[(wn / 32) * kQrLT + wm + 16 * mt + 8 * hf + g] = x;
+        }
+      __syncthreads();
+      if (threadIdx.x < kQrLT && l0 + threadIdx.x < d.L) {
+        const float x = K >= 1 ? red[threadIdx.x] + red[kQrLT + threadIdx.x] : 0.0f;
+        HdH[(bh * d.nC + (K >= 1 ? K - 1 : d.nC - 1)) * d.L + l0 + threadIdx.x] = x;
+      }
+    };
+    // One barrier per step: after it, step s's tiles are visible and every warp is done with step
+    // s - 1, whose stage (s + NS - 1) % NS the fetch of step s + NS - 1 then refills.
+    for (int64_t s = 0; s < nsteps; ++s) {
+      const int st = static_cast<int>(s % NS);
+      cp_async_wait<NS - 2>();
+      __syncthreads();
+      if (s + NS - 1 < nsteps) fetch(s + NS - 1, static_cast<int>((s + NS - 1) % NS));
+      else cp_async_commit();
+      if (s == K) finish_w();  // block-uniform
+      const bf16* sm = stages + st * kQrStage;
+      const bool w = s < K;
+      if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (this thread's columns)
+        // Xq_K^T's fragments as the products' A (ldmatrix, [i][l] stored): register hf holds row
+        // (latent) g + 8 hf, tokens 2q, 2q+1 of the k16 slice, register 2 + hf tokens 2q+8, 2q+9,
+        // the columns of acc[mt][2 kk] and acc[mt][2 kk + 1]
+        float x[4][2] = {};
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt) {
+            uint32_t f[4];
+            ldsm_x4_trans(f, xk + (wn + 16 * kk + (lane >> 4) * 8 + (lane & 7)) * kQrOS + wm + 16 * mt + ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+              for (int u = 0; u < 2; ++u) {
+                const __nv_bfloat162 xv = *reinterpret_cast<const __nv_bfloat162*>(&f[2 * u + hf]);
+                x[mt][hf] += __low2float(xv) * acc[mt][2 * kk + u][2 * hf] + __high2float(xv) * acc[mt][2 * kk + u][2 * hf + 1];
+              }
+          }
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x[mt][hf];
+      }
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const float f = row_scale(mt, hf);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) acc[mt][nt][2 * hf] *= f, acc[mt][nt][2 * hf + 1] *= f;
+        }
+      const bf16* op = sm + 2 * 64 * kQrMS;
+      const bf16* Ml = sm + 64 * kQrMS;  // M's lo plane
+      if (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (stored [j][l]), B = M^T (M stored [i][j])
+        qr_mma_64x32<true, kKeyLo>(acc, op, op + 64 * kQrOS, kQrOS, sm, Ml, kQrMS, wm, wn);
+      } else {  // [l][j] += sum_i Xq_I[i][l] M[i][j]: A = Xq^T (stored [i][l]), B = M (stored [i][j])
+        qr_mma_64x32<false, false>(acc, op, op, kQrOS, sm, Ml, kQrMS, wm, wn);
+      }
+    }
+    if (K == nsteps) {  // no U step (the last chunk): W's steps end the loop
+      cp_async_wait<0>();
+      __syncthreads();
+      finish_w();
+    }
+    each_acc([&](int lr, int j, float& x) {
+      const int64_t l = l0 + lr;
+      if (l < d.L && j < CnK) U[(bh * d.T + tK + j) * d.L + l] = x;
+    });
+  }
+}
+#else  // RHOSCAN_QUAD_READBACK_VERSION == 1
+// Version 1: per (bh, chunk K, 128 latents).
 // nC - 1 steps: K steps of W (J = 0 .. K-1: acc[l][i] <- a^C acc + sum_j Kq_J[j][l] M_KJ[i][j]),
 // then nC - 1 - K steps of U (I = nC-1 .. K+1: acc[l][j] <- a^C acc + sum_i Xq_I[i][l] M_IK[i][j]),
 // each product in two mma passes (M hi, M lo). The tiles of the next step (M hi, lo and the
@@ -293,6 +541,7 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     });
   }
 }
+#endif  // RHOSCAN_QUAD_READBACK_VERSION
 
 // ---- dv: dv_J = sum_{I>J} P_IJ^T G_I + sum_{k>j in J} P[k][j] G_k, per (bh, J, 128 columns) ----
 // Pcross: [bh][nC][nC][C][C] float32 (block (I, J), J < I, at ((bh nC + I) nC + J) C C, row i,
