@@ -129,10 +129,15 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
 }
 
 // ---- quadratic readback: W, U and HdH' per (bh, chunk K, kQrLT latents) ------------------------
-// Two versions, chosen at compile time (-DRHOSCAN_QUAD_READBACK_VERSION=1|2, default 2); both keep
+// Two versions, chosen at compile time (-DRHOSCAN_QUAD_READBACK_VERSION=1|2, default 1); both keep
 // the names below, the item's steps and the outputs (see version 1's comment for the steps).
+// Measured on the H200 (e932816, BDH-8k bfloat16, one backward of 32 pairs): version 1 1.23 ms,
+// version 2 1.38 ms with 256-latent items (1 block of 8 warps per SM), forward+backward 7.52
+// (version 1), 7.67 (version 2, 256 latents), 7.73 ms (version 2, 128 latents): the halved ldmatrix
+// count does not pay for the occupancy it costs. So version 1 is the default; version 2 is kept
+// for the next attempt.
 #ifndef RHOSCAN_QUAD_READBACK_VERSION
-#define RHOSCAN_QUAD_READBACK_VERSION 2
+#define RHOSCAN_QUAD_READBACK_VERSION 1
 #endif
 #if RHOSCAN_QUAD_READBACK_VERSION == 2
 // Version 2: version 1's steps and outputs, reshaped for shared-memory traffic. Version 1's warps
