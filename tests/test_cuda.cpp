@@ -44,7 +44,11 @@ bool same_bytes(const HostTensor& a, const HostTensor& b) {
 
 // Every gradient of two runs of the same problem bitwise equal.
 void expect_same_gradients(const Problem& a, const Problem& b) {
-  expect_same_gradients(a, b);
+  EXPECT_TRUE(same_bytes(a.grad_q, b.grad_q));
+  EXPECT_TRUE(same_bytes(a.grad_v, b.grad_v));
+  EXPECT_TRUE(same_bytes(a.grad_decay, b.grad_decay));
+  EXPECT_TRUE(same_bytes(a.grad_rho, b.grad_rho));
+  EXPECT_TRUE(same_bytes(a.grad_rho_norm, b.grad_rho_norm));
 }
 
 // Forward and backward on the device against the float64 reference.
