@@ -317,11 +317,7 @@ TEST_F(Cuda, QuadraticBackwardUnderACapIsBitwiseUnchanged) {
     backward(m.backward_args(), cuda(0, cap));
     m.copy_outputs_to_host();
   }
-  EXPECT_TRUE(same_bytes(a.grad_q, b.grad_q));
-  EXPECT_TRUE(same_bytes(a.grad_v, b.grad_v));
-  EXPECT_TRUE(same_bytes(a.grad_decay, b.grad_decay));
-  EXPECT_TRUE(same_bytes(a.grad_rho, b.grad_rho));
-  EXPECT_TRUE(same_bytes(a.grad_rho_norm, b.grad_rho_norm));
+  expect_same_gradients(a, b);
 }
 
 // Both forward paths of the tensor-core dtypes on the same input (no initial rho, so the
