@@ -11,6 +11,8 @@ trap 'rm -rf "$dir"' EXIT
 cp "$root/dev/cuda/host_emulation/shim.h" "$dir/"
 # name | file | text | replacement | EMU_CP_ASYNC mode | expected (caught, or missed where the
 # mutant is known to pass: a missing cp.async wait with eager copies shows why the default defers)
+# [| extra compiler flags: a kernel version that is not the default, e.g. quad_readback's version 2,
+# whose code comes first in its file, so a mutant's text lands there]
 mutants=(
   "A rows of ldmatrix (warp_mma_32x32)|src/cuda/mma.cuh|ldsm_x4(a[mt], As + (m + (lane & 15)) * lda + k0 + (lane >> 4) * 8)|ldsm_x4(a[mt], As + (m + (lane & 7)) * lda + k0 + (lane >> 4) * 8)|deferred|caught"
   "B trans column half (warp_mma_32x32)|src/cuda/mma.cuh|ldsm_x4_trans(b[np], Bs + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ldb + n + (lane >> 4) * 8)|ldsm_x4_trans(b[np], Bs + (k0 + (lane >> 4) * 8 + (lane & 7)) * ldb + n + ((lane >> 3) & 1) * 8)|deferred|caught"
@@ -42,18 +44,18 @@ mutants=(
   "quadratic output: no wait for the next stage|src/cuda/quadratic.cuh|        cp_async_wait<1>();\n|\n|deferred|caught"
   "states: split stores' lo plane dropped|src/cuda/chunk_products.cuh|if (lo) hi = __floats2bfloat162_rn(|if (false) hi = __floats2bfloat162_rn(|deferred|caught"
   "cross values: lo plane left zero|src/cuda/quadratic_backward.cuh|Mlo[o + i * kQB + j] = __float2bfloat16_rn(x - __bfloat162float(hi));|Mlo[o + i * kQB + j] = __float2bfloat16_rn(0.0f);|deferred|caught"
-  "quad readback: W's lo pass from M's hi plane|src/cuda/quadratic_backward.cuh|ldsm_x4(bl[np], Bl + o);|ldsm_x4(bl[np], Bh + o);|deferred|caught"
-  "quad readback: A fragments of a warp's upper 32 latents from its lower 32|src/cuda/quadratic_backward.cuh|m0 + 16 * mt + ((lane >> 3) \\& 1) * 8);|m0 + 16 * (mt \\& 1) + ((lane >> 3) \\& 1) * 8);|deferred|caught"
-  "quad readback: no wait for the step's tiles|src/cuda/quadratic_backward.cuh|      cp_async_wait<NS - 2>();\n|\n|deferred|caught"
-  "quad readback: U steps in ascending order (Horner's powers reversed)|src/cuda/quadratic_backward.cuh|const int64_t I = w ? K : d.nC - 1 - (s - K)|const int64_t I = w ? K : K + 1 + (s - K)|deferred|caught"
-  "quad readback: HdH' without the decay of its running sum|src/cuda/quadratic_backward.cuh|dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x[mt][hf];|dp[mt][hf] = dp[mt][hf] + x[mt][hf];|deferred|caught"
-  "quad readback: HdH' into slot K instead of K-1|src/cuda/quadratic_backward.cuh|(K >= 1 ? K - 1 : d.nC - 1)|(K >= 1 ? K : d.nC - 1)|deferred|caught"
-  "quad readback: split keys' third pass dropped|src/cuda/quadratic_backward.cuh|qr_mma_64x32<true, kKeyLo>(|qr_mma_64x32<true, false>(|deferred|caught"
+  "quad readback: W's lo pass from M's hi plane|src/cuda/quadratic_backward.cuh|ldsm_x4(bl[np], Bl + o);|ldsm_x4(bl[np], Bh + o);|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
+  "quad readback: A fragments of a warp's upper 32 latents from its lower 32|src/cuda/quadratic_backward.cuh|m0 + 16 * mt + ((lane >> 3) \\& 1) * 8);|m0 + 16 * (mt \\& 1) + ((lane >> 3) \\& 1) * 8);|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
+  "quad readback: no wait for the step's tiles|src/cuda/quadratic_backward.cuh|      cp_async_wait<NS - 2>();\n|\n|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
+  "quad readback: U steps in ascending order (Horner's powers reversed)|src/cuda/quadratic_backward.cuh|const int64_t I = w ? K : d.nC - 1 - (s - K)|const int64_t I = w ? K : K + 1 + (s - K)|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
+  "quad readback: HdH' without the decay of its running sum|src/cuda/quadratic_backward.cuh|dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x[mt][hf];|dp[mt][hf] = dp[mt][hf] + x[mt][hf];|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
+  "quad readback: HdH' into slot K instead of K-1|src/cuda/quadratic_backward.cuh|(K >= 1 ? K - 1 : d.nC - 1)|(K >= 1 ? K : d.nC - 1)|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
+  "quad readback: split keys' third pass dropped|src/cuda/quadratic_backward.cuh|qr_mma_64x32<true, kKeyLo>(|qr_mma_64x32<true, false>(|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
   "quad dv: the intra-chunk step reads all of P (its upper triangle)|src/cuda/quadratic_backward.cuh|(s > 0 |(s >= 0 |deferred|caught"
 )
 missed=0
 for m in "${mutants[@]}"; do
-  IFS='|' read -r name file from to mode expect <<<"$m"
+  IFS='|' read -r name file from to mode expect flags <<<"$m"
   [[ "$name" == *"${1:-}"* ]] || continue
   rm -rf "$dir/src" && mkdir -p "$dir/src" && cp -r "$root/src/cuda" "$dir/src/"
   if ! python3 - "$dir/$file" "$from" "$to" <<'PY'
@@ -66,7 +68,7 @@ open(path, "w").write(s.replace(a, b, 1))
 PY
   then missed=$((missed + 1)); continue; fi
   (cd "$dir" && python3 "$root/dev/cuda/host_emulation/extract.py" --mma kernels_mma.h) &&
-    g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w ${EMU_CXXFLAGS:-} -I "$dir" "$root/dev/cuda/host_emulation/emulate_mma.cpp" -o "$dir/emu" || exit 2
+    g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w ${EMU_CXXFLAGS:-} ${flags:-} -I "$dir" "$root/dev/cuda/host_emulation/emulate_mma.cpp" -o "$dir/emu" || exit 2
   # (the limit covers a whole run: a mutant expected to be missed runs every kernel on every
   # problem, about 6 minutes on two busy cores since the quadratic forward's cases came in)
   if EMU_CP_ASYNC=$mode EMU_STOP_AT_FIRST=1 timeout 1200 "$dir/emu" >"$dir/log" 2>&1; then
