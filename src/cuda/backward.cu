@@ -10,7 +10,7 @@
 //      chunk, the partial dq, the chunk's share of da, and the block's share of
 //      gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t) (bwd_local_kernel, then gc_reduce_kernel);
 //   5. the normaliser gradient across chunks (bscan_kernel), dN_0 = B_0, and dq.
-// The bfloat16 backward of short sequences without rho0 and grad_rho_out replaces steps 1-3's
+// The 16-bit backward of short sequences without rho0 and grad_rho_out replaces steps 1-3's
 // chunk states, the readback and dv by products of blocks between chunks (quadratic_backward.cuh,
 // backward_path below); steps 4 and 5 are the same.
 // gc comes from the same gw that dq subtracts it from, so the difference gw - gc, which is small
