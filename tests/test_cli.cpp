@@ -301,6 +301,23 @@ TEST_F(CliTest, ExampleIsDeterministicAndBdhLike) {
   EXPECT_EQ(f.get("v", "a").shape, (std::vector<int64_t>{1, 1, 20, 4}));
 }
 
+// bench --shape: a case of the user's own sizes, its JSON line carrying them; a malformed shape
+// exits 2 naming the option and what it saw.
+TEST_F(CliTest, BenchRunsACustomShapeAndRejectsMalformedOnes) {
+  ok("bench --shape 1,2,1,70,33,20 --backward --repeats 1 --no-naive --json b.jsonl");
+  const std::string json = read_all(path("b.jsonl"));
+  EXPECT_NE(json.find("\"case\":\"shape-B1-H2-Hv1-T70-L33-E20\",\"B\":1,\"H\":2,\"Hv\":1,\"T\":70,\"L\":33,\"E\":20"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"direction\":\"forward+backward\""), std::string::npos) << json;
+  for (const char* shape : {"1,2,3,70,33,20", "1,2,1,70,33", "1,2,1,70,33,20,5", "1,0,1,70,33,20", "1,2,1,x,33,20"}) {
+    const CliResult r = cli(std::string("bench --shape ") + shape);
+    EXPECT_EQ(r.status, 2) << shape;
+    EXPECT_NE(r.err.find("--shape"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(shape), std::string::npos) << r.err;
+  }
+}
+
 TEST_F(CliTest, HelpDocumentsOptionsTensorsAndExitStatuses) {
   CliResult top = ok("--help");
   for (const char* c : {"run", "verify", "example"}) EXPECT_NE(top.out.find(c), std::string::npos) << c;

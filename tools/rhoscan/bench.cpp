@@ -13,11 +13,13 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <random>
@@ -430,7 +432,8 @@ std::string json_escape(const std::string& s) {
 const char* bench_help() {
   return "usage: rhoscan bench [--device cpu|cuda] [--backward] [--cases NAME,...] [--repeats N]\n"
          "                     [--json FILE] [--dtype f32|bf16|f16] [--threads N] [--chunk N]\n"
-         "                     [--workspace-mib N] [--commit HASH] [--no-naive] [--list]\n\n"
+         "                     [--workspace-mib N] [--commit HASH] [--no-naive] [--list]\n"
+         "                     [--shape B,H,Hv,T,L,E ...]\n\n"
          "Times the operator on the cases of the project's issues and prints, per case: the median\n"
          "time, GFLOP/s (FLOPs = B*H*(4*T*L*E + T*C*L + T*C*E) at C = 64; 3x for forward+backward),\n"
          "and ratios measured in the same run: limit_fraction = (the time at the device's limit) /\n"
@@ -440,6 +443,8 @@ const char* bench_help() {
          "  --device D     cpu (default) or cuda; selects the cases marked for that device\n"
          "  --backward     also time forward+backward (forward alone otherwise)\n"
          "  --cases LIST   comma-separated case names (see --list), any device's\n"
+         "  --shape S      a case of your own, S = B,H,Hv,T,L,E (repeatable; on --device, in the\n"
+         "                 dtype of --dtype or bfloat16 on cuda, float32 on cpu), named shape-B..-E..\n"
          "  --repeats N    timed repetitions after one warm-up (default 5); the median is reported\n"
          "  --json FILE    append one JSON object per case and direction to FILE\n"
          "  --dtype D      input dtype of q, v, context (default: the case's)\n"
@@ -450,6 +455,28 @@ const char* bench_help() {
          "  --no-naive     skip the per-token loop comparison\n"
          "  --list         print the case table and exit\n"
          "A progress line per case goes to stderr.\n";
+}
+
+// --shape B,H,Hv,T,L,E: six positive sizes, Hv 1 or H.
+std::array<int64_t, 6> parse_shape(const std::string& text) {
+  std::array<int64_t, 6> v{};
+  std::stringstream ss(text);
+  std::string item;
+  size_t n = 0;
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorKind::invalid_argument, "bench: --shape wants B,H,Hv,T,L,E (six positive integers, Hv 1 or H), got '" +
+                                                  text + "': " + why);
+  };
+  while (std::getline(ss, item, ',')) {
+    if (n == 6) throw bad("more than six sizes");
+    char* end = nullptr;
+    const long long x = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || x < 1) throw bad("'" + item + "' is not a positive integer");
+    v[n++] = x;
+  }
+  if (n != 6) throw bad(std::to_string(n) + " sizes");
+  if (v[2] != 1 && v[2] != v[1]) throw bad("Hv = " + std::to_string(v[2]) + " is neither 1 nor H = " + std::to_string(v[1]));
+  return v;
 }
 
 DType parse_dtype(const std::string& s) {
@@ -574,6 +601,7 @@ int bench_main(const std::vector<std::string>& args) {
   Device device = Device::cpu;
   bool backward_too = false, with_naive = true, list = false;
   std::vector<std::string> names;
+  std::vector<std::array<int64_t, 6>> shapes;
   std::string json_path, commit;
   std::optional<DType> dtype;
   BenchSettings s;
@@ -594,6 +622,8 @@ int bench_main(const std::vector<std::string>& args) {
       std::stringstream ss(value());
       for (std::string n; std::getline(ss, n, ',');)
         if (!n.empty()) names.push_back(n);
+    } else if (a == "--shape") {
+      shapes.push_back(parse_shape(value()));
     } else if (a == "--repeats") {
       s.repeats = static_cast<int>(parse_int(a, value(), 1));
     } else if (a == "--json") {
@@ -629,7 +659,18 @@ int bench_main(const std::vector<std::string>& args) {
     return kExitOk;
   }
   std::vector<BenchCase> cases;
-  if (names.empty()) {
+  // Custom shapes: named from their sizes; the names live as long as the process (BenchCase holds
+  // a const char*).
+  static std::deque<std::string> shape_names;
+  for (const auto& sh : shapes) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "shape-B%lld-H%lld-Hv%lld-T%lld-L%lld-E%lld", (long long)sh[0], (long long)sh[1],
+                  (long long)sh[2], (long long)sh[3], (long long)sh[4], (long long)sh[5]);
+    shape_names.emplace_back(buf);
+    cases.push_back({shape_names.back().c_str(), device, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5], DType::bfloat16,
+                     {Direction::forward, Direction::forward_backward}});
+  }
+  if (names.empty() && shapes.empty()) {
     for (const BenchCase& c : case_table())
       if (c.device == device) cases.push_back(c);
   } else {
