@@ -2,7 +2,7 @@
 # One device call: build, CUDA tests, compute-sanitizer, benchmarks. Logs and JSON go to $OUT.
 # usage (on the GPU machine, in the source root): scripts/cuda_device_run.sh [stages...]
 #   stages: dev build test sanitize bench (default: build test sanitize bench); also profile, ncu,
-#   workspace, ab (AB_VARIANTS), sanitize-all (the whole CUDA suite under memcheck and racecheck)
+#   workspace, crossover (both quadratic/chunked paths on CROSSOVER_SHAPES), ab (AB_VARIANTS), sanitize-all (the whole CUDA suite under memcheck and racecheck)
 #   dev: builds and runs each standalone kernel harness dev/cuda/*.cu (one nvcc command each, the
 #   one at the top of the file), printing its PASS/FAIL and timing lines; sanitize then also runs
 #   them under memcheck with --small.
@@ -75,6 +75,21 @@ for s in $stages; do
         echo "-- $label"
         timeout 120 ${builds[$k]}/tools/rhoscan bench --device cuda --cases ${AB_CASES:-BDH-8k,long-T8192} --backward \
           --repeats 5 --json $OUT/bench-ab.jsonl --commit "$label" 2>&1 | grep -E "^(BDH|long|step)"
+      done ;;
+    crossover)
+      # The quadratic paths' shape rule (quadratic.cuh: L >= RHOSCAN_QUADRATIC_MIN_L_PER_T * T): both
+      # paths forced per call (RHOSCAN_CUDA_FORWARD_PATH / _BACKWARD_PATH) on CROSSOVER_SHAPES
+      # (B,H,Hv,T,L,E, space-separated; default T = 512 with L = T/2 .. 4 T, as BDH-base), forward
+      # and forward+backward, JSON lines labelled with the forced paths.
+      shapes=""
+      for sh in ${CROSSOVER_SHAPES:-24,4,1,512,256,256 24,4,1,512,512,256 16,4,1,512,1024,256 8,4,1,512,2048,256}; do
+        shapes="$shapes --shape $sh"
+      done
+      for path in chunked quadratic; do
+        echo "-- forward and backward paths: $path"
+        RHOSCAN_CUDA_FORWARD_PATH=$path RHOSCAN_CUDA_BACKWARD_PATH=$path timeout 150 $B/tools/rhoscan bench \
+          --device cuda $shapes --backward --repeats 5 --json $OUT/bench-crossover.jsonl --commit "$commit+paths=$path" \
+          2>&1 | grep -E "^shape"
       done ;;
     workspace)
       # BDH-8k forward+backward under several workspace caps (MiB): what the batching of (b, h)

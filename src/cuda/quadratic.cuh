@@ -51,12 +51,9 @@ inline bool quadratic_shape(int64_t T, int64_t L, int64_t C) {
 // Pcross[bh][I][J][i'][j'] (float32, block (I, J) at ((bh nC + I) nC + J) C C, row i' then
 // column j'; only blocks J < I are written, rows past the last chunk's length as 0):
 //   P_IJ[i'][j'] = sum_l Xq[I C + i'][l] a_l^((I-J-1) C) Kq[J C + j'][l].
-// Two versions (-DRHOSCAN_CROSS_SCORES_VERSION=1|2, default 2), the same items, outputs and split
-// partials; the scaled keys are the same bf16 numbers (key times a^(d C) in float32, rounded once),
-// so the two differ at most in the tensor cores' summation inside an mma.
-#ifndef RHOSCAN_CROSS_SCORES_VERSION
-#define RHOSCAN_CROSS_SCORES_VERSION 2
-#endif
+// The scaled key is the key times a^(d C) in float32, rounded to bf16 once. (Version 1, 8 warps
+// of 32×32 with the keys scaled through shared memory, 0.54 against version 2's 0.37 ms at BDH-8k
+// on the H200 (e932816), was removed after that measurement; it is in the history before ff5503c.)
 constexpr int kCrossS = kMmaLT + 8;  // bf16 row stride of the operand tiles (conflict-free ldmatrix)
 // Column-block groups per pair: sum over I = 1 .. nC-1 of ceil(I / 2) = floor(nC^2 / 4).
 __host__ __device__ __forceinline__ int64_t cross_groups(int64_t nC) { return nC * nC / 4; }
@@ -69,19 +66,23 @@ __device__ __forceinline__ void cross_group_decode(int64_t g, int& I, int& J0) {
   I = static_cast<int>(2 * m - 1 + r / m);
   J0 = static_cast<int>(2 * (r % m));
 }
-#if RHOSCAN_CROSS_SCORES_VERSION == 2
-// Version 2. The same item as version 1 (bh, row block I, column blocks J0 = 2k and J0 + 1 < I,
-// slice sp of L: a 64 × 128 output tile), 4 warps of 64 × 32: warp w owns columns 32 w .. 32 w + 31,
-// all in column block J0 + w / 2, so a warp's key columns share one distance d = I - J - 1 and one
-// factor per latent. The raw Xq and Kq rows of each 64-latent tile go to shared memory by cp.async
-// only (NS = 4 stages, one barrier per tile: three tiles in flight while one is multiplied). The
-// factor a^(d C) is applied to the key's B fragments in registers after ldmatrix (float32 product,
-// one rounding to bf16: the numbers version 1 stores), each fragment scaled once, since a warp
-// spans all 64 rows: no scaling pass through shared memory and no second barrier per tile. The
-// factors (one ipow per thread per tile, of `a` loaded into a register a tile earlier) are written
-// one tile ahead into a double-buffered table, so the tile's one barrier orders them too. Per
-// 16-latent step a warp issues 6 ldmatrix for 16 mma (version 1: 4 for 8), with the next step's
-// fragments loaded before this step's mma.
+// A block's item is (bh, row block I, group of two column blocks J0 = 2k and J0 + 1 (the second only
+// if < I), slice sp of the latents): a 64 × 128 output tile, so each Xq tile serves two blocks. Row I
+// has ceil(I / 2) groups; rows 2m-1 and 2m have m each, so group g of a pair lies in rows 2m-1, 2m
+// with m (m-1) <= g < m (m+1) (closed form: no idle items). 4 warps of 64 × 32: warp w owns columns
+// 32 w .. 32 w + 31, all in column block J0 + w / 2, so a warp's key columns share one distance
+// d = I - J - 1 and one factor per latent. The raw Xq and Kq rows of each 64-latent tile go to
+// shared memory by cp.async only (NS = 4 stages, one barrier per tile: three tiles in flight while
+// one is multiplied). The factor a^(d C) is applied to the key's B fragments in registers after
+// ldmatrix (float32 product, one rounding to bf16), each fragment scaled once, since a warp spans
+// all 64 rows: no scaling pass through shared memory and no second barrier per tile. The factors
+// (one ipow per thread per tile, of `a` loaded into a register a tile earlier) are written one tile
+// ahead into a double-buffered table, so the tile's one barrier orders them too. Per 16-latent step
+// a warp issues 6 ldmatrix for 16 mma (version 1: 4 for 8), with the next step's fragments loaded
+// before this step's mma.
+// L splits: slice sp covers tiles [sp·n, (sp+1)·n) of the Lp / 64; split 0 writes Pcross, split
+// s > 0 writes parts[s - 1] (same layout), and cross_reduce_kernel adds them in split order
+// (deterministic; no atomics).
 constexpr int kCrossThreads = 128;
 constexpr int kCrossNS = 4;                       // pipeline stages
 constexpr int kCrossStage = (64 + 128) * kCrossS;  // bf16 per stage: 64 Xq rows i', 128 key rows (64 slot + j')
@@ -222,135 +223,6 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
       }
   }
 }
-#else
-// Version 1.
-// A block's item is (bh, row block I, group of two column blocks J = 2k, 2k + 1 (the second only
-// if < I), slice sp of the latents): a 64 × 128 output tile, one 32×32 warp tile per warp, so each
-// Xq tile serves two blocks. Row I has ceil(I / 2) groups; rows 2m-1 and 2m have m each, so group
-// g of a pair lies in rows 2m-1, 2m with m (m-1) <= g < m (m+1) (closed form: no idle items).
-// Per 64-latent tile: Xq's rows by cp.async; Kq's rows by plain 16-byte loads into registers,
-// issued before this tile's mma and, after it, scaled by a^(d C) in float32 and stored as bf16
-// (one more rounding of the key: the scaled key is not representable in the stored operand). The
-// factors a^(d C) of the tile's latents are computed once per tile into shared memory (ipow, exact
-// for a = 0 and 1). Two stages, two barriers per tile.
-// L splits: slice sp covers tiles [sp·n, (sp+1)·n) of the Lp / 64; split 0 writes Pcross, split
-// s > 0 writes parts[s - 1] (same layout), and cross_reduce_kernel adds them in split order
-// (deterministic; no atomics).
-constexpr int kCrossThreads = 256;
-constexpr int kCrossSmem = (2 * (64 + 128) * kCrossS) * static_cast<int>(sizeof(bf16)) +
-                           2 * 2 * kMmaLT * static_cast<int>(sizeof(float));
-static __global__ void __launch_bounds__(kCrossThreads, 2)
-    cross_scores_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross, float* parts,
-                            int nsplit) {
-  constexpr int LT = kMmaLT, S = kCrossS;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* xs = reinterpret_cast<bf16*>(smem_raw);             // [2 stages][64 tokens i'][S]
-  bf16* ks = xs + 2 * 64 * S;                                // [2 stages][128: 64 slot + j'][S], scaled
-  float* fs = reinterpret_cast<float*>(ks + 2 * 128 * S);   // [2 stages][2 slots][64 latents]: a^(d C)
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's rows i' and columns (64 slot + j')
-  const int C = static_cast<int>(d.C);
-  const int ntiles = static_cast<int>(d.Lp / LT), per_split = (ntiles + nsplit - 1) / nsplit;
-  const int64_t groups = cross_groups(d.nC), items = d.nbh * groups * nsplit;
-  const int64_t plane = d.nbh * d.nC * d.nC * C * C;
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t bh = item / (groups * nsplit);
-    const int sp = static_cast<int>(item % nsplit);
-    int I, J0;
-    cross_group_decode(item / nsplit % groups, I, J0);
-    const int nJ = I - J0 < 2 ? I - J0 : 2;  // column blocks of the group (J0 + s < I)
-    const int CnI = static_cast<int>(d.chunk_len(I));
-    const int kt0 = sp * per_split, kt1 = min(ntiles, kt0 + per_split);
-    const bf16* Xi = Xq + (bh * d.T + int64_t{I} * C) * d.Lp;
-    const bf16* Kj = Kq + (bh * d.T + int64_t{J0} * C) * d.Lp;  // slot s: rows s C + j'
-    const float* arow = a32 + d.h_of(bh) * d.L;
-    uint4 kreg[4];  // this thread's Kq pieces of the next tile: row (tid + 256 r) / 8, latents p .. p+7
-    const int p = 8 * (tid % 8);
-    auto fetch = [&](int kt, int st) {
-      const int l0 = kt * LT;
-      for (int idx = tid; idx < 64 * 8; idx += kCrossThreads) {  // Xq rows i' < CnI, zeros below
-        const int i = idx / 8, q8 = 8 * (idx % 8);
-        cp_async16(xs + (st * 64 + i) * S + q8, Xi + min(i, CnI - 1) * d.Lp + l0 + q8, i < CnI);
-      }
-      cp_async_commit();
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = (tid + kCrossThreads * r) / 8, s = row / 64, j = row % 64;
-        kreg[r] = s < nJ && j < C ? __ldg(reinterpret_cast<const uint4*>(Kj + (s * C + j) * d.Lp + l0 + p))
-                                  : make_uint4(0, 0, 0, 0);
-      }
-      if (tid < 2 * LT) {  // a^(d C) of slot s = tid / 64 (d < 0: an unused slot, factor unread)
-        const int s = tid / LT, l = l0 + tid % LT;
-        const float a = l < d.L ? arow[l] : 0.0f;
-        fs[st * 2 * LT + tid] = ipow(a, (I - J0 - s - 1) * C);
-      }
-    };
-    auto put = [&](int st) {  // the fetched keys times a^(d C), rounded to bf16, into stage st
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = (tid + kCrossThreads * r) / 8;  // in slot r / 2
-        const float4* f4 = reinterpret_cast<const float4*>(fs + (st * 2 + r / 2) * LT + p);
-        const float4 fa = f4[0], fb = f4[1];  // the factors of latents p .. p+7
-        const float f[8] = {fa.x, fa.y, fa.z, fa.w, fb.x, fb.y, fb.z, fb.w};
-        __nv_bfloat162 w[4];
-        memcpy(w, &kreg[r], sizeof w);
-        auto scaled = [&](int k) {  // pair k times its factors, as the bits of a bf16 pair
-          const __nv_bfloat162 y =
-              __floats2bfloat162_rn(__low2float(w[k]) * f[2 * k], __high2float(w[k]) * f[2 * k + 1]);
-          uint32_t u;
-          memcpy(&u, &y, sizeof u);
-          return u;
-        };
-        uint4* dst = reinterpret_cast<uint4*>(ks + (st * 128 + row) * S + p);
-        *dst = make_uint4(scaled(0), scaled(1), scaled(2), scaled(3));
-      }
-    };
-    float acc[2][4][4] = {};
-    __syncthreads();  // the previous item's tiles are consumed
-    if (kt0 < kt1) {
-      fetch(kt0, 0);
-      __syncthreads();  // its factors
-      put(0);
-      cp_async_wait<0>();
-      __syncthreads();
-    }
-    const bool active = wn < 64 * nJ;  // false: the warp's columns are an unused second slot
-    for (int kt = kt0; kt < kt1; ++kt) {
-      const int st = (kt - kt0) & 1;
-      if (kt + 1 < kt1) fetch(kt + 1, st ^ 1);  // stage st ^ 1 was last read before the last barrier
-      if (active) warp_mma_32x32<false, true>(acc, xs + st * 64 * S, S, ks + st * 128 * S, S, wm, wn, LT);
-      __syncthreads();  // the next tile's factors written
-      if (kt + 1 < kt1) {
-        put(st ^ 1);
-        cp_async_wait<0>();
-      }
-      __syncthreads();
-    }
-    if (!active) continue;
-    float* dst = (sp == 0 ? Pcross : parts + (sp - 1) * plane) + ((bh * d.nC + I) * d.nC + J0) * C * C;
-    // acc[mt][nt][2 hf + e]: row wm + 16 mt + 8 hf + g, column wn + 8 nt + 2 tq + e (slot col / 64)
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int i = wm + 16 * mt + 8 * hf + g;
-        if (i >= C) continue;
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int col = wn + 8 * nt + 2 * tq, s = col / 64, j = col % 64;
-          float* o = dst + s * C * C + i * C + j;
-          const float x0 = i < CnI ? acc[mt][nt][2 * hf] : 0.0f, x1 = i < CnI ? acc[mt][nt][2 * hf + 1] : 0.0f;
-          if (C % 2 == 0 && j + 1 < C) {  // j even: an aligned pair
-            *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
-          } else {
-            if (j < C) o[0] = x0;
-            if (j + 1 < C) o[1] = x1;
-          }
-        }
-      }
-  }
-}
-#endif
 
 // Pcross (lower blocks) += parts[0] + parts[1] + ... in split order.
 static __global__ void cross_reduce_kernel(Dims d, float* Pcross, const float* parts, int nsplit) {

@@ -11,8 +11,8 @@ trap 'rm -rf "$dir"' EXIT
 cp "$root/dev/cuda/host_emulation/shim.h" "$dir/"
 # name | file | text | replacement | EMU_CP_ASYNC mode | expected (caught, or missed where the
 # mutant is known to pass: a missing cp.async wait with eager copies shows why the default defers)
-# [| extra compiler flags: a kernel version that is not the default, e.g. quad_readback's version 2,
-# whose code comes first in its file, so a mutant's text lands there]
+# [| extra compiler flags, e.g. to build a kernel version that is not the default, so that a
+# mutant's text lands in compiled code]
 mutants=(
   "A rows of ldmatrix (warp_mma_32x32)|src/cuda/mma.cuh|ldsm_x4(a[mt], As + (m + (lane & 15)) * lda + k0 + (lane >> 4) * 8)|ldsm_x4(a[mt], As + (m + (lane & 7)) * lda + k0 + (lane >> 4) * 8)|deferred|caught"
   "B trans column half (warp_mma_32x32)|src/cuda/mma.cuh|ldsm_x4_trans(b[np], Bs + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ldb + n + (lane >> 4) * 8)|ldsm_x4_trans(b[np], Bs + (k0 + (lane >> 4) * 8 + (lane & 7)) * ldb + n + ((lane >> 3) & 1) * 8)|deferred|caught"
@@ -44,13 +44,14 @@ mutants=(
   "quadratic output: no wait for the next stage|src/cuda/quadratic.cuh|        cp_async_wait<1>();\n|\n|deferred|caught"
   "states: split stores' lo plane dropped|src/cuda/chunk_products.cuh|if (lo) hi = __floats2bfloat162_rn(|if (false) hi = __floats2bfloat162_rn(|deferred|caught"
   "cross values: lo plane left zero|src/cuda/quadratic_backward.cuh|Mlo[o + i * kQB + j] = __float2bfloat16_rn(x - __bfloat162float(hi));|Mlo[o + i * kQB + j] = __float2bfloat16_rn(0.0f);|deferred|caught"
-  "quad readback: W's lo pass from M's hi plane|src/cuda/quadratic_backward.cuh|ldsm_x4(bl[np], Bl + o);|ldsm_x4(bl[np], Bh + o);|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
-  "quad readback: A fragments of a warp's upper 32 latents from its lower 32|src/cuda/quadratic_backward.cuh|m0 + 16 * mt + ((lane >> 3) \\& 1) * 8);|m0 + 16 * (mt \\& 1) + ((lane >> 3) \\& 1) * 8);|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
-  "quad readback: no wait for the step's tiles|src/cuda/quadratic_backward.cuh|      cp_async_wait<NS - 2>();\n|\n|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
-  "quad readback: U steps in ascending order (Horner's powers reversed)|src/cuda/quadratic_backward.cuh|const int64_t I = w ? K : d.nC - 1 - (s - K)|const int64_t I = w ? K : K + 1 + (s - K)|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
-  "quad readback: HdH' without the decay of its running sum|src/cuda/quadratic_backward.cuh|dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x[mt][hf];|dp[mt][hf] = dp[mt][hf] + x[mt][hf];|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
-  "quad readback: HdH' into slot K instead of K-1|src/cuda/quadratic_backward.cuh|(K >= 1 ? K - 1 : d.nC - 1)|(K >= 1 ? K : d.nC - 1)|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
-  "quad readback: split keys' third pass dropped|src/cuda/quadratic_backward.cuh|qr_mma_64x32<true, kKeyLo>(|qr_mma_64x32<true, false>(|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
+  "quad readback: W's lo pass from M's hi plane|src/cuda/quadratic_backward.cuh|warp_mma_32x32<true, true>(acc, op, kQrOS, sm + 64 * kQrMS, kQrMS, wm, wn, 64);|warp_mma_32x32<true, true>(acc, op, kQrOS, sm, kQrMS, wm, wn, 64);|deferred|caught"
+  "quad readback: U's lo pass dropped|src/cuda/quadratic_backward.cuh|warp_mma_32x32<true, false>(acc, op, kQrOS, sm + 64 * kQrMS, kQrMS, wm, wn, 64);|{}|deferred|caught"
+  "quad readback: the rows' a^C from the wrong half of the warp tile|src/cuda/quadratic_backward.cuh|return aC[wm + 16 * mt + 8 * hf + g];|return aC[wm + 16 * mt + g];|deferred|caught"
+  "quad readback: no wait for the step's tiles|src/cuda/quadratic_backward.cuh|fetch(s + 1, st ^ 1);  // into the stage consumed at s - 1\n        cp_async_wait<1>();|fetch(s + 1, st ^ 1);  // into the stage consumed at s - 1|deferred|caught"
+  "quad readback: U steps in ascending order (Horner's powers reversed)|src/cuda/quadratic_backward.cuh|const int64_t I = w ? K : d.nC - 1 - (s - K)|const int64_t I = w ? K : K + 1 + (s - K)|deferred|caught"
+  "quad readback: HdH' without the decay of its running sum|src/cuda/quadratic_backward.cuh|dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x;|dp[mt][hf] = dp[mt][hf] + x;|deferred|caught"
+  "quad readback: HdH' into slot K instead of K-1|src/cuda/quadratic_backward.cuh|(K >= 1 ? K - 1 : d.nC - 1)|(K >= 1 ? K : d.nC - 1)|deferred|caught"
+  "quad readback: split keys' third pass dropped|src/cuda/quadratic_backward.cuh|if constexpr (kKeyLo) warp_mma_32x32<true, true>(acc, op + 64 * kQrOS|if constexpr (false) warp_mma_32x32<true, true>(acc, op + 64 * kQrOS|deferred|caught"
   "quad dv: the intra-chunk step reads all of P (its upper triangle)|src/cuda/quadratic_backward.cuh|(s > 0 |(s >= 0 |deferred|caught"
 )
 missed=0
