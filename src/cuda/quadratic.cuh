@@ -11,8 +11,9 @@
 // The chunked forward stores a chunk-start state per chunk (L×E per chunk and pair: 1 GiB of bf16
 // at BDH-8k) and reads it back; this path stores T×T/2 scores per pair instead (4 MiB of float32
 // per pair at T = 1024), at the price of ~T/2 C-token blocks of L-contractions per chunk instead
-// of one. The final state still comes from chunk_states_mma, with Hs = nullptr (no chunk states
-// stored).
+// of one. The final state comes from chunk_states_mma with Hs = nullptr (no chunk states stored),
+// or with -DRHOSCAN_FINAL_STATE_VERSION=2 from final_state_mma (below: the same recurrence as a
+// GEMM-shaped kernel).
 #pragma once
 
 #include "cuda/chunk_products.cuh"
@@ -578,7 +579,7 @@ static __global__ void __launch_bounds__(kFsThreads, 2)
         for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
     for (int step = 0; step < nsteps; ++step) {
       cp_async_wait<NS - 2>();  // this step's tiles have landed (this thread's copies) ...
-      __syncthreads();          // ... everyone's; and the stage refilled next was last read before this
+      __syncthreads();          // ... everyone's (and the stage fetch_next refills was read at the last step)
       fetch_next(stage == 0 ? NS - 1 : stage - 1);
       const int c = step / nsub, k = step - c * nsub;
       if (step == 0) {  // the previous item's factors were last read before this barrier; these first after the next
