@@ -491,12 +491,21 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
 // Any chunk C <= 64, any T (T = 0: zeros), odd L and E: the last latent tile may reach past Lp (its
 // upper warps then fetch, multiply and store nothing); stores only inside L and E.
 // Registers: 128 accumulators per thread; __launch_bounds__(128, 2) leaves up to 255.
+// RHOSCAN_FINAL_STATE_LT=256 (an A/B variant, unmeasured): items of 256 latents, 8 warps of 64×64,
+// one block per SM (its shared memory: 102 KiB, float16 139 KiB): each V tile serves twice the
+// latents (12 KB of L2 reads per MFLOP instead of 16), at one barrier for 8 warps instead of 4.
 #ifndef RHOSCAN_FINAL_STATE_VERSION
 #define RHOSCAN_FINAL_STATE_VERSION 1
 #endif
 static_assert(RHOSCAN_FINAL_STATE_VERSION == 1 || RHOSCAN_FINAL_STATE_VERSION == 2,
               "RHOSCAN_FINAL_STATE_VERSION: 1 (chunk_states_mma without stores) or 2 (final_state_mma)");
-constexpr int kFsLT = 128, kFsET = kMmaET, kFsTT = 32, kFsNS = 4, kFsThreads = 128;
+#ifndef RHOSCAN_FINAL_STATE_LT
+#define RHOSCAN_FINAL_STATE_LT 128
+#endif
+static_assert(RHOSCAN_FINAL_STATE_LT == 128 || RHOSCAN_FINAL_STATE_LT == 256, "RHOSCAN_FINAL_STATE_LT: 128 or 256");
+constexpr int kFsLT = RHOSCAN_FINAL_STATE_LT, kFsET = kMmaET, kFsTT = 32, kFsNS = 4;
+constexpr int kFsThreads = kFsLT / 64 * (kFsET / 64) * 32;  // a warp per 64×64 block of the tile
+constexpr int kFsMinBlocks = kFsLT == 128 ? 2 : 1;          // blocks per SM the registers are budgeted for
 constexpr int kFsKS = kFsLT + 8, kFsVS = kFsET + 8;  // bf16 row strides (conflict-free ldmatrix)
 template <bool kLo>
 constexpr int final_state_stage() {  // bf16 per stage: TT rows of K, of V (and of V_lo)
@@ -506,19 +515,19 @@ template <bool kLo>
 constexpr int final_state_smem() {
   return kFsNS * final_state_stage<kLo>() * static_cast<int>(sizeof(bf16)) + 2 * kFsLT * static_cast<int>(sizeof(float));
 }
-static_assert(2 * final_state_smem<true>() <= 227 * 1024, "final_state_mma: two blocks per SM on the H200");
+static_assert(kFsMinBlocks * final_state_smem<true>() <= 227 * 1024, "final_state_mma: shared memory past the H200's");
 inline int64_t final_state_items(const Dims& d) { return d.nbh * ((d.Lp + kFsLT - 1) / kFsLT) * (d.Ep / kFsET); }
 template <bool kLo>
-static __global__ void __launch_bounds__(kFsThreads, 2)
+static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
     final_state_mma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
   constexpr int LT = kFsLT, ET = kFsET, TT = kFsTT, NS = kFsNS, KS = kFsKS, VS = kFsVS, NT = kFsThreads;
   constexpr int kStage = final_state_stage<kLo>();
-  static_assert(NT == LT, "one latent's decay per thread");
+  static_assert(NT == LT && NT % (LT / 8) == 0 && NT % (ET / 8) == 0, "one latent's decay per thread; whole fetch rows");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw);                  // [NS][TT K rows, TT V rows (, TT V_lo rows)]
   float* decay_s = reinterpret_cast<float*>(tiles + NS * kStage);  // [2][LT]: a^C, a^(Cn of the last chunk)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  const int wm = 64 * (warp % 2), wn = 64 * (warp / 2);  // the warp's latents and columns in the tile
+  const int wm = 64 * (warp % (LT / 64)), wn = 64 * (warp / (LT / 64));  // the warp's latents and columns in the tile
   const int C = static_cast<int>(d.C);
   const int64_t nlt = (d.Lp + LT - 1) / LT, net = d.Ep / ET, nitems = d.nbh * nlt * net;
   const int nsub = (C + TT - 1) / TT;  // steps per full chunk (the last chunk may have fewer)
@@ -542,7 +551,7 @@ static __global__ void __launch_bounds__(kFsThreads, 2)
       const bf16* kr = Kq + t0 * d.Lp + fl0;
       const int lw = d.Lp - fl0 < LT ? static_cast<int>(d.Lp - fl0) : LT;  // the tile's latents inside Lp
 #pragma unroll
-      for (int r = 0; r < TT * (LT / 8) / NT; ++r) {  // row tid / 16 + 8 r, latents 8 (tid % 16) ..
+      for (int r = 0; r < TT * (LT / 8) / NT; ++r) {  // 16-byte piece tid % (LT / 8) of rows tid / (LT / 8) + ...
         const int i = tid / (LT / 8) + r * (NT / (LT / 8)), p = 8 * (tid % (LT / 8));
         if (p < lw) cp_async16(ks + i * KS + p, kr + min(i, n - 1) * d.Lp + p, i < n);
       }
@@ -613,7 +622,7 @@ static __global__ void __launch_bounds__(kFsThreads, 2)
           ldsm_x4_trans(a[mt], ks + (16 * k16 + (lane >> 4) * 8 + (lane & 7)) * KS + wm + 16 * mt + ((lane >> 3) & 1) * 8);
 #pragma unroll
         for (int pass = 0; pass < (kLo ? 2 : 1); ++pass) {  // V, then V's remainders (same A fragments)
-          const bf16* vs = ks + (TT + pass * TT) * VS;
+          const bf16* vs = ks + TT * KS + pass * TT * VS;
           uint32_t b[4][4];  // b[np]: regs {0,1} columns 16 np + 0..7, regs {2,3} 16 np + 8..15
 #pragma unroll
           for (int np = 0; np < 4; ++np)
