@@ -11,8 +11,9 @@
 // The chunked forward stores a chunk-start state per chunk (L×E per chunk and pair: 1 GiB of bf16
 // at BDH-8k) and reads it back; this path stores T×T/2 scores per pair instead (4 MiB of float32
 // per pair at T = 1024), at the price of ~T/2 C-token blocks of L-contractions per chunk instead
-// of one. The final state still comes from chunk_states_mma, with Hs = nullptr (no chunk states
-// stored).
+// of one. The final state comes from chunk_states_mma with Hs = nullptr (no chunk states stored),
+// or with -DRHOSCAN_FINAL_STATE_VERSION=2 from final_state_mma (below: the same recurrence as a
+// GEMM-shaped kernel).
 #pragma once
 
 #include "cuda/chunk_products.cuh"
@@ -337,6 +338,196 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
   }
 }
 
+// ---- final state (version 2): rho_T without chunk states, GEMM-shaped -------------------------
+// The quadratic forward stores no chunk-start state; it needs only (no initial rho: the quadratic
+// path has none, so there is no init term)
+//   rho_T[l][e] = sum_c a_l^(sum of the later chunks' lengths) sum_{i<Cn_c} Kq_c[i][l] V_c[i][e],
+// i.e. S <- a^Cn_c ⊙ S + Kq_c^T V_c over the chunks (each thread scales the rows of its own
+// accumulators; exponents >= 0, exact at a = 0 and 1, never a^(-n)), with Kq = q_i a^(Cn-1-i)
+// (norm_apply's bf16 rows of Lp latents) and V the packed values (float16: the lo plane V_lo in a
+// second pass with the same A fragments).
+// Version 1 (the default until measured on the GPU) is chunk_states_mma with Hs = nullptr: items of
+// 64 latents × 128 columns, 8 warps of 32×32 (4 ldmatrix per 8 mma), two stages of 64 tokens, and
+// every latent tile re-reads the V tiles. Version 2, final_state_mma (-DRHOSCAN_FINAL_STATE_VERSION=2):
+//   - item (bh, 128 latents, 128 columns), 4 warps of 64×64 (2 × 2): per 16 tokens a warp issues 8
+//     ldmatrix.trans (4 for K^T, 4 for V) for 32 mma (float16: 12 for 64), and each 128-column V
+//     tile serves 128 latents: 16 KB of L2 reads per MFLOP instead of 24;
+//   - token tiles of kFsTT = 32 inside each chunk (a chunk of Cn tokens is ceil(Cn / 32) steps, the
+//     last one zero-filled past the chunk's tokens), kFsNS = 4 cp.async stages, one barrier per step
+//     (three tiles in flight while one is multiplied), rows padded by 8 bf16 (ldmatrix without bank
+//     conflicts: 272-byte rows put the 8 row addresses of a matrix in 8 different 16-byte groups);
+//   - a persistent grid (as many blocks as fit at once) whose pipeline runs across items: the first
+//     tiles of the block's next item are fetched during its current item's last steps;
+//   - the decay a^C and a^(Cn of the last chunk) of the item's 128 latents once per item in shared
+//     memory, applied at each chunk's first step (8 loads per thread per chunk).
+// Any chunk C <= 64, any T (T = 0: zeros), odd L and E: the last latent tile may reach past Lp (its
+// upper warps then fetch, multiply and store nothing); stores only inside L and E.
+// Registers: 128 accumulators per thread; __launch_bounds__(128, 2) leaves up to 255.
+// RHOSCAN_FINAL_STATE_LT=256 (an A/B variant, unmeasured): items of 256 latents, 8 warps of 64×64,
+// one block per SM (its shared memory: 102 KiB, float16 139 KiB): each V tile serves twice the
+// latents (12 KB of L2 reads per MFLOP instead of 16), at one barrier for 8 warps instead of 4.
+#ifndef RHOSCAN_FINAL_STATE_VERSION
+#define RHOSCAN_FINAL_STATE_VERSION 1
+#endif
+static_assert(RHOSCAN_FINAL_STATE_VERSION == 1 || RHOSCAN_FINAL_STATE_VERSION == 2,
+              "RHOSCAN_FINAL_STATE_VERSION: 1 (chunk_states_mma without stores) or 2 (final_state_mma)");
+#ifndef RHOSCAN_FINAL_STATE_LT
+#define RHOSCAN_FINAL_STATE_LT 128
+#endif
+static_assert(RHOSCAN_FINAL_STATE_LT == 128 || RHOSCAN_FINAL_STATE_LT == 256, "RHOSCAN_FINAL_STATE_LT: 128 or 256");
+constexpr int kFsLT = RHOSCAN_FINAL_STATE_LT, kFsET = kMmaET, kFsTT = 32, kFsNS = 4;
+constexpr int kFsThreads = kFsLT / 64 * (kFsET / 64) * 32;  // a warp per 64×64 block of the tile
+constexpr int kFsMinBlocks = kFsLT == 128 ? 2 : 1;          // blocks per SM the registers are budgeted for
+constexpr int kFsKS = kFsLT + 8, kFsVS = kFsET + 8;  // bf16 row strides (conflict-free ldmatrix)
+template <bool kLo>
+constexpr int final_state_stage() {  // bf16 per stage: TT rows of K, of V (and of V_lo)
+  return kFsTT * (kFsKS + (kLo ? 2 : 1) * kFsVS);
+}
+template <bool kLo>
+constexpr int final_state_smem() {
+  return kFsNS * final_state_stage<kLo>() * static_cast<int>(sizeof(bf16)) + 2 * kFsLT * static_cast<int>(sizeof(float));
+}
+static_assert(kFsMinBlocks * final_state_smem<true>() <= 227 * 1024, "final_state_mma: shared memory past the H200's");
+inline int64_t final_state_items(const Dims& d) { return d.nbh * ((d.Lp + kFsLT - 1) / kFsLT) * (d.Ep / kFsET); }
+template <bool kLo>
+static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
+    final_state_mma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
+  constexpr int LT = kFsLT, ET = kFsET, TT = kFsTT, NS = kFsNS, KS = kFsKS, VS = kFsVS, NT = kFsThreads;
+  constexpr int kStage = final_state_stage<kLo>();
+  static_assert(NT == LT && NT % (LT / 8) == 0 && NT % (ET / 8) == 0, "one latent's decay per thread; whole fetch rows");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* tiles = reinterpret_cast<bf16*>(smem_raw);                  // [NS][TT K rows, TT V rows (, TT V_lo rows)]
+  float* decay_s = reinterpret_cast<float*>(tiles + NS * kStage);  // [2][LT]: a^C, a^(Cn of the last chunk)
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int wm = 64 * (warp % (LT / 64)), wn = 64 * (warp / (LT / 64));  // the warp's latents and columns in the tile
+  const int C = static_cast<int>(d.C);
+  const int64_t nlt = (d.Lp + LT - 1) / LT, net = d.Ep / ET, nitems = d.nbh * nlt * net;
+  const int nsub = (C + TT - 1) / TT;  // steps per full chunk (the last chunk may have fewer)
+  const int nsteps = d.nC == 0 ? 0 : static_cast<int>((d.nC - 1) * nsub + (d.chunk_len(d.nC - 1) + TT - 1) / TT);
+  auto decode = [&](int64_t it, int64_t& bh, int& l0, int& e0) {  // (l0, e0 as int: Lp, Ep far below 2^31)
+    bh = it / (nlt * net), l0 = static_cast<int>((it / net) % nlt * LT), e0 = static_cast<int>(it % net * ET);
+  };
+  // The fetch cursor runs NS - 1 steps ahead of the multiplication, across the block's items; one
+  // commit group per step (empty past the block's last item), so that cp_async_wait<NS - 2> at a
+  // step means: this step's tiles have landed.
+  int64_t fitem = blockIdx.x, fbh = 0;
+  int fl0 = 0, fe0 = 0, fstep = 0;
+  if (fitem < nitems) decode(fitem, fbh, fl0, fe0);
+  auto fetch_next = [&](int st) {
+    if (fitem < nitems && nsteps > 0) {
+      const int c = fstep / nsub, k = fstep - c * nsub;
+      const int n = min(TT, static_cast<int>(d.chunk_len(c)) - k * TT);  // the tile's tokens
+      const int64_t t0 = fbh * d.T + int64_t{c} * C + k * TT;
+      bf16* ks = tiles + st * kStage;
+      bf16* vs = ks + TT * KS;
+      const bf16* kr = Kq + t0 * d.Lp + fl0;
+      const int lw = d.Lp - fl0 < LT ? static_cast<int>(d.Lp - fl0) : LT;  // the tile's latents inside Lp
+#pragma unroll
+      for (int r = 0; r < TT * (LT / 8) / NT; ++r) {  // 16-byte piece tid % (LT / 8) of rows tid / (LT / 8) + ...
+        const int i = tid / (LT / 8) + r * (NT / (LT / 8)), p = 8 * (tid % (LT / 8));
+        if (p < lw) cp_async16(ks + i * KS + p, kr + min(i, n - 1) * d.Lp + p, i < n);
+      }
+      const int64_t vo = t0 * d.Ep + fe0;
+#pragma unroll
+      for (int r = 0; r < TT * (ET / 8) / NT; ++r) {
+        const int i = tid / (ET / 8) + r * (NT / (ET / 8)), p = 8 * (tid % (ET / 8));
+        cp_async16(vs + i * VS + p, V + vo + min(i, n - 1) * d.Ep + p, i < n);
+        if constexpr (kLo) cp_async16(vs + (TT + i) * VS + p, V_lo + vo + min(i, n - 1) * d.Ep + p, i < n);
+      }
+      if (++fstep == nsteps) {
+        fstep = 0, fitem += gridDim.x;
+        if (fitem < nitems) decode(fitem, fbh, fl0, fe0);
+      }
+    }
+    cp_async_commit();
+  };
+  for (int s = 0; s < NS - 1; ++s) fetch_next(s);
+  int stage = 0;  // the stage of the current step's tiles
+  float* out_p = static_cast<float*>(const_cast<void*>(out.p));
+  for (int64_t item = blockIdx.x; item < nitems; item += gridDim.x) {
+    int64_t bh;
+    int l0, e0;
+    decode(item, bh, l0, e0);
+    const int64_t h = d.h_of(bh);
+    const bool active = l0 + wm < d.Lp;  // false: the warp's latents are past Lp (an odd last tile)
+    // acc[mt][nt][r]: latent l0 + wm + 16 mt + g + 8 (r / 2), column e0 + wn + 8 nt + 2 tq + r % 2
+    float acc[4][8][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
+    for (int step = 0; step < nsteps; ++step) {
+      cp_async_wait<NS - 2>();  // this step's tiles have landed (this thread's copies) ...
+      __syncthreads();          // ... everyone's (and the stage fetch_next refills was read at the last step)
+      fetch_next(stage == 0 ? NS - 1 : stage - 1);
+      const int c = step / nsub, k = step - c * nsub;
+      if (step == 0) {  // the previous item's factors were last read before this barrier; these first after the next
+        const int l = l0 + tid;
+        const float a = l < d.L ? __ldg(a32 + h * d.L + l) : 0.0f;
+        decay_s[tid] = ipow(a, C);
+        decay_s[LT + tid] = ipow(a, static_cast<int>(d.chunk_len(d.nC - 1)));
+      }
+      if (!active) {
+        stage = stage + 1 == NS ? 0 : stage + 1;
+        continue;
+      }
+      if (k == 0 && c > 0) {  // S <- a^Cn_c S before chunk c's first tokens (chunk 0 starts from S = 0)
+        const float* f = decay_s + (d.chunk_len(c) == C ? 0 : LT) + wm + g;
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const float x = f[16 * mt + 8 * hf];
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) acc[mt][nt][2 * hf] *= x, acc[mt][nt][2 * hf + 1] *= x;
+          }
+      }
+      // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l], ldmatrix.trans), B = V (stored [i][e])
+      const bf16* ks = tiles + stage * kStage;
+#pragma unroll
+      for (int k16 = 0; k16 < TT / 16; ++k16) {
+        uint32_t a[4][4];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+          ldsm_x4_trans(a[mt], ks + (16 * k16 + (lane >> 4) * 8 + (lane & 7)) * KS + wm + 16 * mt + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int pass = 0; pass < (kLo ? 2 : 1); ++pass) {  // V, then V's remainders (same A fragments)
+          const bf16* vs = ks + TT * KS + pass * TT * VS;
+          uint32_t b[4][4];  // b[np]: regs {0,1} columns 16 np + 0..7, regs {2,3} 16 np + 8..15
+#pragma unroll
+          for (int np = 0; np < 4; ++np)
+            ldsm_x4_trans(b[np], vs + (16 * k16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * VS + wn + 16 * np + (lane >> 4) * 8);
+#pragma unroll
+          for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+              mma_bf16_16816(acc[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
+        }
+      }
+      stage = stage + 1 == NS ? 0 : stage + 1;
+    }
+    if (!active) continue;
+    const int64_t o0 = out.at(d.b_of(bh), h, 0, 0);
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int l = l0 + wm + 16 * mt + 8 * hf + g;
+        if (l >= d.L) continue;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int e = e0 + wn + 8 * nt + 2 * tq + r;
+            if (e < d.E) out_p[o0 + l * out.s[2] + e * out.s[3]] = acc[mt][nt][2 * hf + r];
+          }
+      }
+  }
+  cp_async_wait<0>();  // (only empty groups are left)
+}
+
 // ---- launchers (quadratic) -----------------------------------------------------------------------
 // L splits of cross_scores for a call of `pairs` (b, h) pairs in all: enough items to fill the GPU
 // (about 4 blocks per multiprocessor on 132, as score_splits), at most 16, at most one per
@@ -376,6 +567,25 @@ void launch_quadratic_output(const Dims& d, const float* P, const float* Pcross,
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, smem, stream>>>(d, P, Pcross, o.vb, o.vlo, ctx);
   RHOSCAN_CUDA_LAUNCHED("quadratic_output_mma_kernel");
+}
+
+// The final state rho_T of one batch by final_state_mma (version 2; the quadratic forward has no
+// initial rho). A persistent grid: as many blocks as fit at once (at most one per item), so that
+// each block's cp.async pipeline runs on across its items.
+template <typename T>
+void launch_final_state(const Dims& d, const float* a32, const Operands16& o, Str4 out, cudaStream_t stream) {
+  if (out.p == nullptr) return;
+  constexpr bool kLo = kSplitValues<T>;
+  auto kernel = final_state_mma_kernel<kLo>;
+  constexpr int smem = final_state_smem<kLo>();
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int dev = 0, sms = 0, per_sm = 0;
+  RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+  RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFsThreads, smem));
+  const unsigned grid = grid_for(final_state_items(d), 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
+  kernel<<<grid, kFsThreads, smem, stream>>>(d, o.Kq, o.vb, o.vlo, a32, out);
+  RHOSCAN_CUDA_LAUNCHED("final_state_mma_kernel");
 }
 
 }  // namespace rhoscan::cuda_detail

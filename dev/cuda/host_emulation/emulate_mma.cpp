@@ -2,10 +2,11 @@
 //
 // What it runs: the working tree's pack_bf16_kernel, chunk_scores_mma_kernel,
 // chunk_states_mma_kernel (forward with bf16 and with float32 stored states, and reverse),
-// chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel and the quadratic forward's
-// cross_scores_mma_kernel, cross_reduce_kernel and quadratic_output_mma_kernel, cut out of src/cuda by
-// extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async emulated with
-// their PTX fragment layouts; see the top of shim.h for what is and is not emulated). Each is
+// chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel, the quadratic forward's
+// cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel and quadratic_output_mma_kernel,
+// and the quadratic backward's kernels, cut out of src/cuda by extract.py --mma and run on the CPU
+// through shim.h (ldmatrix, mma.sync, cp.async emulated with their PTX fragment layouts; see the
+// top of shim.h for what is and is not emulated). Each is
 // compared with a plain float64 loop of its formula (the comments of chunk_products.cuh and
 // backward.cu) on small random problems: odd L and E (padding to the 64 / 128 tiles), a tail
 // chunk, chunks of 64, 32, 17 and 1, T = 1 and 0, decay exactly 0 and 1, several (b, h) pairs with a
@@ -441,6 +442,37 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
   return ok;
 }
 
+// ---- final_state_mma (the quadratic forward's final state, version 2): rho_T[l][e] =
+//      sum_t q_t[l] a_l^(T-1-t) v_t[e] in float64 from q, v and a (not from the operands: this checks
+//      the split of the exponent into Kq's a^(Cn-1-i) and the chunk factors a^Cn too); split values:
+//      v's hi plane plus its (quarter-size) lo plane. No initial state (the quadratic path has none).
+//      `grid` blocks (fewer than the items: the pipeline across items), the output NaN outside L, E.
+template <bool kLo>
+bool final_state_case(const Problem& p, unsigned grid) {
+  const Dims& d = p.d;
+  const int64_t L = d.L, E = d.E;
+  auto out = nans<float>(p.init.size());
+  Str4 outs = p.init_s;
+  outs.p = out.data();
+  emu::launch(grid, kFsThreads, final_state_smem<kLo>(), [&] {
+    final_state_mma_kernel<kLo>(d, p.Kq.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, p.a32.data(), outs);
+  });
+  std::vector<Acc> ref(out.size(), kUnwritten);
+  for (int64_t bh = 0; bh < d.nbh; ++bh) {
+    const int64_t b = p.b_of(bh), h = p.h_of(bh);
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t e = 0; e < E; ++e) {
+        Acc x;
+        for (int64_t t = 0; t < d.T; ++t) {
+          const double vt = to_float(p.v[p.vs.at(b, h, t, e)]) + (kLo ? bf(p.vlo, (bh * d.T + t) * d.Ep + e) : 0.0);
+          x += p.qf(bh, t, l) * p.apow(h, l, d.T - 1 - t) * vt;
+        }
+        ref[p.init_s.at(b, h, l, e)] = x;
+      }
+  }
+  return check("rho_T", doubles(out), ref, 1e-2);
+}
+
 // ---- chunk outputs: out_i = sum_l X_i[l] S[l,:] + sum_j Pm[i][j] Y_j, forward (X = Xq, S = H_c
 //      in bf16, Pm = P for j < i, Y = v) or dv (X = Kq, S = A_end in float32, Pm = P^T for j > i,
 //      Y = G). P's split 0 holds the sum; its upper triangle and the other splits are NaN. ------
@@ -811,6 +843,10 @@ int main(int argc, char** argv) {
        [](const Problem& p) { return states_case<bf16, false>(p, false, false); }, false, true},
       {"chunk_states_mma forward, bf16, split values, no chunk states stored (quadratic forward's final state)",
        [](const Problem& p) { return states_case<bf16, false, true>(p, false, false); }, false, true},
+      {"final_state_mma (quadratic forward's final state, version 2), 2 blocks",
+       [](const Problem& p) { return final_state_case<false>(p, small_grid(final_state_items(p.d))); }, true, true},
+      {"final_state_mma, split values, 1 block",
+       [](const Problem& p) { return final_state_case<true>(p, 1); }, false, true},
       {"quadratic_output_mma", quadratic_output_case<false>, true, true},
       {"quadratic_output_mma, split values", quadratic_output_case<true>, false, true},
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
