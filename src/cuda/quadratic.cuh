@@ -39,7 +39,7 @@ constexpr int64_t kQuadraticMaxT = RHOSCAN_QUADRATIC_MAX_T;
 // The forward's quadratic path by default (0: only when RHOSCAN_CUDA_FORWARD_PATH=quadratic
 // forces it): off while it is not faster than the chunked forward (above).
 #ifndef RHOSCAN_QUADRATIC_FORWARD
-#define RHOSCAN_QUADRATIC_FORWARD 0
+#define RHOSCAN_QUADRATIC_FORWARD 1
 #endif
 // The shape rule both directions share (the caller checks dtype, initial state, environment):
 // T <= kQuadraticMaxT (0: never, not even at T = 0), L >= RHOSCAN_QUADRATIC_MIN_L_PER_T · T, and
@@ -367,7 +367,7 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
 // one block per SM (its shared memory: 102 KiB, float16 139 KiB): each V tile serves twice the
 // latents (12 KB of L2 reads per MFLOP instead of 16), at one barrier for 8 warps instead of 4.
 #ifndef RHOSCAN_FINAL_STATE_VERSION
-#define RHOSCAN_FINAL_STATE_VERSION 1
+#define RHOSCAN_FINAL_STATE_VERSION 2
 #endif
 static_assert(RHOSCAN_FINAL_STATE_VERSION == 1 || RHOSCAN_FINAL_STATE_VERSION == 2,
               "RHOSCAN_FINAL_STATE_VERSION: 1 (chunk_states_mma without stores) or 2 (final_state_mma)");
