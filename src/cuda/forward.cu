@@ -3,10 +3,11 @@
 //             formulas). The chunk-start states of a batch of (b, h) pairs live in a workspace
 //             bounded by options.max_workspace_bytes (default 2 GiB): when all pairs do not fit at
 //             once, the pairs are processed in consecutive batches.
-//   quadratic (quadratic.cuh) the tensor-core dtypes with no initial rho, T <= kQuadraticMaxT and
-//             chunks of 64: the whole lower block-triangular score matrix instead of chunk-start
-//             states; the final state from chunk_states_mma with no chunk states stored, or with
-//             -DRHOSCAN_FINAL_STATE_VERSION=2 from final_state_mma (quadratic.cuh).
+//   quadratic (quadratic.cuh) the tensor-core dtypes with no initial rho, T <= kQuadraticMaxT,
+//             L >= 8 T and chunks of 64 (the measurements are at quadratic_shape): the whole lower
+//             block-triangular score matrix instead of chunk-start states; the final state from
+//             final_state_mma (RHOSCAN_FINAL_STATE_VERSION 2, the default), or from chunk_states_mma
+//             with no chunk states stored (version 1).
 // RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic (environment, read per call) forces a path where it
 // applies (quadratic needs a tensor-core dtype and no initial rho): for tests and A/B runs.
 #include <cstdlib>
@@ -22,7 +23,7 @@ namespace {
 
 // Whether the quadratic path applies: tensor-core dtype and no initial rho (rho_norm0 is fine: the
 // normaliser scan takes it); then by default, if built with RHOSCAN_QUADRATIC_FORWARD=1, where
-// quadratic_shape allows (quadratic.cuh: T, L against T, chunks of 64), or whatever
+// quadratic_shape allows (quadratic.cuh: T, L >= 8 T, chunks of 64), or whatever
 // RHOSCAN_CUDA_FORWARD_PATH says (chunked, or quadratic at any T and chunk; an unknown
 // value counts as unset).
 inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T, int64_t L, int64_t C) {
@@ -31,7 +32,7 @@ inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T, int64_
     if (std::strcmp(env, "chunked") == 0) return false;
     if (std::strcmp(env, "quadratic") == 0) return true;
   }
-  return RHOSCAN_QUADRATIC_FORWARD && quadratic_shape(T, L, C);
+  return RHOSCAN_QUADRATIC_FORWARD && quadratic_shape(T, L, C, RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T);
 }
 
 template <typename T>

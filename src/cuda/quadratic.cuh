@@ -27,25 +27,35 @@ namespace rhoscan::cuda_detail {
 #define RHOSCAN_QUADRATIC_MAX_T 1024
 #endif
 constexpr int64_t kQuadraticMaxT = RHOSCAN_QUADRATIC_MAX_T;
-// ... and only where L >= RHOSCAN_QUADRATIC_MIN_L_PER_T · T: the quadratic path trades the chunk
-// states' L×E traffic per chunk for T×T×E products (M, P·V, dv) that do not shrink with L. Measured
-// on the H200 at 7a4ccef (bfloat16, T = 512, E = 256): at L = 8192 (BDH-8k, L = 16 T) forward +
-// backward 7.80 against 9.86 ms chunked, the forward alone 2.11 against 2.07; at L = 256 (BDH-base,
-// L = T / 2) 2.01 against 1.82 ms, the forward 0.44 against 0.39. Where between the two it pays is
-// not measured; L >= T is the guess in between.
+// ... and only where L >= min_l_per_t · T: the quadratic path trades the chunk states' L×E
+// traffic per chunk for T×T×E products (M, P·V, dv) that do not shrink with L. Measured on the H200
+// (bfloat16, T = 512, E = 256, median of 5; `scripts/cuda_device_run.sh crossover`, both paths
+// forced per call, bench/results/cuda-h200-2026-11-30.jsonl, commit c00d7c4):
+//   L / T (B)             1/2 (24)  1 (24)  2 (16)  4 (8)   16 (8: BDH-8k)
+//   backward, chunked     1.43      2.15    2.38    2.20    7.79 (at 7a4ccef)   ms, forward+backward
+//   backward, quadratic   1.56      2.03    2.05    1.84    5.54                    minus forward
+//   forward, chunked      0.40      0.58    0.68    0.63    2.03
+//   forward, quadratic    0.45      0.60    0.66    0.65    1.85
+// so the backward takes the quadratic path from L = T (RHOSCAN_QUADRATIC_MIN_L_PER_T, default 1)
+// and the forward from L = 8 T (RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T, default 8: within the spread
+// up to 4 T, 9 % faster at 16 T).
 #ifndef RHOSCAN_QUADRATIC_MIN_L_PER_T
 #define RHOSCAN_QUADRATIC_MIN_L_PER_T 1
 #endif
+#ifndef RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T
+#define RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T 8
+#endif
 // The forward's quadratic path by default (0: only when RHOSCAN_CUDA_FORWARD_PATH=quadratic
-// forces it): off while it is not faster than the chunked forward (above).
+// forces it). On since final_state_mma (version 2) made it faster than the chunked forward at
+// BDH-8k (above).
 #ifndef RHOSCAN_QUADRATIC_FORWARD
 #define RHOSCAN_QUADRATIC_FORWARD 1
 #endif
 // The shape rule both directions share (the caller checks dtype, initial state, environment):
-// T <= kQuadraticMaxT (0: never, not even at T = 0), L >= RHOSCAN_QUADRATIC_MIN_L_PER_T · T, and
-// chunks of 64 (the kernels' 64-token tiles: smaller chunks would leave most of each tile empty).
-inline bool quadratic_shape(int64_t T, int64_t L, int64_t C) {
-  return kQuadraticMaxT > 0 && T <= kQuadraticMaxT && L >= RHOSCAN_QUADRATIC_MIN_L_PER_T * T && C == kMmaLT;
+// T <= kQuadraticMaxT (0: never, not even at T = 0), L >= min_l_per_t · T, and chunks of 64 (the
+// kernels' 64-token tiles: smaller chunks would leave most of each tile empty).
+inline bool quadratic_shape(int64_t T, int64_t L, int64_t C, int64_t min_l_per_t = RHOSCAN_QUADRATIC_MIN_L_PER_T) {
+  return kQuadraticMaxT > 0 && T <= kQuadraticMaxT && L >= min_l_per_t * T && C == kMmaLT;
 }
 
 // ---- cross_scores: the blocks below the diagonal on tensor cores --------------------------------
