@@ -212,6 +212,160 @@ struct LocalSmem {
 };
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
 
+// Two versions of the 16-bit (kReadback) instantiation, chosen at compile time
+// (-DRHOSCAN_BWD_LOCAL_VERSION=2|3, default 2); float32 (no readback) is always version 2.
+//   2: every (i, j) pair of the triangular loops by FFMA (above).
+//   3: the pairs between different 16-row sub-blocks of the chunk on tensor cores, FFMA only for
+//      the four 16×16 diagonal sub-blocks' triangles (480 of the 2016 pairs of a 64-row chunk).
+//      Unmeasured on the GPU.
+// Version 3's split. With s(i) = i / 16 and i' = i % 16, for j in an earlier sub-block J < I = s(i):
+//   i-1-j = i' + m_j,  m_j = 16 D + (15 - j') >= 0,  D = I - J - 1,
+// so p_i's cross part is a^(i') Y0_i and dp_i's is f(i') Y0_i + a^(i') Y1_i (f(x + m) =
+// f(x) a^m + a^x f(m)), with Y0_i = sum_j M[i][j] q_j a^(m_j), Y1_i = sum_j M[i][j] q_j f(m_j):
+// [16 rows × 16 I] blocks of M times [16 I × 64 latents] operands whose columns carry the decay
+// (a^(m_j) = a^(15-j') a^(16 D), f(m_j) = f(15-j') a^(16 D) + a^(15-j') f(16 D)). For k in a later
+// sub-block K > I: k-i-1 = (15 - i') + 16 D + k', D = K - I - 1, so avs_i's cross part is
+// a^(15-i') Z_i, Z_i = sum_k M[k][i] Qp_k a^(16 D + k') (M's block transposed). Every exponent is
+// >= 0 (exact at a = 0 and 1). M and the operands are float32: each goes to the tensor cores as
+// bf16 hi + lo (x - hi - lo is below 2^-16 |x|) in three passes (hi·hi, hi·lo, lo·hi; lo·lo is
+// below float32 resolution), because dq takes the difference gw - gc of the read's results.
+// Warp w takes row sub-block I = w / 2 and latents 32 (w % 2) .. +31 (four 8-latent mma tiles):
+// its three k-steps (J < I for Y, K > I for Z) are 3 for every I, and the A fragments of M (built
+// from float32 shared memory, split, masked to rows and columns < Cn) serve its four tiles. Its
+// epilogue folds the results with the state terms into the row phase's inputs, element by
+// element in the accumulators' own threads:
+//   w[i][l] <- a^i W + a^(i') Y0,   u[i][l] <- a^(Cn-1-i) U + a^(15-i') Z,
+//   da's share: Qp (f(i) W + f(i') Y0 + a^(i') Y1) + q U f(Cn-1-i),
+// summed over the block's rows by a fixed shuffle tree into red[I][l] (red is free until the
+// row phase ends; warp 0 takes the four partials during its N walk). The powers come from
+// per-latent tables in the space of ns (written by the N walk only after the products):
+// a^n, f(n) for n = 0..16 by running products, a^(16 I), f(16 I) and a^R, f(R) for
+// R = Cn - 16 (I + 1) (a^(Cn-1-i) = a^(15-i') a^R) by ipow64. The row phase then runs the FFMA
+// loops over the row's own sub-block only (j from 16 s(i), k up to 16 s(i) + 15) and
+// gw = (w + p) / (N + eps), av = u + avs, da += Qp dp.
+#ifndef RHOSCAN_BWD_LOCAL_VERSION
+#define RHOSCAN_BWD_LOCAL_VERSION 2
+#endif
+struct LocalPowTables {
+  float pt[17][kLocalLT], ft[17][kLocalLT];  // a^n, f(n), n = 0..16
+  float a16[4][kLocalLT], f16[4][kLocalLT];  // a^(16 I), f(16 I)
+  float ar[4][kLocalLT], fr[4][kLocalLT];    // a^R, f(R), R = Cn - 16 (I + 1) (0 where R < 0)
+};
+static_assert(sizeof(LocalPowTables) <= sizeof(LocalRowTiles::ns), "version 3's tables live in ns");
+
+// x0, x1 -> bf16 pairs hi (x0 in the low half) and lo = the remainders x - hi, rounded.
+__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const __nv_bfloat162 r = __floats2bfloat162_rn(x0 - __low2float(h), x1 - __high2float(h));
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// Version 3's products between sub-blocks and their epilogue (see above); warp-uniform branches.
+__device__ __forceinline__ void bwd_local_cross(LocalSmem& S, const LocalPowTables& P, int Cn) {
+  auto& qs = S.r.qs;
+  auto& qps = S.r.qps;
+  auto& ms = S.r.ms;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qq = lane % 4;
+  const int I = warp / 2, lb = 32 * (warp % 2), i0 = 16 * I;
+  if (i0 >= Cn) {  // no rows: no share of da
+    S.red[I][lb + lane] = 0.0f;
+    return;
+  }
+  // A fragments of the three k-steps s: s < I: Y's M[I][J = s]; s >= I: Z's M[K = s + 1][I]^T.
+  // Register r, half h: row i' = g + 8 (r & 1), column k' = 2 qq + 8 (r >> 1) + h.
+  uint32_t ah[3][4], al[3][4];
+#pragma unroll
+  for (int s = 0; s < 3; ++s) {
+    const bool y = s < I;
+    const int c0 = 16 * (y ? s : s + 1);  // the other sub-block's first row
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      float x[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = i0 + g + 8 * (r & 1), k = c0 + 2 * qq + 8 * (r >> 1) + h;
+        x[h] = i < Cn && k < Cn ? (y ? ms[i][k] : ms[k][i]) : 0.0f;
+      }
+      split_pair(x[0], x[1], ah[s][r], al[s][r]);
+    }
+  }
+  float dacc[4][2] = {};
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    float y0[4] = {}, y1[4] = {}, z[4] = {};
+    const int lB = lb + 8 * nt + g;  // the B fragment's latent
+#pragma unroll
+    for (int s = 0; s < 3; ++s) {
+      const bool y = s < I;
+      const int c0 = 16 * (y ? s : s + 1), D = y ? I - s - 1 : s - I;
+      if (c0 >= Cn) continue;  // warp-uniform: an empty later sub-block
+      // B rows k' = 2 qq + {0, 1, 8, 9}: b0 holds k' = 2 qq, 2 qq + 1; b1 the same + 8
+      float x0[4], x1[4] = {};
+      const float aD = P.a16[D][lB], fD = P.f16[D][lB];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int kp = 2 * qq + (m & 1) + 8 * (m >> 1);
+        if (y) {
+          const float qv = qs[c0 + kp][lB], pa = P.pt[15 - kp][lB];
+          x0[m] = qv * (pa * aD);
+          x1[m] = qv * (P.ft[15 - kp][lB] * aD + pa * fD);
+        } else {
+          x0[m] = qps[c0 + kp][lB] * (P.pt[kp][lB] * aD);
+        }
+      }
+      uint32_t bh[2], bl[2];
+      split_pair(x0[0], x0[1], bh[0], bl[0]);
+      split_pair(x0[2], x0[3], bh[1], bl[1]);
+      if (y) {  // (two explicit branches: a reference chosen at run time would put y0, z in local memory)
+        mma_bf16_16816(y0, ah[s], bh[0], bh[1]);
+        mma_bf16_16816(y0, ah[s], bl[0], bl[1]);
+        mma_bf16_16816(y0, al[s], bh[0], bh[1]);
+        split_pair(x1[0], x1[1], bh[0], bl[0]);
+        split_pair(x1[2], x1[3], bh[1], bl[1]);
+        mma_bf16_16816(y1, ah[s], bh[0], bh[1]);
+        mma_bf16_16816(y1, ah[s], bl[0], bl[1]);
+        mma_bf16_16816(y1, al[s], bh[0], bh[1]);
+      } else {
+        mma_bf16_16816(z, ah[s], bh[0], bh[1]);
+        mma_bf16_16816(z, ah[s], bl[0], bl[1]);
+        mma_bf16_16816(z, al[s], bh[0], bh[1]);
+      }
+    }
+    // accumulator r: row i' = g + 8 (r / 2), latent lb + 8 nt + 2 qq + r % 2
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int ip = g + 8 * (r / 2), i = i0 + ip, l = lb + 8 * nt + 2 * qq + r % 2;
+      if (i >= Cn) continue;
+      const int R = Cn - 16 * (I + 1);
+      const float W = S.w[i][l], U = S.u[i][l];
+      const float pi = P.pt[ip][l], fip = P.ft[ip][l], A = P.a16[I][l];
+      const float ai = pi * A, fi = fip * A + pi * P.f16[I][l];
+      const float pn = P.pt[15 - ip][l];
+      float an, fn;
+      if (R >= 0) {
+        an = pn * P.ar[I][l];
+        fn = P.ft[15 - ip][l] * P.ar[I][l] + pn * P.fr[I][l];
+      } else {  // the last sub-block: Cn-1-i < 16, and no later sub-block (z = 0)
+        an = P.pt[Cn - 1 - i][l];
+        fn = P.ft[Cn - 1 - i][l];
+      }
+      S.w[i][l] = ai * W + pi * y0[r];
+      S.u[i][l] = an * U + pn * z[r];
+      dacc[nt][r % 2] += qps[i][l] * (fi * W + fip * y0[r] + pi * y1[r]) + qs[i][l] * U * fn;
+    }
+  }
+  // da's share: each latent's sum over the sub-block's rows (g), a fixed shuffle tree
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      float x = dacc[nt][u];
+      for (int o = 4; o < 32; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+      if (g == 0) S.red[I][lb + 8 * nt + 2 * qq + u] = x;
+    }
+}
+
 // ipow for 0 <= n < 64 (the exponents inside a chunk, kMaxChunk = 64) without the loop's
 // branches: the same multiplications in the same order, so the same result.
 __device__ __forceinline__ float ipow64(float a, int n) {
@@ -239,12 +393,15 @@ __device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.
 // Wr, Ur, HdHr (kReadback): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
 // alias dqp (the block copies its W[t][l] to shared memory before it writes dqp[t][l]).
 // Without kReadback the block computes them from Hs, dHs, g, v (its E loop).
-template <typename T, bool kReadback>
+// kVersion: 2 or 3 (see RHOSCAN_BWD_LOCAL_VERSION above; 3 only with kReadback).
+template <typename T, bool kReadback, int kVersion = kReadback ? RHOSCAN_BWD_LOCAL_VERSION : 2>
 __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
   constexpr int LT = kLocalLT, ET = kLocalET;
+  constexpr bool kV3 = kVersion == 3;
+  static_assert(kVersion == 2 || (kVersion == 3 && kReadback), "bwd_local: version 2, or 3 with the readback");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   LocalSmem& S = *reinterpret_cast<LocalSmem*>(smem_raw);
   auto& qs = S.r.qs;
@@ -384,8 +541,32 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     } else {
       for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
     }
+    if constexpr (kV3) {  // the power tables (in ns: the previous item's reads of it are done)
+      LocalPowTables& P = *reinterpret_cast<LocalPowTables*>(&ns[0][0]);
+      const int I = threadIdx.x / LT, R = Cn - 16 * (I + 1);
+      const float al = xok ? a32[h * d.L + l0 + xc] : 0.0f;
+      if (I == 0) {
+        float x = 1.0f, xp = 0.0f;
+#pragma unroll
+        for (int n = 0; n <= 16; ++n) {
+          P.pt[n][xc] = x;
+          P.ft[n][xc] = float(n) * xp;  // f(n) = n a^(n-1), f(0) = 0
+          xp = x;
+          x *= al;
+        }
+      }
+      P.a16[I][xc] = ipow64(al, 16 * I);
+      P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
+      P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
+      P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
+    }
     cp_async_wait<0>();
     __syncthreads();
+    if constexpr (kV3) {
+      bwd_local_cross(S, *reinterpret_cast<const LocalPowTables*>(&ns[0][0]), Cn);
+      __syncthreads();  // w, u, red[0..3] written; the tables (ns) are consumed
+    }
+    float da[2] = {};
     // Warp 0 walks the chunk: N_i, and zsum = sum_i a^(Cn-1-i) N_i (Horner), da's B·N weight.
     float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
     if (warp == 0) {
@@ -401,9 +582,12 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         N[0] = a[0] * N[0] + qi.x;
         N[1] = a[1] * N[1] + qi.y;
       }
+      if constexpr (kV3) {  // the products' shares of da (red is rewritten only after the row phase)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) da[u] = S.red[0][x0 + u] + S.red[1][x0 + u] + S.red[2][x0 + u] + S.red[3][x0 + u];
+      }
     }
     __syncthreads();  // ns complete
-    float da[2] = {};
 #pragma unroll 1
     for (int gi = 0; gi < 2; ++gi) {
       const int i0 = 4 * (warp + 8 * gi);
@@ -418,7 +602,8 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         dp[r][1] = dp[r][1] * a[1] + p[r][1];
         p[r][1] = p[r][1] * a[1] + qj.y * m;
       };
-      for (int j0 = 0; j0 < i0; j0 += 4) {  // i0 is a multiple of 4: no remainder
+      // (version 3: only the row's own sub-block, from 16 s(i); the products took the rest)
+      for (int j0 = kV3 ? i0 & ~15 : 0; j0 < i0; j0 += 4) {  // i0 is a multiple of 4: no remainder
         float4 m[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) m[r] = *reinterpret_cast<const float4*>(&ms[i0 + r][j0]);
@@ -441,7 +626,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         avs[r][0] = avs[r][0] * a[0] + qk.x * m;
         avs[r][1] = avs[r][1] * a[1] + qk.y * m;
       };
-      int k = Cn - 1;
+      int k = kV3 ? min(Cn - 1, i0 | 15) : Cn - 1;  // (version 3: up to the sub-block's end)
       for (; k >= i0 + 7; k -= 4) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -467,10 +652,12 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       }
       // Row results. pa: powers a^(i0-1+k), pd: a^(Cn-5-i0+k) (row r's Cn-1-i is Cn-4-i0+3-r).
       float pa[2][5], pd[2][5];
+      if constexpr (!kV3) {  // (version 3: the state terms are in w, u and red already)
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        pow_run(a[u], i0, pa[u]);
-        pow_run(a[u], Cn - 4 - i0, pd[u]);
+        for (int u = 0; u < 2; ++u) {
+          pow_run(a[u], i0, pa[u]);
+          pow_run(a[u], Cn - 4 - i0, pd[u]);
+        }
       }
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
@@ -488,11 +675,18 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         float dn[2], part[2], gc = 0.0f;
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-          const float gw = (pa[u][r + 1] * Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
-          const float av = pd[u][4 - r] * Uv[u] + avs[r][u];
+          float gw, av;
+          if constexpr (kV3) {
+            gw = (Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
+            av = Uv[u] + avs[r][u];
+            da[u] += qp[u] * dp[r][u];
+          } else {
+            gw = (pa[u][r + 1] * Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
+            av = pd[u][4 - r] * Uv[u] + avs[r][u];
+            da[u] += qv[u] * Uv[u] * (float(n) * pd[u][3 - r]) + qp[u] * Wv[u] * (float(i) * pa[u][r]) + qp[u] * dp[r][u];
+          }
           dn[u] = -qp[u] * gw;
           part[u] = gw * rs + av;
-          da[u] += qv[u] * Uv[u] * (float(n) * pd[u][3 - r]) + qp[u] * Wv[u] * (float(i) * pa[u][r]) + qp[u] * dp[r][u];
           gc += gw * qv[u];
         }
         *reinterpret_cast<float2*>(&S.w[i][x0]) = make_float2(dn[0], dn[1]);

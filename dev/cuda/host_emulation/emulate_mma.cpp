@@ -740,6 +740,84 @@ bool quad_dv_case(const Problem& p) {
   return check("dv", doubles(dv), ref, 1e-2);
 }
 
+// ---- bwd_local version 3 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
+//      in three passes) against version 2 (every pair by FFMA in float32), the same inputs, every
+//      output (gcp, dqp, dap, Bsum, Zs) of the readback instantiation with bf16 q. Per output,
+//      max |v3 - v2| / max |v2| <= 5e-5: the split operands are within 2^-16 of their float32
+//      values (and lo·lo, dropped, is 2^-16 below that), a product's three passes add to float32,
+//      then float32 sums in another order; a term's error is a few 2^-17 of it, and no output
+//      here exceeds its largest term by much. A lo pass left out errs by 2^-9 of the cross terms,
+//      a wrong power or row by far more. M's score split 1 is NaN (must not be read).
+struct LocalShape {
+  const char* name;
+  int64_t H, nbh, T, L, C;
+  unsigned grid;
+};
+bool bwd_local_v3_case(const LocalShape& c) {
+  Dims d;
+  d.H = c.H, d.T = c.T, d.L = c.L, d.E = 8, d.C = c.C, d.nC = (c.T + c.C - 1) / c.C, d.bh0 = 0, d.nbh = c.nbh;
+  d.nsplit = 2, d.Lp = c.L, d.Ep = 8;
+  const int64_t T = c.T, L = c.L, nC = d.nC, nbh = c.nbh, nlt = (L + kLocalLT - 1) / kLocalLT;
+  auto uni = [](size_t n, double lo, double hi, double zeros = 0) {
+    std::vector<float> x(n);
+    for (auto& y : x) y = U01() < zeros ? 0.0f : float(lo + (hi - lo) * U01());
+    return x;
+  };
+  std::vector<bf16> q(nbh * T * L);  // [b][h][t][l], 60 % zeros, row t = 3 all zero
+  for (int64_t x = 0; x < int64_t(q.size()); ++x)
+    q[x] = __float2bfloat16_rn(x / L % T == 3 || U01() < 0.6 ? 0.0f : float(U01()));
+  Str4 qs;
+  qs.p = q.data(), qs.s[0] = c.H * T * L, qs.s[1] = T * L, qs.s[2] = L, qs.s[3] = 1;
+  std::vector<float> a32(c.H * L);  // of every five latents: 0, 1, one in (0, 1), two in [0.9, 1)
+  for (int64_t i = 0; i < c.H * L; ++i)
+    a32[i] = i % 5 == 0 ? 0.0f : i % 5 == 1 ? 1.0f : i % 5 == 2 ? float(U01()) : float(0.9 + 0.1 * U01());
+  const auto Qp = uni(nbh * T * L, 0, 1), sn = uni(nbh * T, 1, 2), Nc = uni(nbh * (nC + 1) * L, 0, 3);
+  const auto W = uni(nbh * T * L, -1, 1), U = uni(nbh * T * L, -1, 1), HdH = uni(nbh * nC * L, -1, 1);
+  auto M = uni(nbh * nC * 2 * c.C * c.C, -1, 1);
+  for (int64_t bc = 0; bc < nbh * nC; ++bc)
+    std::fill(M.begin() + (2 * bc + 1) * c.C * c.C, M.begin() + (2 * bc + 2) * c.C * c.C, kNaN);
+  struct Out {
+    std::vector<float> gcp, dqp, dap, Bsum, Zs;
+  } o[2];
+  for (int k = 0; k < 2; ++k) {
+    o[k] = {nans<float>(nbh * T * nlt), nans<float>(nbh * T * L), nans<float>(nbh * nC * L), nans<float>(nbh * nC * L),
+            nans<float>(nbh * nC * L)};
+    auto go = [&](auto kernel) {
+      emu::launch(c.grid, kLocalThreads, sizeof(LocalSmem), [&] {
+        kernel(d, qs, Str4{}, Str4{}, a32.data(), Qp.data(), sn.data(), Nc.data(), nullptr, nullptr, M.data(), W.data(),
+               U.data(), HdH.data(), o[k].gcp.data(), o[k].dqp.data(), o[k].dap.data(), o[k].Bsum.data(),
+               o[k].Zs.data());
+      });
+    };
+    if (k == 0)
+      go(bwd_local_kernel<bf16, true, 2>);
+    else
+      go(bwd_local_kernel<bf16, true, 3>);
+  }
+  auto cmp = [](const char* what, const std::vector<float>& x, const std::vector<float>& y) {
+    double diff = 0, scale = 0;
+    size_t nan = 0, worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(x[i]) || std::isnan(y[i])) {
+        nan += std::isnan(x[i]) != std::isnan(y[i]);
+        continue;
+      }
+      const double e = std::fabs(double(x[i]) - y[i]);
+      if (e > diff) diff = e, worst = i;
+      scale = std::max(scale, std::fabs(double(y[i])));
+    }
+    const double rel = scale > 0 ? diff / scale : diff;
+    const bool ok = nan == 0 && rel <= 5e-5;
+    std::printf("    %-10s max |v3 - v2| / max |v2| %.2e (tol 5e-05)", what, rel);
+    if (nan) std::printf(", %zu NaN mismatches", nan);
+    if (!ok || std::getenv("EMU_VERBOSE")) std::printf(", worst at %zu: %.7g vs %.7g", worst, x[worst], y[worst]);
+    std::printf("%s\n", ok ? "" : "  <-- FAIL");
+    return ok;
+  };
+  return cmp("gcp", o[1].gcp, o[0].gcp) & cmp("dqp", o[1].dqp, o[0].dqp) & cmp("dap", o[1].dap, o[0].dap) &
+         cmp("Bsum", o[1].Bsum, o[0].Bsum) & cmp("Zs", o[1].Zs, o[0].Zs);
+}
+
 int failures = 0;
 void run(const Problem& p, const char* kernel, const std::function<bool()>& f) {
   std::printf("%s  [%s]\n", kernel, p.name.c_str());
@@ -840,6 +918,28 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv, split values", output_case<float, float, true, true>},
       {"chunk_readback_mma, split values", readback_case<true>},
   };
+  // bwd_local version 3 against version 2, on its own shapes: full chunks of 64 and tails of 17,
+  // 33, 50 and 1 rows, chunks of 32, 17 and 1, L past a 64-latent tile (70, 130), several pairs,
+  // grids smaller than the work. EMU_QUICK: the first four.
+  const std::vector<LocalShape> local_shapes = {
+      {"H2 pairs2 T145 L70 C64 (64, 64, tail 17)", 2, 2, 145, 70, 64, 3},
+      {"H1 pairs1 T97 L130 C64 (64, tail 33)", 1, 1, 97, 130, 64, 2},
+      {"H2 pairs2 T70 L40 C32 (32, 32, tail 6)", 2, 2, 70, 40, 32, 3},
+      {"H1 pairs2 T51 L33 C17", 1, 2, 51, 33, 17, 2},
+      {"H1 pairs1 T50 L64 C64 (one chunk of 50)", 1, 1, 50, 64, 64, 1},
+      {"H1 pairs2 T65 L20 C64 (64, tail 1)", 1, 2, 65, 20, 64, 2},
+      {"H1 pairs1 T5 L9 C1", 1, 1, 5, 9, 1, 2},
+      {"H3 pairs3 T128 L64 C64", 3, 3, 128, 64, 64, 4},
+  };
+  for (size_t i = 0; i < local_shapes.size(); ++i)
+    if ((only.empty() || std::string("bwd_local v3").find(only) != std::string::npos) && !(quick && i >= 4)) {
+      std::printf("bwd_local v3 vs v2  [%s]\n", local_shapes[i].name);
+      std::fflush(stdout);
+      if (!bwd_local_v3_case(local_shapes[i])) {
+        ++failures;
+        if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
+      }
+    }
   for (size_t i = 0; i < problems.size(); ++i)
     for (const auto& k : kernels)
       if ((only.empty() || std::string(k.name).find(only) != std::string::npos) && !(quick && big[i] && !k.core) &&
