@@ -192,24 +192,28 @@ __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
 // red[warp][latent] and are summed in warp order: every sum in a fixed order, no atomics.
 // The E loop (float32 / float16: no readback) computes W and U into the same shared arrays that
 // the readback path fills from Wr, Ur, with its tiles in the space of the row phase's arrays.
+// kPad: floats of padding per row (version 3: 8, see there; version 2: 0).
+template <int kPad>
 struct LocalRowTiles {
-  float qs[64][kLocalLT], qps[64][kLocalLT], ns[64][kLocalLT];
-  float ms[64][64];
+  float qs[64][kLocalLT + kPad], qps[64][kLocalLT + kPad], ns[64][kLocalLT + kPad];
+  float ms[64][64 + kPad];
 };
 struct LocalETiles {  // rows padded by 4 floats: 16-byte reads stay aligned and spread over the banks
   float hs[kLocalLT][kLocalET + 4], dhs[kLocalLT][kLocalET + 4];
   float gs[64][kLocalET + 4], vs[64][kLocalET + 4];
 };
-struct LocalSmem {
+template <int kPad>
+struct LocalSmemP {
   union {
-    LocalRowTiles r;
+    LocalRowTiles<kPad> r;
     LocalETiles e;
   };
-  __align__(16) float w[64][kLocalLT];  // W, then dn (row phase), then ib (reverse scan)
-  __align__(16) float u[64][kLocalLT];  // U, then gw / s + av (row phase)
+  __align__(16) float w[64][kLocalLT + kPad];  // W, then dn (row phase), then ib (reverse scan)
+  __align__(16) float u[64][kLocalLT + kPad];  // U, then gw / s + av (row phase)
   float red[8][kLocalLT];
   float hdh[kLocalLT];
 };
+using LocalSmem = LocalSmemP<0>;
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
 
 // Two versions of the 16-bit (kReadback) instantiation, chosen at compile time
@@ -246,12 +250,21 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 #ifndef RHOSCAN_BWD_LOCAL_VERSION
 #define RHOSCAN_BWD_LOCAL_VERSION 2
 #endif
+// Version 3's shared memory: rows padded by 8 floats (row stride 72: the accumulator layout's
+// float2 accesses, rows g = lane / 4 and latent pairs 2 (lane % 4), reach 16 distinct 8-byte bank
+// pairs per half-warp, where a stride of 64 put the 8 rows on the same banks: 8-way conflicts),
+// 110.25 KiB against version 2's 96.25 (two blocks per SM still fit).
+constexpr int kLocalPadV3 = 8;
+using LocalSmemV3 = LocalSmemP<kLocalPadV3>;
+template <int kVersion>
+using LocalSmemOf = std::conditional_t<kVersion == 3, LocalSmemV3, LocalSmem>;
 struct LocalPowTables {
-  float pt[17][kLocalLT], ft[17][kLocalLT];  // a^n, f(n), n = 0..16
-  float a16[4][kLocalLT], f16[4][kLocalLT];  // a^(16 I), f(16 I)
-  float ar[4][kLocalLT], fr[4][kLocalLT];    // a^R, f(R), R = Cn - 16 (I + 1) (0 where R < 0)
+  static constexpr int W = kLocalLT + kLocalPadV3;
+  float pt[17][W], ft[17][W];  // a^n, f(n), n = 0..16
+  float a16[4][W], f16[4][W];  // a^(16 I), f(16 I)
+  float ar[4][W], fr[4][W];    // a^R, f(R), R = Cn - 16 (I + 1) (0 where R < 0)
 };
-static_assert(sizeof(LocalPowTables) <= sizeof(LocalRowTiles::ns), "version 3's tables live in ns");
+static_assert(sizeof(LocalPowTables) <= sizeof(LocalRowTiles<kLocalPadV3>::ns), "version 3's tables live in ns");
 
 // x0, x1 -> bf16 pairs hi (x0 in the low half) and lo = the remainders x - hi, rounded.
 __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
@@ -262,7 +275,7 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
 }
 
 // Version 3's products between sub-blocks and their epilogue (see above); warp-uniform branches.
-__device__ __forceinline__ void bwd_local_cross(LocalSmem& S, const LocalPowTables& P, int Cn) {
+__device__ __forceinline__ void bwd_local_cross(LocalSmemV3& S, const LocalPowTables& P, int Cn) {
   auto& qs = S.r.qs;
   auto& qps = S.r.qps;
   auto& ms = S.r.ms;
@@ -281,13 +294,14 @@ __device__ __forceinline__ void bwd_local_cross(LocalSmem& S, const LocalPowTabl
     const int c0 = 16 * (y ? s : s + 1);  // the other sub-block's first row
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      float x[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int i = i0 + g + 8 * (r & 1), k = c0 + 2 * qq + 8 * (r >> 1) + h;
-        x[h] = i < Cn && k < Cn ? (y ? ms[i][k] : ms[k][i]) : 0.0f;
-      }
-      split_pair(x[0], x[1], ah[s][r], al[s][r]);
+      const int i = i0 + g + 8 * (r & 1), k = c0 + 2 * qq + 8 * (r >> 1);
+      float2 x;
+      if (y)
+        x = *reinterpret_cast<const float2*>(&ms[i][k]);  // (k even: 8-byte aligned)
+      else
+        x = make_float2(ms[k][i], ms[k + 1][i]);
+      const bool ok = i < Cn;  // rows and columns past Cn are not the chunk's (stale for C < 64)
+      split_pair(ok && k < Cn ? x.x : 0.0f, ok && k + 1 < Cn ? x.y : 0.0f, ah[s][r], al[s][r]);
     }
   }
   float dacc[4][2] = {};
@@ -332,27 +346,34 @@ __device__ __forceinline__ void bwd_local_cross(LocalSmem& S, const LocalPowTabl
         mma_bf16_16816(z, al[s], bh[0], bh[1]);
       }
     }
-    // accumulator r: row i' = g + 8 (r / 2), latent lb + 8 nt + 2 qq + r % 2
+    // accumulators 2 hr + u: row i' = g + 8 hr, latent lb + 8 nt + 2 qq + u (float2 accesses)
+    const int l = lb + 8 * nt + 2 * qq, R = Cn - 16 * (I + 1);
+    auto f2 = [](const float* x) { return *reinterpret_cast<const float2*>(x); };
+    const float2 A2 = f2(&P.a16[I][l]), F2 = f2(&P.f16[I][l]), AR2 = f2(&P.ar[I][l]), FR2 = f2(&P.fr[I][l]);
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int ip = g + 8 * (r / 2), i = i0 + ip, l = lb + 8 * nt + 2 * qq + r % 2;
+    for (int hr = 0; hr < 2; ++hr) {
+      const int ip = g + 8 * hr, i = i0 + ip;
       if (i >= Cn) continue;
-      const int R = Cn - 16 * (I + 1);
-      const float W = S.w[i][l], U = S.u[i][l];
-      const float pi = P.pt[ip][l], fip = P.ft[ip][l], A = P.a16[I][l];
-      const float ai = pi * A, fi = fip * A + pi * P.f16[I][l];
-      const float pn = P.pt[15 - ip][l];
-      float an, fn;
-      if (R >= 0) {
-        an = pn * P.ar[I][l];
-        fn = P.ft[15 - ip][l] * P.ar[I][l] + pn * P.fr[I][l];
-      } else {  // the last sub-block: Cn-1-i < 16, and no later sub-block (z = 0)
-        an = P.pt[Cn - 1 - i][l];
-        fn = P.ft[Cn - 1 - i][l];
+      const float2 W2 = f2(&S.w[i][l]), U2 = f2(&S.u[i][l]), q2 = f2(&qs[i][l]), qp2 = f2(&qps[i][l]);
+      const float2 pi2 = f2(&P.pt[ip][l]), fi2 = f2(&P.ft[ip][l]), pn2 = f2(&P.pt[15 - ip][l]);
+      // the last sub-block (R < 0): Cn-1-i < 16 from the tables, and no later sub-block (z = 0)
+      const float2 pm2 = f2(&P.pt[R >= 0 ? 15 - ip : Cn - 1 - i][l]), fm2 = f2(&P.ft[R >= 0 ? 15 - ip : Cn - 1 - i][l]);
+      float wo[2], uo[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const float W = u ? W2.y : W2.x, U = u ? U2.y : U2.x, pi = u ? pi2.y : pi2.x, fip = u ? fi2.y : fi2.x;
+        const float pn = u ? pn2.y : pn2.x, pm = u ? pm2.y : pm2.x, fm = u ? fm2.y : fm2.x;
+        const float A = u ? A2.y : A2.x, ar = u ? AR2.y : AR2.x;
+        const float ai = pi * A, fi = fip * A + pi * (u ? F2.y : F2.x);  // a^i, f(i)
+        const float an = R >= 0 ? pm * ar : pm;                          // a^(Cn-1-i)
+        const float fn = R >= 0 ? fm * ar + pm * (u ? FR2.y : FR2.x) : fm;  // f(Cn-1-i)
+        const float y0v = y0[2 * hr + u], y1v = y1[2 * hr + u], zv = z[2 * hr + u];
+        wo[u] = ai * W + pi * y0v;
+        uo[u] = an * U + pn * zv;
+        dacc[nt][u] += (u ? qp2.y : qp2.x) * (fi * W + fip * y0v + pi * y1v) + (u ? q2.y : q2.x) * U * fn;
       }
-      S.w[i][l] = ai * W + pi * y0[r];
-      S.u[i][l] = an * U + pn * z[r];
-      dacc[nt][r % 2] += qps[i][l] * (fi * W + fip * y0[r] + pi * y1[r]) + qs[i][l] * U * fn;
+      *reinterpret_cast<float2*>(&S.w[i][l]) = make_float2(wo[0], wo[1]);
+      *reinterpret_cast<float2*>(&S.u[i][l]) = make_float2(uo[0], uo[1]);
     }
   }
   // da's share: each latent's sum over the sub-block's rows (g), a fixed shuffle tree
@@ -403,7 +424,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
   constexpr bool kV3 = kVersion == 3;
   static_assert(kVersion == 2 || (kVersion == 3 && kReadback), "bwd_local: version 2, or 3 with the readback");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  LocalSmem& S = *reinterpret_cast<LocalSmem*>(smem_raw);
+  LocalSmemOf<kVersion>& S = *reinterpret_cast<LocalSmemOf<kVersion>*>(smem_raw);
   auto& qs = S.r.qs;
   auto& qps = S.r.qps;
   auto& ns = S.r.ns;
@@ -427,7 +448,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     const int xc = threadIdx.x % LT, ic = threadIdx.x / LT;
     const bool xok = l0 + xc < d.L, vec = d.L % 4 == 0;
     const int64_t tile0 = (bh * d.T + t0 + ic) * d.L + l0 + xc;  // [t][l] offset of (ic, xc)
-    auto copy_tile = [&](float (*dst)[LT], const float* src) {
+    auto copy_tile = [&](auto dst, const float* src) {  // dst: float (*)[LT + pad]
       if (vec) {
 #pragma unroll
         for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
@@ -979,8 +1000,9 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream, dHs_lo);
       launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
     }
+    constexpr int local_smem = static_cast<int>(sizeof(LocalSmemOf<kTC ? RHOSCAN_BWD_LOCAL_VERSION : 2>));
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, kTC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(sizeof(LocalSmem))));
+                                            local_smem));
     if constexpr (kTC) {
       constexpr bool kLo = kSplitValues<T>;
       if (!quadratic) {
@@ -991,7 +1013,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
         RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
       }
     }
-    bwd_local_kernel<T, kTC><<<grid_for(n * nC * nlt), kLocalThreads, sizeof(LocalSmem), stream>>>(
+    bwd_local_kernel<T, kTC><<<grid_for(n * nC * nlt), kLocalThreads, local_smem, stream>>>(
         d, q, v, gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
         kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
     RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");

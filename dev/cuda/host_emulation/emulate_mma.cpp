@@ -782,17 +782,17 @@ bool bwd_local_v3_case(const LocalShape& c) {
   for (int k = 0; k < 2; ++k) {
     o[k] = {nans<float>(nbh * T * nlt), nans<float>(nbh * T * L), nans<float>(nbh * nC * L), nans<float>(nbh * nC * L),
             nans<float>(nbh * nC * L)};
-    auto go = [&](auto kernel) {
-      emu::launch(c.grid, kLocalThreads, sizeof(LocalSmem), [&] {
+    auto go = [&](auto kernel, size_t smem) {
+      emu::launch(c.grid, kLocalThreads, smem, [&] {
         kernel(d, qs, Str4{}, Str4{}, a32.data(), Qp.data(), sn.data(), Nc.data(), nullptr, nullptr, M.data(), W.data(),
                U.data(), HdH.data(), o[k].gcp.data(), o[k].dqp.data(), o[k].dap.data(), o[k].Bsum.data(),
                o[k].Zs.data());
       });
     };
     if (k == 0)
-      go(bwd_local_kernel<bf16, true, 2>);
+      go(bwd_local_kernel<bf16, true, 2>, sizeof(LocalSmemOf<2>));
     else
-      go(bwd_local_kernel<bf16, true, 3>);
+      go(bwd_local_kernel<bf16, true, 3>, sizeof(LocalSmemOf<3>));
   }
   auto cmp = [](const char* what, const std::vector<float>& x, const std::vector<float>& y) {
     double diff = 0, scale = 0;
