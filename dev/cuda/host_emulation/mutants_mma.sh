@@ -52,6 +52,12 @@ mutants=(
   "quad readback: HdH' into slot K instead of K-1|src/cuda/quadratic_backward.cuh|(K >= 1 ? K - 1 : d.nC - 1)|(K >= 1 ? K : d.nC - 1)|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
   "quad readback: split keys' third pass dropped|src/cuda/quadratic_backward.cuh|qr_mma_64x32<true, kKeyLo>(|qr_mma_64x32<true, false>(|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=2"
   "quad dv: the intra-chunk step reads all of P (its upper triangle)|src/cuda/quadratic_backward.cuh|(s > 0 |(s >= 0 |deferred|caught"
+  "bwd_local v3: Y's sub-block distance one too many (a^(16 (D + 1)))|src/cuda/backward.cu|D = y ? I - s - 1 : s - I;|D = y ? I - s : s - I;|deferred|caught"
+  "bwd_local v3: Y0's lo pass (M lo times the operand's hi) dropped|src/cuda/backward.cu|        mma_bf16_16816(y0, al[s], bh[0], bh[1]);\n|\n|deferred|caught"
+  "bwd_local v3: Z's block of M not transposed|src/cuda/backward.cu|x = make_float2(ms[k][i], ms[k + 1][i]);|x = *reinterpret_cast<const float2*>(\&ms[i][k]);|deferred|caught"
+  "bwd_local v3: no barrier between the products and the N walk (red, the tables in ns)|src/cuda/backward.cu|      __syncthreads();  // w, u, red[0..3] written; the tables (ns) are consumed\n|\n|deferred|caught"
+  "bwd_local v3: the FFMA loop from j = 0 (the products' pairs counted twice)|src/cuda/backward.cu|kV3 ? i0 \& ~15 : 0;|kV3 ? 0 : 0;|deferred|caught"
+  "bwd_local v3: M's columns past Cn not masked (stale rows of ms for C < 64)|src/cuda/backward.cu|split_pair(ok \&\& k < Cn ? x.x : 0.0f, ok \&\& k + 1 < Cn ? x.y : 0.0f,|split_pair(ok ? x.x : 0.0f, ok ? x.y : 0.0f,|deferred|caught"
 )
 missed=0
 for m in "${mutants[@]}"; do
