@@ -280,111 +280,123 @@ __device__ __forceinline__ void bwd_local_cross(LocalSmemV3& S, const LocalPowTa
   auto& qps = S.r.qps;
   auto& ms = S.r.ms;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qq = lane % 4;
-  const int I = warp / 2, lb = 32 * (warp % 2), i0 = 16 * I;
-  if (i0 >= Cn) {  // no rows: no share of da
-    S.red[I][lb + lane] = 0.0f;
-    return;
-  }
-  // A fragments of the three k-steps s: s < I: Y's M[I][J = s]; s >= I: Z's M[K = s + 1][I]^T.
-  // Register r, half h: row i' = g + 8 (r & 1), column k' = 2 qq + 8 (r >> 1) + h.
-  uint32_t ah[3][4], al[3][4];
+  const int lB = 8 * warp + g, lA = 8 * warp + 2 * qq;  // B fragments' latent; accumulators' lA, lA + 1
+  // B operands of every sub-block (rows k' = 2 qq + {0, 1, 8, 9}: m = 0, 1 in b0, m = 2, 3 in b1):
+  // Y's K0 = q a^(15-k'), K1 = q f(15-k') of J = 0..2, Z's Q0 = Qp a^(k') of K = 1..3 (index K-1).
+  uint32_t k0h[3][2], k0l[3][2], k1h[3][2], k1l[3][2], zh[3][2], zl[3][2];
+  {
+    float pY[4], fY[4], pZ[4];
 #pragma unroll
-  for (int s = 0; s < 3; ++s) {
-    const bool y = s < I;
-    const int c0 = 16 * (y ? s : s + 1);  // the other sub-block's first row
+    for (int m = 0; m < 4; ++m) {
+      const int kp = 2 * qq + (m & 1) + 8 * (m >> 1);
+      pY[m] = P.pt[15 - kp][lB], fY[m] = P.ft[15 - kp][lB], pZ[m] = P.pt[kp][lB];
+    }
+#pragma unroll
+    for (int J = 0; J < 3; ++J) {
+      float x0[4], x1[4], xz[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {  // (rows past Cn are zeros in qs, qps)
+        const int kp = 2 * qq + (m & 1) + 8 * (m >> 1);
+        const float qv = qs[16 * J + kp][lB];
+        x0[m] = qv * pY[m], x1[m] = qv * fY[m], xz[m] = qps[16 * (J + 1) + kp][lB] * pZ[m];
+      }
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        split_pair(x0[2 * b], x0[2 * b + 1], k0h[J][b], k0l[J][b]);
+        split_pair(x1[2 * b], x1[2 * b + 1], k1h[J][b], k1l[J][b]);
+        split_pair(xz[2 * b], xz[2 * b + 1], zh[J][b], zl[J][b]);
+      }
+    }
+  }
+  // A fragment of M's block (rb, cb), or of the transpose of block (cb, rb): register r, half h
+  // holds row i' = g + 8 (r & 1), column k' = 2 qq + 8 (r >> 1) + h. Rows and columns past Cn are
+  // not the chunk's (stale for C < 64): zeros.
+  auto a_frag = [&](bool tr, int rb, int cb, uint32_t(&hi)[4], uint32_t(&lo)[4]) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const int i = i0 + g + 8 * (r & 1), k = c0 + 2 * qq + 8 * (r >> 1);
-      float2 x;
-      if (y)
-        x = *reinterpret_cast<const float2*>(&ms[i][k]);  // (k even: 8-byte aligned)
-      else
-        x = make_float2(ms[k][i], ms[k + 1][i]);
-      const bool ok = i < Cn;  // rows and columns past Cn are not the chunk's (stale for C < 64)
-      split_pair(ok && k < Cn ? x.x : 0.0f, ok && k + 1 < Cn ? x.y : 0.0f, ah[s][r], al[s][r]);
+      const int i = 16 * rb + g + 8 * (r & 1), k = 16 * cb + 2 * qq + 8 * (r >> 1);
+      const float2 x = tr ? make_float2(ms[k][i], ms[k + 1][i]) : *reinterpret_cast<const float2*>(&ms[i][k]);
+      const bool ok = i < Cn;
+      split_pair(ok && k < Cn ? x.x : 0.0f, ok && k + 1 < Cn ? x.y : 0.0f, hi[r], lo[r]);
     }
-  }
-  float dacc[4][2] = {};
+  };
+  auto mma3 = [&](float(&acc)[4], const uint32_t(&ah)[4], const uint32_t(&al)[4], const uint32_t(&bh)[2],
+                  const uint32_t(&bl)[2]) {  // hi·hi + hi·lo + lo·hi
+    mma_bf16_16816(acc, ah, bh[0], bh[1]);
+    mma_bf16_16816(acc, ah, bl[0], bl[1]);
+    mma_bf16_16816(acc, al, bh[0], bh[1]);
+  };
+  auto f2 = [](const float* x) { return *reinterpret_cast<const float2*>(x); };
+  const float2 u2 = f2(&P.a16[1][lA]), f16 = f2(&P.f16[1][lA]);  // a^16, f(16) of the accumulators' latents
+  float dacc[2] = {};
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt) {
+  for (int I = 0; I < 4; ++I) {
+    if (16 * I >= Cn) break;  // warp-uniform
+    // Y over J = 0 .. I-1 by Horner in a^16 (D = I-1-J): y1 <- a^16 y1 + f(16) y0 + M K1, then
+    // y0 <- a^16 y0 + M K0, so y0 = sum_J a^(16 D) M K0 and y1 = sum_J (a^(16 D) M K1 + f(16 D) M K0)
     float y0[4] = {}, y1[4] = {}, z[4] = {};
-    const int lB = lb + 8 * nt + g;  // the B fragment's latent
 #pragma unroll
-    for (int s = 0; s < 3; ++s) {
-      const bool y = s < I;
-      const int c0 = 16 * (y ? s : s + 1), D = y ? I - s - 1 : s - I;
-      if (c0 >= Cn) continue;  // warp-uniform: an empty later sub-block
-      // B rows k' = 2 qq + {0, 1, 8, 9}: b0 holds k' = 2 qq, 2 qq + 1; b1 the same + 8
-      float x0[4], x1[4] = {};
-      const float aD = P.a16[D][lB], fD = P.f16[D][lB];
+    for (int J = 0; J < 3; ++J) {
+      if (J >= I) break;
 #pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const int kp = 2 * qq + (m & 1) + 8 * (m >> 1);
-        if (y) {
-          const float qv = qs[c0 + kp][lB], pa = P.pt[15 - kp][lB];
-          x0[m] = qv * (pa * aD);
-          x1[m] = qv * (P.ft[15 - kp][lB] * aD + pa * fD);
-        } else {
-          x0[m] = qps[c0 + kp][lB] * (P.pt[kp][lB] * aD);
-        }
+      for (int r = 0; r < 4; ++r) {
+        const float u = r % 2 ? u2.y : u2.x, fu = r % 2 ? f16.y : f16.x;
+        y1[r] = u * y1[r] + fu * y0[r];
+        y0[r] = u * y0[r];
       }
-      uint32_t bh[2], bl[2];
-      split_pair(x0[0], x0[1], bh[0], bl[0]);
-      split_pair(x0[2], x0[3], bh[1], bl[1]);
-      if (y) {  // (two explicit branches: a reference chosen at run time would put y0, z in local memory)
-        mma_bf16_16816(y0, ah[s], bh[0], bh[1]);
-        mma_bf16_16816(y0, ah[s], bl[0], bl[1]);
-        mma_bf16_16816(y0, al[s], bh[0], bh[1]);
-        split_pair(x1[0], x1[1], bh[0], bl[0]);
-        split_pair(x1[2], x1[3], bh[1], bl[1]);
-        mma_bf16_16816(y1, ah[s], bh[0], bh[1]);
-        mma_bf16_16816(y1, ah[s], bl[0], bl[1]);
-        mma_bf16_16816(y1, al[s], bh[0], bh[1]);
-      } else {
-        mma_bf16_16816(z, ah[s], bh[0], bh[1]);
-        mma_bf16_16816(z, ah[s], bl[0], bl[1]);
-        mma_bf16_16816(z, al[s], bh[0], bh[1]);
-      }
+      uint32_t ah[4], al[4];
+      a_frag(false, I, J, ah, al);
+      mma3(y0, ah, al, k0h[J], k0l[J]);
+      mma3(y1, ah, al, k1h[J], k1l[J]);
     }
-    // accumulators 2 hr + u: row i' = g + 8 hr, latent lb + 8 nt + 2 qq + u (float2 accesses)
-    const int l = lb + 8 * nt + 2 * qq, R = Cn - 16 * (I + 1);
-    auto f2 = [](const float* x) { return *reinterpret_cast<const float2*>(x); };
-    const float2 A2 = f2(&P.a16[I][l]), F2 = f2(&P.f16[I][l]), AR2 = f2(&P.ar[I][l]), FR2 = f2(&P.fr[I][l]);
+    // Z over K = 3 .. I+1 by Horner in a^16 (D = K-I-1): z <- a^16 z + M[K][I]^T Q0
+#pragma unroll
+    for (int K = 3; K >= 1; --K) {
+      if (K <= I) break;
+      if (16 * K >= Cn) continue;  // an empty sub-block
+#pragma unroll
+      for (int r = 0; r < 4; ++r) z[r] *= r % 2 ? u2.y : u2.x;
+      uint32_t ah[4], al[4];
+      a_frag(true, I, K, ah, al);
+      mma3(z, ah, al, zh[K - 1], zl[K - 1]);
+    }
+    // accumulators 2 hr + u: row i' = g + 8 hr, latent lA + u (float2 accesses)
+    const int R = Cn - 16 * (I + 1);
+    const float2 A2 = f2(&P.a16[I][lA]), F2 = f2(&P.f16[I][lA]), AR2 = f2(&P.ar[I][lA]), FR2 = f2(&P.fr[I][lA]);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int ip = g + 8 * hr, i = i0 + ip;
+      const int ip = g + 8 * hr, i = 16 * I + ip;
       if (i >= Cn) continue;
-      const float2 W2 = f2(&S.w[i][l]), U2 = f2(&S.u[i][l]), q2 = f2(&qs[i][l]), qp2 = f2(&qps[i][l]);
-      const float2 pi2 = f2(&P.pt[ip][l]), fi2 = f2(&P.ft[ip][l]), pn2 = f2(&P.pt[15 - ip][l]);
+      const float2 W2 = f2(&S.w[i][lA]), U2 = f2(&S.u[i][lA]), q2 = f2(&qs[i][lA]), qp2 = f2(&qps[i][lA]);
+      const float2 pi2 = f2(&P.pt[ip][lA]), fi2 = f2(&P.ft[ip][lA]), pn2 = f2(&P.pt[15 - ip][lA]);
       // the last sub-block (R < 0): Cn-1-i < 16 from the tables, and no later sub-block (z = 0)
-      const float2 pm2 = f2(&P.pt[R >= 0 ? 15 - ip : Cn - 1 - i][l]), fm2 = f2(&P.ft[R >= 0 ? 15 - ip : Cn - 1 - i][l]);
+      const int nm = R >= 0 ? 15 - ip : Cn - 1 - i;
+      const float2 pm2 = f2(&P.pt[nm][lA]), fm2 = f2(&P.ft[nm][lA]);
       float wo[2], uo[2];
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const float W = u ? W2.y : W2.x, U = u ? U2.y : U2.x, pi = u ? pi2.y : pi2.x, fip = u ? fi2.y : fi2.x;
         const float pn = u ? pn2.y : pn2.x, pm = u ? pm2.y : pm2.x, fm = u ? fm2.y : fm2.x;
         const float A = u ? A2.y : A2.x, ar = u ? AR2.y : AR2.x;
-        const float ai = pi * A, fi = fip * A + pi * (u ? F2.y : F2.x);  // a^i, f(i)
-        const float an = R >= 0 ? pm * ar : pm;                          // a^(Cn-1-i)
+        const float ai = pi * A, fi = fip * A + pi * (u ? F2.y : F2.x);     // a^i, f(i)
+        const float an = R >= 0 ? pm * ar : pm;                             // a^(Cn-1-i)
         const float fn = R >= 0 ? fm * ar + pm * (u ? FR2.y : FR2.x) : fm;  // f(Cn-1-i)
         const float y0v = y0[2 * hr + u], y1v = y1[2 * hr + u], zv = z[2 * hr + u];
         wo[u] = ai * W + pi * y0v;
         uo[u] = an * U + pn * zv;
-        dacc[nt][u] += (u ? qp2.y : qp2.x) * (fi * W + fip * y0v + pi * y1v) + (u ? q2.y : q2.x) * U * fn;
+        dacc[u] += (u ? qp2.y : qp2.x) * (fi * W + fip * y0v + pi * y1v) + (u ? q2.y : q2.x) * U * fn;
       }
-      *reinterpret_cast<float2*>(&S.w[i][l]) = make_float2(wo[0], wo[1]);
-      *reinterpret_cast<float2*>(&S.u[i][l]) = make_float2(uo[0], uo[1]);
+      *reinterpret_cast<float2*>(&S.w[i][lA]) = make_float2(wo[0], wo[1]);
+      *reinterpret_cast<float2*>(&S.u[i][lA]) = make_float2(uo[0], uo[1]);
     }
   }
-  // da's share: each latent's sum over the sub-block's rows (g), a fixed shuffle tree
+  // da's share: each latent's sum over the chunk's rows (the thread's, then g: a fixed shuffle tree)
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      float x = dacc[nt][u];
-      for (int o = 4; o < 32; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-      if (g == 0) S.red[I][lb + 8 * nt + 2 * qq + u] = x;
-    }
+  for (int u = 0; u < 2; ++u) {
+    float x = dacc[u];
+    for (int o = 4; o < 32; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    if (g == 0) S.red[0][lA + u] = x;
+  }
 }
 
 // ipow for 0 <= n < 64 (the exponents inside a chunk, kMaxChunk = 64) without the loop's
@@ -585,7 +597,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     __syncthreads();
     if constexpr (kV3) {
       bwd_local_cross(S, *reinterpret_cast<const LocalPowTables*>(&ns[0][0]), Cn);
-      __syncthreads();  // w, u, red[0..3] written; the tables (ns) are consumed
+      __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed
     }
     float da[2] = {};
     // Warp 0 walks the chunk: N_i, and zsum = sum_i a^(Cn-1-i) N_i (Horner), da's B·N weight.
@@ -605,7 +617,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       }
       if constexpr (kV3) {  // the products' shares of da (red is rewritten only after the row phase)
 #pragma unroll
-        for (int u = 0; u < 2; ++u) da[u] = S.red[0][x0 + u] + S.red[1][x0 + u] + S.red[2][x0 + u] + S.red[3][x0 + u];
+        for (int u = 0; u < 2; ++u) da[u] = S.red[0][x0 + u];
       }
     }
     __syncthreads();  // ns complete
