@@ -274,6 +274,28 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
   lo = *reinterpret_cast<const uint32_t*>(&r);
 }
 
+// Version 3: M's six blocks below the diagonal of 16×16 blocks, (I, J) with J < I, as bf16 hi + lo,
+// each into the unused upper triangle at block (J, I): row r of the tile at &ms[16 J + r][16 I],
+// 16 hi then 16 lo values (32 + 32 bytes, 16-byte aligned: ldmatrix rows). Rows and columns past
+// Cn are not the chunk's (stale for C < 64): zeros. Blocks past Cn are not used: skipped.
+__device__ __forceinline__ void bwd_local_split_m(LocalSmemV3& S, int Cn) {
+  auto& ms = S.r.ms;
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    const int idx = threadIdx.x + kLocalThreads * k, blk = idx / 128, e = idx % 128;
+    const int I = blk < 1 ? 1 : blk < 3 ? 2 : 3, J = blk - (I * (I - 1)) / 2;  // (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
+    const int r = e / 8, c = 2 * (e % 8), i = 16 * I + r, j = 16 * J + c;
+    if (16 * I >= Cn) continue;
+    const float2 x = *reinterpret_cast<const float2*>(&ms[i][j]);
+    const bool ok = i < Cn;
+    uint32_t hi, lo;
+    split_pair(ok && j < Cn ? x.x : 0.0f, ok && j + 1 < Cn ? x.y : 0.0f, hi, lo);
+    uint32_t* t = reinterpret_cast<uint32_t*>(&ms[16 * J + r][16 * I]);
+    t[c / 2] = hi;
+    t[8 + c / 2] = lo;
+  }
+}
+
 // Version 3's products between sub-blocks and their epilogue (see above); warp-uniform branches.
 __device__ __forceinline__ void bwd_local_cross(LocalSmemV3& S, const LocalPowTables& P, int Cn) {
   auto& qs = S.r.qs;
@@ -308,16 +330,18 @@ __device__ __forceinline__ void bwd_local_cross(LocalSmemV3& S, const LocalPowTa
       }
     }
   }
-  // A fragment of M's block (rb, cb), or of the transpose of block (cb, rb): register r, half h
-  // holds row i' = g + 8 (r & 1), column k' = 2 qq + 8 (r >> 1) + h. Rows and columns past Cn are
-  // not the chunk's (stale for C < 64): zeros.
+  // A fragments of M's block (rb, cb) < diagonal, or of the transpose of block (cb, rb), from the
+  // bf16 hi / lo tiles that bwd_local_split_m left in the upper triangle (ldmatrix, .trans).
   auto a_frag = [&](bool tr, int rb, int cb, uint32_t(&hi)[4], uint32_t(&lo)[4]) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int i = 16 * rb + g + 8 * (r & 1), k = 16 * cb + 2 * qq + 8 * (r >> 1);
-      const float2 x = tr ? make_float2(ms[k][i], ms[k + 1][i]) : *reinterpret_cast<const float2*>(&ms[i][k]);
-      const bool ok = i < Cn;
-      split_pair(ok && k < Cn ? x.x : 0.0f, ok && k + 1 < Cn ? x.y : 0.0f, hi[r], lo[r]);
+    if (!tr) {  // tile (rb, cb): rows at &ms[16 cb + r][16 rb]
+      const bf16* p = reinterpret_cast<const bf16*>(&ms[16 * cb + (lane & 15)][16 * rb]) + (lane >> 4) * 8;
+      ldsm_x4(hi, p);
+      ldsm_x4(lo, p + 16);
+    } else {  // tile (cb, rb), rows k' at &ms[16 rb + k'][16 cb], read transposed
+      const bf16* p = reinterpret_cast<const bf16*>(&ms[16 * rb + (lane >> 4) * 8 + (lane & 7)][16 * cb]) +
+                      ((lane >> 3) & 1) * 8;
+      ldsm_x4_trans(hi, p);
+      ldsm_x4_trans(lo, p + 16);
     }
   };
   auto mma3 = [&](float(&acc)[4], const uint32_t(&ah)[4], const uint32_t(&al)[4], const uint32_t(&bh)[2],
@@ -596,6 +620,8 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     cp_async_wait<0>();
     __syncthreads();
     if constexpr (kV3) {
+      bwd_local_split_m(S, Cn);
+      __syncthreads();  // M's hi / lo tiles complete
       bwd_local_cross(S, *reinterpret_cast<const LocalPowTables*>(&ns[0][0]), Cn);
       __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed
     }
