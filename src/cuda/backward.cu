@@ -226,22 +226,29 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 //   i-1-j = i' + m_j,  m_j = 16 D + (15 - j') >= 0,  D = I - J - 1,
 // so p_i's cross part is a^(i') Y0_i and dp_i's is f(i') Y0_i + a^(i') Y1_i (f(x + m) =
 // f(x) a^m + a^x f(m)), with Y0_i = sum_j M[i][j] q_j a^(m_j), Y1_i = sum_j M[i][j] q_j f(m_j):
-// [16 rows × 16 I] blocks of M times [16 I × 64 latents] operands whose columns carry the decay
-// (a^(m_j) = a^(15-j') a^(16 D), f(m_j) = f(15-j') a^(16 D) + a^(15-j') f(16 D)). For k in a later
+// 16×16 blocks of M times [16 × 8 latents] operands (a^(m_j) = a^(15-j') a^(16 D),
+// f(m_j) = f(15-j') a^(16 D) + a^(15-j') f(16 D)). For k in a later
 // sub-block K > I: k-i-1 = (15 - i') + 16 D + k', D = K - I - 1, so avs_i's cross part is
 // a^(15-i') Z_i, Z_i = sum_k M[k][i] Qp_k a^(16 D + k') (M's block transposed). Every exponent is
 // >= 0 (exact at a = 0 and 1). M and the operands are float32: each goes to the tensor cores as
-// bf16 hi + lo (x - hi - lo is below 2^-16 |x|) in three passes (hi·hi, hi·lo, lo·hi; lo·lo is
-// below float32 resolution), because dq takes the difference gw - gc of the read's results.
-// Warp w takes row sub-block I = w / 2 and latents 32 (w % 2) .. +31 (four 8-latent mma tiles):
-// its three k-steps (J < I for Y, K > I for Z) are 3 for every I, and the A fragments of M (built
-// from float32 shared memory, split, masked to rows and columns < Cn) serve its four tiles. Its
+// bf16 hi + lo (x - hi - lo is below 2^-16 |x|) in three passes (hi·hi, hi·lo, lo·hi; lo·lo,
+// about 2^-16 of the term, is dropped), so a term keeps ~2^-16 relative accuracy where one bf16
+// rounding would not do: dq takes the difference gw - gc of the read's results.
+// M's six blocks below the diagonal (of 16×16 blocks) are split to bf16 hi + lo once per block,
+// masked to rows and columns < Cn (stale for C < 64), into the upper triangle of ms, which no
+// version reads (bwd_local_split_m). Warp w takes latents 8w .. 8w+7 (one 8-latent mma tile) of
+// every row sub-block, the same work for every warp (54 mma per item at Cn = 64): it builds the B
+// operands of each sub-block once, K0 = q a^(15-j'), K1 = q f(15-j') (J = 0..2) and
+// Q0 = Qp a^(k') (K = 1..3), none of which depends on the row block, and takes the distance
+// factors by Horner in a^16 over the sub-blocks (J ascending: y1 <- a^16 y1 + f(16) y0 + M K1,
+// y0 <- a^16 y0 + M K0, since f(16 (D+1)) = f(16 D) a^16 + a^(16 D) f(16); K descending:
+// z <- a^16 z + M^T Q0), A fragments by ldmatrix (.trans for Z) from the split tiles. Its
 // epilogue folds the results with the state terms into the row phase's inputs, element by
 // element in the accumulators' own threads:
 //   w[i][l] <- a^i W + a^(i') Y0,   u[i][l] <- a^(Cn-1-i) U + a^(15-i') Z,
 //   da's share: Qp (f(i) W + f(i') Y0 + a^(i') Y1) + q U f(Cn-1-i),
-// summed over the block's rows by a fixed shuffle tree into red[I][l] (red is free until the
-// row phase ends; warp 0 takes the four partials during its N walk). The powers come from
+// summed over the chunk's rows (the thread's, then a fixed shuffle tree over g) into red[0][l]
+// (red is free until the row phase ends; warp 0 takes it during its N walk). The powers come from
 // per-latent tables in the space of ns (written by the N walk only after the products):
 // a^n, f(n) for n = 0..16 by running products, a^(16 I), f(16 I) and a^R, f(R) for
 // R = Cn - 16 (I + 1) (a^(Cn-1-i) = a^(15-i') a^R) by ipow64. The row phase then runs the FFMA
@@ -253,7 +260,7 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 // Version 3's shared memory: rows padded by 8 floats (row stride 72: the accumulator layout's
 // float2 accesses, rows g = lane / 4 and latent pairs 2 (lane % 4), reach 16 distinct 8-byte bank
 // pairs per half-warp, where a stride of 64 put the 8 rows on the same banks: 8-way conflicts),
-// 110.25 KiB against version 2's 96.25 (two blocks per SM still fit).
+// 110.25 KiB against version 2's 98.25 (two blocks per SM still fit: 2 × (110.25 + 1) <= 228).
 constexpr int kLocalPadV3 = 8;
 using LocalSmemV3 = LocalSmemP<kLocalPadV3>;
 template <int kVersion>
@@ -277,7 +284,8 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
 // Version 3: M's six blocks below the diagonal of 16×16 blocks, (I, J) with J < I, as bf16 hi + lo,
 // each into the unused upper triangle at block (J, I): row r of the tile at &ms[16 J + r][16 I],
 // 16 hi then 16 lo values (32 + 32 bytes, 16-byte aligned: ldmatrix rows). Rows and columns past
-// Cn are not the chunk's (stale for C < 64): zeros. Blocks past Cn are not used: skipped.
+// Cn are not the chunk's (stale for C < 64): zeros (only the rows matter below the diagonal: a
+// column j < 16 I <= i is < Cn wherever row i is). Blocks past Cn are not used: skipped.
 __device__ __forceinline__ void bwd_local_split_m(LocalSmemV3& S, int Cn) {
   auto& ms = S.r.ms;
 #pragma unroll
