@@ -273,8 +273,10 @@ struct LocalPowTables {
 };
 static_assert(sizeof(LocalPowTables) <= sizeof(LocalRowTiles<kLocalPadV3>::ns), "version 3's tables live in ns");
 
-// x0, x1 -> bf16 pairs hi (x0 in the low half) and lo = the remainders x - hi, rounded.
-__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+// x0, x1 -> bf16 pairs hi (x0 in the low half) and lo = the remainders x - hi, rounded. (A
+// template, as the functions below: no unused-function warning where version 3 is not built.)
+template <typename F = float>
+__device__ __forceinline__ void split_pair(F x0, F x1, uint32_t& hi, uint32_t& lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
   const __nv_bfloat162 r = __floats2bfloat162_rn(x0 - __low2float(h), x1 - __high2float(h));
   hi = *reinterpret_cast<const uint32_t*>(&h);
@@ -286,7 +288,9 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
 // 16 hi then 16 lo values (32 + 32 bytes, 16-byte aligned: ldmatrix rows). Rows and columns past
 // Cn are not the chunk's (stale for C < 64): zeros (only the rows matter below the diagonal: a
 // column j < 16 I <= i is < Cn wherever row i is). Blocks past Cn are not used: skipped.
-__device__ __forceinline__ void bwd_local_split_m(LocalSmemV3& S, int Cn) {
+// (A template on the shared memory's type, LocalSmemV3, as bwd_local_cross.)
+template <typename Smem>
+__device__ __forceinline__ void bwd_local_split_m(Smem& S, int Cn) {
   auto& ms = S.r.ms;
 #pragma unroll
   for (int k = 0; k < 3; ++k) {
@@ -305,7 +309,8 @@ __device__ __forceinline__ void bwd_local_split_m(LocalSmemV3& S, int Cn) {
 }
 
 // Version 3's products between sub-blocks and their epilogue (see above); warp-uniform branches.
-__device__ __forceinline__ void bwd_local_cross(LocalSmemV3& S, const LocalPowTables& P, int Cn) {
+template <typename Smem>
+__device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P, int Cn) {
   auto& qs = S.r.qs;
   auto& qps = S.r.qps;
   auto& ms = S.r.ms;
