@@ -948,8 +948,8 @@ int main(int argc, char** argv) {
       {"chunk_readback_mma, split values", readback_case<true>},
   };
   // bwd_local's versions 2 and 3 against float64, on their own shapes: full chunks of 64 and tails of 17,
-  // 33, 50 and 1 rows, chunks of 32, 17 and 1, L past a 64-latent tile (70, 130), several pairs,
-  // grids smaller than the work. EMU_QUICK: the first four.
+  // 33, 50, 48 and 1 rows, chunks of 48, 32, 17 and 1, L past a 64-latent tile (70, 130), several
+  // pairs, grids smaller than the work. EMU_QUICK: the first four.
   const std::vector<LocalShape> local_shapes = {
       {"H2 pairs2 T145 L70 C64 (64, 64, tail 17)", 2, 2, 145, 70, 64, 3},
       {"H1 pairs1 T97 L130 C64 (64, tail 33)", 1, 1, 97, 130, 64, 2},
@@ -959,6 +959,8 @@ int main(int argc, char** argv) {
       {"H1 pairs2 T65 L20 C64 (64, tail 1)", 1, 2, 65, 20, 64, 2},
       {"H1 pairs1 T5 L9 C1", 1, 1, 5, 9, 1, 2},
       {"H3 pairs3 T128 L64 C64", 3, 3, 128, 64, 64, 4},
+      {"H2 pairs2 T112 L130 C64 (64, tail 48: the last sub-block full)", 2, 2, 112, 130, 64, 3},
+      {"H1 pairs2 T100 L70 C48 (48, 48, tail 4)", 1, 2, 100, 70, 48, 3},
   };
   for (size_t i = 0; i < local_shapes.size(); ++i)
     if ((only.empty() || std::string("bwd_local v3").find(only) != std::string::npos) && !(quick && i >= 4)) {
