@@ -192,25 +192,249 @@ __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
 // red[warp][latent] and are summed in warp order: every sum in a fixed order, no atomics.
 // The E loop (float32 / float16: no readback) computes W and U into the same shared arrays that
 // the readback path fills from Wr, Ur, with its tiles in the space of the row phase's arrays.
+// kPad: floats of padding per row (version 3: 8, see there; version 2: 0).
+template <int kPad>
 struct LocalRowTiles {
-  float qs[64][kLocalLT], qps[64][kLocalLT], ns[64][kLocalLT];
-  float ms[64][64];
+  float qs[64][kLocalLT + kPad], qps[64][kLocalLT + kPad], ns[64][kLocalLT + kPad];
+  float ms[64][64 + kPad];
 };
 struct LocalETiles {  // rows padded by 4 floats: 16-byte reads stay aligned and spread over the banks
   float hs[kLocalLT][kLocalET + 4], dhs[kLocalLT][kLocalET + 4];
   float gs[64][kLocalET + 4], vs[64][kLocalET + 4];
 };
-struct LocalSmem {
+template <int kPad>
+struct LocalSmemP {
   union {
-    LocalRowTiles r;
+    LocalRowTiles<kPad> r;
     LocalETiles e;
   };
-  __align__(16) float w[64][kLocalLT];  // W, then dn (row phase), then ib (reverse scan)
-  __align__(16) float u[64][kLocalLT];  // U, then gw / s + av (row phase)
+  __align__(16) float w[64][kLocalLT + kPad];  // W, then dn (row phase), then ib (reverse scan)
+  __align__(16) float u[64][kLocalLT + kPad];  // U, then gw / s + av (row phase)
   float red[8][kLocalLT];
   float hdh[kLocalLT];
 };
+using LocalSmem = LocalSmemP<0>;
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
+
+// Two versions of the 16-bit (kReadback) instantiation, chosen at compile time
+// (-DRHOSCAN_BWD_LOCAL_VERSION=2|3, default 2); float32 (no readback) is always version 2.
+//   2: every (i, j) pair of the triangular loops by FFMA (above).
+//   3: the pairs between different 16-row sub-blocks of the chunk on tensor cores, FFMA only for
+//      the four 16×16 diagonal sub-blocks' triangles (480 of the 2016 pairs of a 64-row chunk).
+//      Unmeasured on the GPU.
+// Version 3's split. With s(i) = i / 16 and i' = i % 16, for j in an earlier sub-block J < I = s(i):
+//   i-1-j = i' + m_j,  m_j = 16 D + (15 - j') >= 0,  D = I - J - 1,
+// so p_i's cross part is a^(i') Y0_i and dp_i's is f(i') Y0_i + a^(i') Y1_i (f(x + m) =
+// f(x) a^m + a^x f(m)), with Y0_i = sum_j M[i][j] q_j a^(m_j), Y1_i = sum_j M[i][j] q_j f(m_j):
+// 16×16 blocks of M times [16 × 8 latents] operands (a^(m_j) = a^(15-j') a^(16 D),
+// f(m_j) = f(15-j') a^(16 D) + a^(15-j') f(16 D)). For k in a later
+// sub-block K > I: k-i-1 = (15 - i') + 16 D + k', D = K - I - 1, so avs_i's cross part is
+// a^(15-i') Z_i, Z_i = sum_k M[k][i] Qp_k a^(16 D + k') (M's block transposed). Every exponent is
+// >= 0 (exact at a = 0 and 1). M and the operands are float32: each goes to the tensor cores as
+// bf16 hi + lo (x - hi - lo is below 2^-16 |x|) in three passes (hi·hi, hi·lo, lo·hi; lo·lo,
+// about 2^-16 of the term, is dropped), so a term keeps ~2^-16 relative accuracy where one bf16
+// rounding would not do: dq takes the difference gw - gc of the read's results.
+// M's six blocks below the diagonal (of 16×16 blocks) are split to bf16 hi + lo once per block,
+// masked to rows and columns < Cn (stale for C < 64), into the upper triangle of ms, which no
+// version reads (bwd_local_split_m). Warp w takes latents 8w .. 8w+7 (one 8-latent mma tile) of
+// every row sub-block, the same work for every warp (54 mma per item at Cn = 64): it builds the B
+// operands of each sub-block once, K0 = q a^(15-j'), K1 = q f(15-j') (J = 0..2) and
+// Q0 = Qp a^(k') (K = 1..3), none of which depends on the row block, and takes the distance
+// factors by Horner in a^16 over the sub-blocks (J ascending: y1 <- a^16 y1 + f(16) y0 + M K1,
+// y0 <- a^16 y0 + M K0, since f(16 (D+1)) = f(16 D) a^16 + a^(16 D) f(16); K descending:
+// z <- a^16 z + M^T Q0), A fragments by ldmatrix (.trans for Z) from the split tiles. Its
+// epilogue folds the results with the state terms into the row phase's inputs, element by
+// element in the accumulators' own threads:
+//   w[i][l] <- a^i W + a^(i') Y0,   u[i][l] <- a^(Cn-1-i) U + a^(15-i') Z,
+//   da's share: Qp (f(i) W + f(i') Y0 + a^(i') Y1) + q U f(Cn-1-i),
+// summed over the chunk's rows (the thread's, then a fixed shuffle tree over g) into red[0][l]
+// (red is free until the row phase ends; warp 0 takes it during its N walk). The powers come from
+// per-latent tables in the space of ns (written by the N walk only after the products):
+// a^n, f(n) for n = 0..16 by running products, a^(16 I), f(16 I) and a^R, f(R) for
+// R = Cn - 16 (I + 1) (a^(Cn-1-i) = a^(15-i') a^R) by ipow64. The row phase then runs the FFMA
+// loops over the row's own sub-block only (j from 16 s(i), k up to 16 s(i) + 15) and
+// gw = (w + p) / (N + eps), av = u + avs, da += Qp dp.
+#ifndef RHOSCAN_BWD_LOCAL_VERSION
+#define RHOSCAN_BWD_LOCAL_VERSION 2
+#endif
+// Version 3's shared memory: rows padded by 8 floats (row stride 72: the accumulator layout's
+// float2 accesses, rows g = lane / 4 and latent pairs 2 (lane % 4), reach 16 distinct 8-byte bank
+// pairs per half-warp, where a stride of 64 put the 8 rows on the same banks: 8-way conflicts),
+// 110.25 KiB against version 2's 98.25 (two blocks per SM still fit: 2 × (110.25 + 1) <= 228).
+constexpr int kLocalPadV3 = 8;
+using LocalSmemV3 = LocalSmemP<kLocalPadV3>;
+template <int kVersion>
+using LocalSmemOf = std::conditional_t<kVersion == 3, LocalSmemV3, LocalSmem>;
+struct LocalPowTables {
+  static constexpr int W = kLocalLT + kLocalPadV3;
+  float pt[17][W], ft[17][W];  // a^n, f(n), n = 0..16
+  float a16[4][W], f16[4][W];  // a^(16 I), f(16 I)
+  float ar[4][W], fr[4][W];    // a^R, f(R), R = Cn - 16 (I + 1) (0 where R < 0)
+};
+static_assert(sizeof(LocalPowTables) <= sizeof(LocalRowTiles<kLocalPadV3>::ns), "version 3's tables live in ns");
+
+// x0, x1 -> bf16 pairs hi (x0 in the low half) and lo = the remainders x - hi, rounded. (A
+// template, as the functions below: no unused-function warning where version 3 is not built.)
+template <typename F = float>
+__device__ __forceinline__ void split_pair(F x0, F x1, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const __nv_bfloat162 r = __floats2bfloat162_rn(x0 - __low2float(h), x1 - __high2float(h));
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// Version 3: M's six blocks below the diagonal of 16×16 blocks, (I, J) with J < I, as bf16 hi + lo,
+// each into the unused upper triangle at block (J, I): row r of the tile at &ms[16 J + r][16 I],
+// 16 hi then 16 lo values (32 + 32 bytes, 16-byte aligned: ldmatrix rows). Rows and columns past
+// Cn are not the chunk's (stale for C < 64): zeros (only the rows matter below the diagonal: a
+// column j < 16 I <= i is < Cn wherever row i is). Blocks past Cn are not used: skipped.
+// (A template on the shared memory's type, LocalSmemV3, as bwd_local_cross.)
+template <typename Smem>
+__device__ __forceinline__ void bwd_local_split_m(Smem& S, int Cn) {
+  auto& ms = S.r.ms;
+#pragma unroll
+  for (int k = 0; k < 3; ++k) {
+    const int idx = threadIdx.x + kLocalThreads * k, blk = idx / 128, e = idx % 128;
+    const int I = blk < 1 ? 1 : blk < 3 ? 2 : 3, J = blk - (I * (I - 1)) / 2;  // (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
+    const int r = e / 8, c = 2 * (e % 8), i = 16 * I + r, j = 16 * J + c;
+    if (16 * I >= Cn) continue;
+    const float2 x = *reinterpret_cast<const float2*>(&ms[i][j]);
+    const bool ok = i < Cn;
+    uint32_t hi, lo;
+    split_pair(ok && j < Cn ? x.x : 0.0f, ok && j + 1 < Cn ? x.y : 0.0f, hi, lo);
+    uint32_t* t = reinterpret_cast<uint32_t*>(&ms[16 * J + r][16 * I]);
+    t[c / 2] = hi;
+    t[8 + c / 2] = lo;
+  }
+}
+
+// Version 3's products between sub-blocks and their epilogue (see above); warp-uniform branches.
+template <typename Smem>
+__device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P, int Cn) {
+  auto& qs = S.r.qs;
+  auto& qps = S.r.qps;
+  auto& ms = S.r.ms;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qq = lane % 4;
+  const int lB = 8 * warp + g, lA = 8 * warp + 2 * qq;  // B fragments' latent; accumulators' lA, lA + 1
+  // B operands of every sub-block (rows k' = 2 qq + {0, 1, 8, 9}: m = 0, 1 in b0, m = 2, 3 in b1):
+  // Y's K0 = q a^(15-k'), K1 = q f(15-k') of J = 0..2, Z's Q0 = Qp a^(k') of K = 1..3 (index K-1).
+  uint32_t k0h[3][2], k0l[3][2], k1h[3][2], k1l[3][2], zh[3][2], zl[3][2];
+  {
+    float pY[4], fY[4], pZ[4];
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int kp = 2 * qq + (m & 1) + 8 * (m >> 1);
+      pY[m] = P.pt[15 - kp][lB], fY[m] = P.ft[15 - kp][lB], pZ[m] = P.pt[kp][lB];
+    }
+#pragma unroll
+    for (int J = 0; J < 3; ++J) {
+      float x0[4], x1[4], xz[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {  // (rows past Cn are zeros in qs, qps)
+        const int kp = 2 * qq + (m & 1) + 8 * (m >> 1);
+        const float qv = qs[16 * J + kp][lB];
+        x0[m] = qv * pY[m], x1[m] = qv * fY[m], xz[m] = qps[16 * (J + 1) + kp][lB] * pZ[m];
+      }
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        split_pair(x0[2 * b], x0[2 * b + 1], k0h[J][b], k0l[J][b]);
+        split_pair(x1[2 * b], x1[2 * b + 1], k1h[J][b], k1l[J][b]);
+        split_pair(xz[2 * b], xz[2 * b + 1], zh[J][b], zl[J][b]);
+      }
+    }
+  }
+  // A fragments of M's block (rb, cb) < diagonal, or of the transpose of block (cb, rb), from the
+  // bf16 hi / lo tiles that bwd_local_split_m left in the upper triangle (ldmatrix, .trans).
+  auto a_frag = [&](bool tr, int rb, int cb, uint32_t(&hi)[4], uint32_t(&lo)[4]) {
+    if (!tr) {  // tile (rb, cb): rows at &ms[16 cb + r][16 rb]
+      const bf16* p = reinterpret_cast<const bf16*>(&ms[16 * cb + (lane & 15)][16 * rb]) + (lane >> 4) * 8;
+      ldsm_x4(hi, p);
+      ldsm_x4(lo, p + 16);
+    } else {  // tile (cb, rb), rows k' at &ms[16 rb + k'][16 cb], read transposed
+      const bf16* p = reinterpret_cast<const bf16*>(&ms[16 * rb + (lane >> 4) * 8 + (lane & 7)][16 * cb]) +
+                      ((lane >> 3) & 1) * 8;
+      ldsm_x4_trans(hi, p);
+      ldsm_x4_trans(lo, p + 16);
+    }
+  };
+  auto mma3 = [&](float(&acc)[4], const uint32_t(&ah)[4], const uint32_t(&al)[4], const uint32_t(&bh)[2],
+                  const uint32_t(&bl)[2]) {  // hi·hi + hi·lo + lo·hi
+    mma_bf16_16816(acc, ah, bh[0], bh[1]);
+    mma_bf16_16816(acc, ah, bl[0], bl[1]);
+    mma_bf16_16816(acc, al, bh[0], bh[1]);
+  };
+  auto f2 = [](const float* x) { return *reinterpret_cast<const float2*>(x); };
+  const float2 u2 = f2(&P.a16[1][lA]), f16 = f2(&P.f16[1][lA]);  // a^16, f(16) of the accumulators' latents
+  float dacc[2] = {};
+#pragma unroll
+  for (int I = 0; I < 4; ++I) {
+    if (16 * I >= Cn) break;  // warp-uniform
+    // Y over J = 0 .. I-1 by Horner in a^16 (D = I-1-J): y1 <- a^16 y1 + f(16) y0 + M K1, then
+    // y0 <- a^16 y0 + M K0, so y0 = sum_J a^(16 D) M K0 and y1 = sum_J (a^(16 D) M K1 + f(16 D) M K0)
+    float y0[4] = {}, y1[4] = {}, z[4] = {};
+#pragma unroll
+    for (int J = 0; J < 3; ++J) {
+      if (J >= I) break;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float u = r % 2 ? u2.y : u2.x, fu = r % 2 ? f16.y : f16.x;
+        y1[r] = u * y1[r] + fu * y0[r];
+        y0[r] = u * y0[r];
+      }
+      uint32_t ah[4], al[4];
+      a_frag(false, I, J, ah, al);
+      mma3(y0, ah, al, k0h[J], k0l[J]);
+      mma3(y1, ah, al, k1h[J], k1l[J]);
+    }
+    // Z over K = 3 .. I+1 by Horner in a^16 (D = K-I-1): z <- a^16 z + M[K][I]^T Q0
+#pragma unroll
+    for (int K = 3; K >= 1; --K) {
+      if (K <= I) break;
+      if (16 * K >= Cn) continue;  // an empty sub-block
+#pragma unroll
+      for (int r = 0; r < 4; ++r) z[r] *= r % 2 ? u2.y : u2.x;
+      uint32_t ah[4], al[4];
+      a_frag(true, I, K, ah, al);
+      mma3(z, ah, al, zh[K - 1], zl[K - 1]);
+    }
+    // accumulators 2 hr + u: row i' = g + 8 hr, latent lA + u (float2 accesses)
+    const int R = Cn - 16 * (I + 1);
+    const float2 A2 = f2(&P.a16[I][lA]), F2 = f2(&P.f16[I][lA]), AR2 = f2(&P.ar[I][lA]), FR2 = f2(&P.fr[I][lA]);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int ip = g + 8 * hr, i = 16 * I + ip;
+      if (i >= Cn) continue;
+      const float2 W2 = f2(&S.w[i][lA]), U2 = f2(&S.u[i][lA]), q2 = f2(&qs[i][lA]), qp2 = f2(&qps[i][lA]);
+      const float2 pi2 = f2(&P.pt[ip][lA]), fi2 = f2(&P.ft[ip][lA]), pn2 = f2(&P.pt[15 - ip][lA]);
+      // the last sub-block (R < 0): Cn-1-i < 16 from the tables, and no later sub-block (z = 0)
+      const int nm = R >= 0 ? 15 - ip : Cn - 1 - i;
+      const float2 pm2 = f2(&P.pt[nm][lA]), fm2 = f2(&P.ft[nm][lA]);
+      float wo[2], uo[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const float W = u ? W2.y : W2.x, U = u ? U2.y : U2.x, pi = u ? pi2.y : pi2.x, fip = u ? fi2.y : fi2.x;
+        const float pn = u ? pn2.y : pn2.x, pm = u ? pm2.y : pm2.x, fm = u ? fm2.y : fm2.x;
+        const float A = u ? A2.y : A2.x, ar = u ? AR2.y : AR2.x;
+        const float ai = pi * A, fi = fip * A + pi * (u ? F2.y : F2.x);     // a^i, f(i)
+        const float an = R >= 0 ? pm * ar : pm;                             // a^(Cn-1-i)
+        const float fn = R >= 0 ? fm * ar + pm * (u ? FR2.y : FR2.x) : fm;  // f(Cn-1-i)
+        const float y0v = y0[2 * hr + u], y1v = y1[2 * hr + u], zv = z[2 * hr + u];
+        wo[u] = ai * W + pi * y0v;
+        uo[u] = an * U + pn * zv;
+        dacc[u] += (u ? qp2.y : qp2.x) * (fi * W + fip * y0v + pi * y1v) + (u ? q2.y : q2.x) * U * fn;
+      }
+      *reinterpret_cast<float2*>(&S.w[i][lA]) = make_float2(wo[0], wo[1]);
+      *reinterpret_cast<float2*>(&S.u[i][lA]) = make_float2(uo[0], uo[1]);
+    }
+  }
+  // da's share: each latent's sum over the chunk's rows (the thread's, then g: a fixed shuffle tree)
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    float x = dacc[u];
+    for (int o = 4; o < 32; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    if (g == 0) S.red[0][lA + u] = x;
+  }
+}
 
 // ipow for 0 <= n < 64 (the exponents inside a chunk, kMaxChunk = 64) without the loop's
 // branches: the same multiplications in the same order, so the same result.
@@ -239,14 +463,17 @@ __device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.
 // Wr, Ur, HdHr (kReadback): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
 // alias dqp (the block copies its W[t][l] to shared memory before it writes dqp[t][l]).
 // Without kReadback the block computes them from Hs, dHs, g, v (its E loop).
-template <typename T, bool kReadback>
+// kVersion: 2 or 3 (see RHOSCAN_BWD_LOCAL_VERSION above; 3 only with kReadback).
+template <typename T, bool kReadback, int kVersion = kReadback ? RHOSCAN_BWD_LOCAL_VERSION : 2>
 __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
   constexpr int LT = kLocalLT, ET = kLocalET;
+  constexpr bool kV3 = kVersion == 3;
+  static_assert(kVersion == 2 || (kVersion == 3 && kReadback), "bwd_local: version 2, or 3 with the readback");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  LocalSmem& S = *reinterpret_cast<LocalSmem*>(smem_raw);
+  LocalSmemOf<kVersion>& S = *reinterpret_cast<LocalSmemOf<kVersion>*>(smem_raw);
   auto& qs = S.r.qs;
   auto& qps = S.r.qps;
   auto& ns = S.r.ns;
@@ -270,7 +497,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     const int xc = threadIdx.x % LT, ic = threadIdx.x / LT;
     const bool xok = l0 + xc < d.L, vec = d.L % 4 == 0;
     const int64_t tile0 = (bh * d.T + t0 + ic) * d.L + l0 + xc;  // [t][l] offset of (ic, xc)
-    auto copy_tile = [&](float (*dst)[LT], const float* src) {
+    auto copy_tile = [&](auto dst, const float* src) {  // dst: float (*)[LT + pad]
       if (vec) {
 #pragma unroll
         for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
@@ -384,8 +611,34 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     } else {
       for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
     }
+    if constexpr (kV3) {  // the power tables (in ns: the previous item's reads of it are done)
+      LocalPowTables& P = *reinterpret_cast<LocalPowTables*>(&ns[0][0]);
+      const int I = threadIdx.x / LT, R = Cn - 16 * (I + 1);
+      const float al = xok ? a32[h * d.L + l0 + xc] : 0.0f;
+      if (I == 0) {
+        float x = 1.0f, xp = 0.0f;
+#pragma unroll
+        for (int n = 0; n <= 16; ++n) {
+          P.pt[n][xc] = x;
+          P.ft[n][xc] = float(n) * xp;  // f(n) = n a^(n-1), f(0) = 0
+          xp = x;
+          x *= al;
+        }
+      }
+      P.a16[I][xc] = ipow64(al, 16 * I);
+      P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
+      P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
+      P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
+    }
     cp_async_wait<0>();
     __syncthreads();
+    if constexpr (kV3) {
+      bwd_local_split_m(S, Cn);
+      __syncthreads();  // M's hi / lo tiles complete
+      bwd_local_cross(S, *reinterpret_cast<const LocalPowTables*>(&ns[0][0]), Cn);
+      __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed
+    }
+    float da[2] = {};
     // Warp 0 walks the chunk: N_i, and zsum = sum_i a^(Cn-1-i) N_i (Horner), da's B·N weight.
     float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
     if (warp == 0) {
@@ -401,9 +654,12 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         N[0] = a[0] * N[0] + qi.x;
         N[1] = a[1] * N[1] + qi.y;
       }
+      if constexpr (kV3) {  // the products' shares of da (red is rewritten only after the row phase)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) da[u] = S.red[0][x0 + u];
+      }
     }
     __syncthreads();  // ns complete
-    float da[2] = {};
 #pragma unroll 1
     for (int gi = 0; gi < 2; ++gi) {
       const int i0 = 4 * (warp + 8 * gi);
@@ -418,7 +674,8 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         dp[r][1] = dp[r][1] * a[1] + p[r][1];
         p[r][1] = p[r][1] * a[1] + qj.y * m;
       };
-      for (int j0 = 0; j0 < i0; j0 += 4) {  // i0 is a multiple of 4: no remainder
+      // (version 3: only the row's own sub-block, from 16 s(i); the products took the rest)
+      for (int j0 = kV3 ? i0 & ~15 : 0; j0 < i0; j0 += 4) {  // i0 is a multiple of 4: no remainder
         float4 m[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) m[r] = *reinterpret_cast<const float4*>(&ms[i0 + r][j0]);
@@ -441,7 +698,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         avs[r][0] = avs[r][0] * a[0] + qk.x * m;
         avs[r][1] = avs[r][1] * a[1] + qk.y * m;
       };
-      int k = Cn - 1;
+      int k = kV3 ? min(Cn - 1, i0 | 15) : Cn - 1;  // (version 3: up to the sub-block's end)
       for (; k >= i0 + 7; k -= 4) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -467,10 +724,12 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       }
       // Row results. pa: powers a^(i0-1+k), pd: a^(Cn-5-i0+k) (row r's Cn-1-i is Cn-4-i0+3-r).
       float pa[2][5], pd[2][5];
+      if constexpr (!kV3) {  // (version 3: the state terms are in w, u and red already)
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        pow_run(a[u], i0, pa[u]);
-        pow_run(a[u], Cn - 4 - i0, pd[u]);
+        for (int u = 0; u < 2; ++u) {
+          pow_run(a[u], i0, pa[u]);
+          pow_run(a[u], Cn - 4 - i0, pd[u]);
+        }
       }
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
@@ -488,11 +747,18 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         float dn[2], part[2], gc = 0.0f;
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-          const float gw = (pa[u][r + 1] * Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
-          const float av = pd[u][4 - r] * Uv[u] + avs[r][u];
+          float gw, av;
+          if constexpr (kV3) {
+            gw = (Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
+            av = Uv[u] + avs[r][u];
+            da[u] += qp[u] * dp[r][u];
+          } else {
+            gw = (pa[u][r + 1] * Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
+            av = pd[u][4 - r] * Uv[u] + avs[r][u];
+            da[u] += qv[u] * Uv[u] * (float(n) * pd[u][3 - r]) + qp[u] * Wv[u] * (float(i) * pa[u][r]) + qp[u] * dp[r][u];
+          }
           dn[u] = -qp[u] * gw;
           part[u] = gw * rs + av;
-          da[u] += qv[u] * Uv[u] * (float(n) * pd[u][3 - r]) + qp[u] * Wv[u] * (float(i) * pa[u][r]) + qp[u] * dp[r][u];
           gc += gw * qv[u];
         }
         *reinterpret_cast<float2*>(&S.w[i][x0]) = make_float2(dn[0], dn[1]);
@@ -785,8 +1051,9 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream, dHs_lo);
       launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
     }
+    constexpr int local_smem = static_cast<int>(sizeof(LocalSmemOf<kTC ? RHOSCAN_BWD_LOCAL_VERSION : 2>));
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, kTC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(sizeof(LocalSmem))));
+                                            local_smem));
     if constexpr (kTC) {
       constexpr bool kLo = kSplitValues<T>;
       if (!quadratic) {
@@ -797,7 +1064,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
         RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
       }
     }
-    bwd_local_kernel<T, kTC><<<grid_for(n * nC * nlt), kLocalThreads, sizeof(LocalSmem), stream>>>(
+    bwd_local_kernel<T, kTC><<<grid_for(n * nC * nlt), kLocalThreads, local_smem, stream>>>(
         d, q, v, gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
         kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
     RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");

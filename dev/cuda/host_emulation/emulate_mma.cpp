@@ -772,6 +772,113 @@ bool quad_dv_case(const Problem& p) {
   return check("dv", doubles(dv), ref, 1e-2);
 }
 
+// ---- bwd_local version 3 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
+//      in three passes) and version 2 (every pair by FFMA in float32), readback instantiation with
+//      bf16 q, against a float64 loop of bwd_local's formulas (the comments of backward.cu): every
+//      output (gcp, dqp, dap, Bsum, Zs), element by element, |x - ref| <= tol · (sum of the
+//      absolute values of ref's terms), tol = 5e-5 for both. Version 3's split operands x = hi + lo
+//      are within 2^-16 of x (lo is x - hi rounded to bf16: 8 significant bits of a remainder below
+//      2^-8 |x|), and the three passes drop lo·lo (2^-16 of the term), so a cross term errs by at
+//      most ~3 · 2^-16 = 4.6e-5 of it (seen: up to 1.3e-5); version 2 by a few 2^-24 (seen: up to
+//      6e-7, which checks the reference too). A lo pass left out errs by up to 2^-8 of the cross
+//      terms, a wrong power or row by far more. M's score split 1 is NaN (must not be read); q has
+//      60 % zeros and an all-zero row (t = 3).
+struct LocalShape {
+  const char* name;
+  int64_t H, nbh, T, L, C;
+  unsigned grid;
+};
+bool bwd_local_v3_case(const LocalShape& c) {
+  Dims d;
+  d.H = c.H, d.T = c.T, d.L = c.L, d.E = 8, d.C = c.C, d.nC = (c.T + c.C - 1) / c.C, d.bh0 = 0, d.nbh = c.nbh;
+  d.nsplit = 2, d.Lp = c.L, d.Ep = 8;
+  const int64_t T = c.T, L = c.L, C = c.C, nC = d.nC, nbh = c.nbh, nlt = (L + kLocalLT - 1) / kLocalLT;
+  auto uni = [](size_t n, double lo, double hi) {
+    std::vector<float> x(n);
+    for (auto& y : x) y = float(lo + (hi - lo) * U01());
+    return x;
+  };
+  std::vector<bf16> q(nbh * T * L);  // [b][h][t][l]
+  for (int64_t x = 0; x < int64_t(q.size()); ++x)
+    q[x] = __float2bfloat16_rn(x / L % T == 3 || U01() < 0.6 ? 0.0f : float(U01()));
+  Str4 qs;
+  qs.p = q.data(), qs.s[0] = c.H * T * L, qs.s[1] = T * L, qs.s[2] = L, qs.s[3] = 1;
+  std::vector<float> a32(c.H * L);  // of every five latents: 0, 1, one in (0, 1), two in [0.9, 1)
+  for (int64_t i = 0; i < c.H * L; ++i)
+    a32[i] = i % 5 == 0 ? 0.0f : i % 5 == 1 ? 1.0f : i % 5 == 2 ? float(U01()) : float(0.9 + 0.1 * U01());
+  const auto Qp = uni(nbh * T * L, 0, 1), sn = uni(nbh * T, 1, 2), Nc = uni(nbh * (nC + 1) * L, 0, 3);
+  const auto W = uni(nbh * T * L, -1, 1), U = uni(nbh * T * L, -1, 1), HdH = uni(nbh * nC * L, -1, 1);
+  auto M = uni(nbh * nC * 2 * C * C, -1, 1);
+  for (int64_t bc = 0; bc < nbh * nC; ++bc)
+    std::fill(M.begin() + (2 * bc + 1) * C * C, M.begin() + (2 * bc + 2) * C * C, kNaN);
+  // the reference
+  std::vector<Acc> rg(nbh * T * nlt), rq(nbh * T * L), rd(nbh * nC * L), rb(nbh * nC * L), rz(nbh * nC * L);
+  auto f = [](double a, int64_t n) { return n == 0 ? 0.0 : n * std::pow(a, double(n - 1)); };
+  for (int64_t bh = 0; bh < nbh; ++bh)
+    for (int64_t cc = 0; cc < nC; ++cc) {
+      const int64_t Cn = std::min(C, T - cc * C), t0 = cc * C, h = bh % c.H;
+      for (int64_t l = 0; l < L; ++l) {
+        const double a = a32[h * L + l];
+        auto at = [&](int64_t i) { return (bh * T + t0 + i) * L + l; };
+        auto qv = [&](int64_t i) { return double(__bfloat162float(q[qs.at(bh / c.H, h, t0 + i, l)])); };
+        auto m = [&](int64_t i, int64_t j) { return double(M[(bh * nC + cc) * 2 * C * C + i * C + j]); };
+        std::vector<double> N(Cn);
+        double Nx = Nc[(bh * (nC + 1) + cc) * L + l];
+        Acc zs, da = Acc{f(a, Cn) * HdH[(bh * nC + cc) * L + l], std::fabs(f(a, Cn) * HdH[(bh * nC + cc) * L + l])};
+        for (int64_t i = 0; i < Cn; ++i) N[i] = Nx, zs += std::pow(a, double(Cn - 1 - i)) * Nx, Nx = a * Nx + qv(i);
+        std::vector<Acc> gw(Cn), dn(Cn), part(Cn);
+        for (int64_t i = 0; i < Cn; ++i) {
+          Acc p{std::pow(a, double(i)) * W[at(i)], 0}, av{std::pow(a, double(Cn - 1 - i)) * U[at(i)], 0};
+          p.m = std::fabs(p.x), av.m = std::fabs(av.x);
+          for (int64_t j = 0; j < i; ++j) {
+            p += std::pow(a, double(i - 1 - j)) * qv(j) * m(i, j);
+            da += Qp[at(i)] * f(a, i - 1 - j) * qv(j) * m(i, j);
+          }
+          for (int64_t k = i + 1; k < Cn; ++k) av += std::pow(a, double(k - i - 1)) * Qp[at(k)] * m(k, i);
+          da += qv(i) * U[at(i)] * f(a, Cn - 1 - i);
+          da += Qp[at(i)] * W[at(i)] * f(a, i);
+          const double rs = 1.0 / sn[bh * T + t0 + i];
+          gw[i] = p.scaled(1.0 / (N[i] + kEpsF));
+          dn[i] = gw[i].scaled(-Qp[at(i)]);
+          part[i] = {gw[i].x * rs + av.x, gw[i].m * rs + av.m};
+          Acc& g = rg[(bh * T + t0 + i) * nlt + l / kLocalLT];
+          g.x += gw[i].x * qv(i) * rs, g.m += gw[i].m * qv(i) * rs;
+        }
+        Acc ib, ibn;  // ib_i = sum_{k>i} a^(k-i-1) dn_k; then B's share a^i dn_i
+        for (int64_t i = Cn - 1; i >= 0; --i) {
+          rq[at(i)] = {part[i].x + ib.x, part[i].m + ib.m};
+          ibn.x += ib.x * N[i], ibn.m += ib.m * N[i];
+          ib = {dn[i].x + a * ib.x, dn[i].m + a * ib.m};
+        }
+        const int64_t o = (bh * nC + cc) * L + l;
+        rd[o] = {da.x + ibn.x, da.m + ibn.m}, rb[o] = ib, rz[o] = zs;
+      }
+    }
+  bool ok = true;
+  for (int v : {2, 3}) {
+    struct {
+      std::vector<float> gcp, dqp, dap, Bsum, Zs;
+    } o = {nans<float>(nbh * T * nlt), nans<float>(nbh * T * L), nans<float>(nbh * nC * L), nans<float>(nbh * nC * L),
+           nans<float>(nbh * nC * L)};
+    auto go = [&](auto kernel, size_t smem) {
+      emu::launch(c.grid, kLocalThreads, smem, [&] {
+        kernel(d, qs, Str4{}, Str4{}, a32.data(), Qp.data(), sn.data(), Nc.data(), nullptr, nullptr, M.data(), W.data(),
+               U.data(), HdH.data(), o.gcp.data(), o.dqp.data(), o.dap.data(), o.Bsum.data(), o.Zs.data());
+      });
+    };
+    if (v == 2)
+      go(bwd_local_kernel<bf16, true, 2>, sizeof(LocalSmemOf<2>));
+    else
+      go(bwd_local_kernel<bf16, true, 3>, sizeof(LocalSmemOf<3>));
+    const std::string n = v == 2 ? " v2" : " v3";
+    constexpr double tol = 5e-5;
+    ok &= check("gcp" + n, doubles(o.gcp), rg, tol) & check("dqp" + n, doubles(o.dqp), rq, tol) &
+          check("dap" + n, doubles(o.dap), rd, tol) & check("Bsum" + n, doubles(o.Bsum), rb, tol) &
+          check("Zs" + n, doubles(o.Zs), rz, tol);
+  }
+  return ok;
+}
+
 int failures = 0;
 void run(const Problem& p, const char* kernel, const std::function<bool()>& f) {
   std::printf("%s  [%s]\n", kernel, p.name.c_str());
@@ -876,6 +983,30 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv, split values", output_case<float, float, true, true>},
       {"chunk_readback_mma, split values", readback_case<true>},
   };
+  // bwd_local's versions 2 and 3 against float64, on their own shapes: full chunks of 64 and tails of 17,
+  // 33, 50, 48 and 1 rows, chunks of 48, 32, 17 and 1, L past a 64-latent tile (70, 130), several
+  // pairs, grids smaller than the work. EMU_QUICK: the first four.
+  const std::vector<LocalShape> local_shapes = {
+      {"H2 pairs2 T145 L70 C64 (64, 64, tail 17)", 2, 2, 145, 70, 64, 3},
+      {"H1 pairs1 T97 L130 C64 (64, tail 33)", 1, 1, 97, 130, 64, 2},
+      {"H2 pairs2 T70 L40 C32 (32, 32, tail 6)", 2, 2, 70, 40, 32, 3},
+      {"H1 pairs2 T51 L33 C17", 1, 2, 51, 33, 17, 2},
+      {"H1 pairs1 T50 L64 C64 (one chunk of 50)", 1, 1, 50, 64, 64, 1},
+      {"H1 pairs2 T65 L20 C64 (64, tail 1)", 1, 2, 65, 20, 64, 2},
+      {"H1 pairs1 T5 L9 C1", 1, 1, 5, 9, 1, 2},
+      {"H3 pairs3 T128 L64 C64", 3, 3, 128, 64, 64, 4},
+      {"H2 pairs2 T112 L130 C64 (64, tail 48: the last sub-block full)", 2, 2, 112, 130, 64, 3},
+      {"H1 pairs2 T100 L70 C48 (48, 48, tail 4)", 1, 2, 100, 70, 48, 3},
+  };
+  for (size_t i = 0; i < local_shapes.size(); ++i)
+    if ((only.empty() || std::string("bwd_local v3").find(only) != std::string::npos) && !(quick && i >= 4)) {
+      std::printf("bwd_local v2 and v3  [%s]\n", local_shapes[i].name);
+      std::fflush(stdout);
+      if (!bwd_local_v3_case(local_shapes[i])) {
+        ++failures;
+        if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
+      }
+    }
   for (size_t i = 0; i < problems.size(); ++i)
     for (const auto& k : kernels)
       if ((only.empty() || std::string(k.name).find(only) != std::string::npos) && !(quick && big[i] && !k.core) &&

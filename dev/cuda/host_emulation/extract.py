@@ -8,7 +8,8 @@ comments (a missing marker stops with its name); run from the repository root.
                                  chunk-parallel normaliser-scan kernels at PREV_REV (default
                                  b9ba242, before the paired norm_apply) in namespace prev
   extract.py --mma OUT_FILE      kernels_mma.h for emulate_mma.cpp: the tensor-core kernels of the
-                                 working tree (MMA_PARTS below; a kernel added between the pack_bf16
+                                 working tree (MMA_PARTS below, bwd_local included for its version 3;
+                                 a kernel added between the pack_bf16
                                  section and the launchers of chunk_products.cuh, or before the
                                  launchers of quadratic.cuh, comes along)"""
 import subprocess
@@ -42,12 +43,14 @@ MMA_PARTS = [
     ("src/cuda/common.cuh", "// a^n for n >= 0", "// Block counts"),
     (kernels, "// A strided tensor", "// How many slices of L"),
     (kernels, "// Two adjacent elements", "// V adjacent latents of one token"),
+    (kernels, "// f(n) = d/da a^n", "// ---- decay to float32"),
     (mma, "// One warp's 32", "}  // namespace rhoscan::cuda_detail"),
     (products, "constexpr int kMmaThreads", "// Sets the state and operand padding"),
     (products, "// ---- y (v or G", "// ---- launchers"),
     ("src/cuda/quadratic.cuh", "// ---- cross_scores", "// ---- launchers (quadratic)"),
     (backward, "constexpr int kLocalThreads", "\n\n"),
     (backward, "// ---- bwd_local's contractions over E on tensor cores", "// gc_t = sum_l"),
+    (backward, "// ---- bwd_local: one block per", "// The normaliser gradient across chunks"),
     ("src/cuda/quadratic_backward.cuh", "// ---- cross values", "// ---- end of the quadratic backward's kernels"),
 ]
 if base == "--mma":

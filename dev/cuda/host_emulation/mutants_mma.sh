@@ -59,6 +59,14 @@ mutants=(
   "quad readback: HdH' into slot K instead of K-1|src/cuda/quadratic_backward.cuh|(K >= 1 ? K - 1 : d.nC - 1)|(K >= 1 ? K : d.nC - 1)|deferred|caught"
   "quad readback: split keys' third pass dropped|src/cuda/quadratic_backward.cuh|if constexpr (kKeyLo) warp_mma_32x32<true, true>(acc, op + 64 * kQrOS|if constexpr (false) warp_mma_32x32<true, true>(acc, op + 64 * kQrOS|deferred|caught"
   "quad dv: the intra-chunk step reads all of P (its upper triangle)|src/cuda/quadratic_backward.cuh|(s > 0 |(s >= 0 |deferred|caught"
+  "bwd_local v3: Y's Horner step without a^16 (every earlier sub-block at distance 0)|src/cuda/backward.cu|        y0[r] = u * y0[r];|        y0[r] = y0[r];|deferred|caught"
+  "bwd_local v3: Y1's Horner step without f(16) y0 (da's cross term)|src/cuda/backward.cu|y1[r] = u * y1[r] + fu * y0[r];|y1[r] = u * y1[r];|deferred|caught"
+  "bwd_local v3: the lo·hi pass dropped|src/cuda/backward.cu|    mma_bf16_16816(acc, al, bh[0], bh[1]);\n|\n|deferred|caught"
+  "bwd_local v3: Z's block of M not transposed|src/cuda/backward.cu|a_frag(true, I, K, ah, al);|a_frag(false, K, I, ah, al);|deferred|caught"
+  "bwd_local v3: no barrier between M's split and the products|src/cuda/backward.cu|      __syncthreads();  // M's hi / lo tiles complete\n|\n|deferred|caught"
+  "bwd_local v3: no barrier between the products and the N walk (red, the tables in ns)|src/cuda/backward.cu|      __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed\n|\n|deferred|caught"
+  "bwd_local v3: the FFMA loop from j = 0 (the products' pairs counted twice)|src/cuda/backward.cu|kV3 ? i0 \& ~15 : 0;|kV3 ? 0 : 0;|deferred|caught"
+  "bwd_local v3: M's rows past Cn not masked (stale rows of ms for C < 64, NaN in the emulation)|src/cuda/backward.cu|    const bool ok = i < Cn;\n    uint32_t hi, lo;|    const bool ok = true;\n    uint32_t hi, lo;|deferred|caught"
 )
 missed=0
 for m in "${mutants[@]}"; do
