@@ -255,7 +255,7 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 // loops over the row's own sub-block only (j from 16 s(i), k up to 16 s(i) + 15) and
 // gw = (w + p) / (N + eps), av = u + avs, da += Qp dp.
 #ifndef RHOSCAN_BWD_LOCAL_VERSION
-#define RHOSCAN_BWD_LOCAL_VERSION 2
+#define RHOSCAN_BWD_LOCAL_VERSION 3
 #endif
 // Version 3's shared memory: rows padded by 8 floats (row stride 72: the accumulator layout's
 // float2 accesses, rows g = lane / 4 and latent pairs 2 (lane % 4), reach 16 distinct 8-byte bank
