@@ -4,9 +4,10 @@
 // chunk_states_mma_kernel (forward with bf16 and with float32 stored states, and reverse),
 // chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel, the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel and quadratic_output_mma_kernel,
-// and the quadratic backward's kernels, cut out of src/cuda by extract.py --mma and run on the CPU
-// through shim.h (ldmatrix, mma.sync, cp.async emulated with their PTX fragment layouts; see the
-// top of shim.h for what is and is not emulated). Each is
+// the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 3 (readback path), cut out
+// of src/cuda by extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async
+// emulated with their PTX fragment layouts; see the top of shim.h for what is and is not emulated).
+// Each is
 // compared with a plain float64 loop of its formula (the comments of chunk_products.cuh and
 // backward.cu) on small random problems: odd L and E (padding to the 64 / 128 tiles), a tail
 // chunk, chunks of 64, 32, 17 and 1, T = 1 and 0, decay exactly 0 and 1, several (b, h) pairs with a
