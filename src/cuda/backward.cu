@@ -254,6 +254,12 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 // R = Cn - 16 (I + 1) (a^(Cn-1-i) = a^(15-i') a^R) by ipow64. The row phase then runs the FFMA
 // loops over the row's own sub-block only (j from 16 s(i), k up to 16 s(i) + 15) and
 // gw = (w + p) / (N + eps), av = u + avs, da += Qp dp.
+// Measured on the H200 (2db6e6c, BDH-8k bfloat16, one backward of 32 pairs; Nsight Compute):
+// version 3 2.12 ms against version 2's 2.30, forward+backward 7.21 against 7.41 ms (long-T8192:
+// 5.23 against 5.33), so version 3 is the default on the 16-bit path. It issues 32.8k warp
+// instructions per item (1.08 G per launch; the estimate was 26k) at 0.53 per scheduler and cycle
+// with 0.98 of 3.87 warps eligible (bench/results/ncu-h200-2db6e6c/): it stays latency-bound.
+// -DRHOSCAN_BWD_LOCAL_VERSION=2 builds version 2.
 #ifndef RHOSCAN_BWD_LOCAL_VERSION
 #define RHOSCAN_BWD_LOCAL_VERSION 3
 #endif
