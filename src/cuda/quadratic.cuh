@@ -376,8 +376,17 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
 // RHOSCAN_FINAL_STATE_LT=256 (an A/B variant, unmeasured): items of 256 latents, 8 warps of 64×64,
 // one block per SM (its shared memory: 102 KiB, float16 139 KiB): each V tile serves twice the
 // latents (12 KB of L2 reads per MFLOP instead of 16), at one barrier for 8 warps instead of 4.
-// Version 3 (-DRHOSCAN_FINAL_STATE_VERSION=3, A/B candidates, unmeasured): final_state_mma with
-// the switches below on; each can be set on its own (0 / 1, any version that runs final_state_mma):
+// Version 3 (the default): final_state_mma with the switches below on, in steps of 64 tokens over 2
+// stages; each switch can be set on its own (0 / 1, any version that runs final_state_mma).
+// Measured on the H200 (d675964, BDH-8k bfloat16 forward, each row adding one change; the kernel
+// alone: version 1 0.59 ms, version 2 0.49 ms by Nsight Compute):
+//   version 2                                        1.85 ms     forward+backward 7.20 ms
+//   + STORE2                                         1.73                         7.05
+//   + FRAG_PIPE                                      1.71                         7.04
+//   + FETCH_LATE (version 3 at 32 tokens, 4 stages)  1.70                         7.04
+//   version 3, 64 tokens, 3 stages                   1.67                         7.00
+//   version 3, 64 tokens, 2 stages (the default)     1.67                         7.02
+// (64 tokens with 2 stages keeps two blocks per SM for float16 too.) The switches:
 //   RHOSCAN_FINAL_STATE_FRAG_PIPE: the fragments of a step's next k16 (and, float16, of its lo
 //     pass) loaded into a second register set before this k16's mma are issued (CUTLASS-style
 //     double-buffered fragments), so that the mma chain does not wait on ldmatrix;
@@ -389,13 +398,13 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
 //     fetch's address arithmetic (a division, 64-bit products) runs while the tensor cores work
 //     rather than between the barrier and the first ldmatrix (the copies then have one sub-step
 //     less to land: NS - 1 steps minus one k16);
-//   RHOSCAN_FINAL_STATE_STAGES (2..4, default 4) cp.async stages and RHOSCAN_FINAL_STATE_STEP_TOKENS
-//     (32 or 64, default 32) tokens per step: 64 halves the barriers per item (4 k16 per barrier)
+//   RHOSCAN_FINAL_STATE_STAGES (2..4; version 3: 2, else 4) cp.async stages and
+//     RHOSCAN_FINAL_STATE_STEP_TOKENS (32 or 64; version 3: 64, else 32) tokens per step: 64 halves the barriers per item (4 k16 per barrier)
 //     at twice a stage's shared memory (64 tokens, 3 stages: 103 KiB, 2 blocks per SM for bf16,
 //     float16 one); a chunk shorter than a step is zero-filled past its tokens (C = 32 with steps of
 //     64: half the mma wasted).
 #ifndef RHOSCAN_FINAL_STATE_VERSION
-#define RHOSCAN_FINAL_STATE_VERSION 2
+#define RHOSCAN_FINAL_STATE_VERSION 3
 #endif
 static_assert(RHOSCAN_FINAL_STATE_VERSION >= 1 && RHOSCAN_FINAL_STATE_VERSION <= 3,
               "RHOSCAN_FINAL_STATE_VERSION: 1 (chunk_states_mma without stores), 2 or 3 (final_state_mma)");
@@ -411,10 +420,10 @@ static_assert(RHOSCAN_FINAL_STATE_VERSION >= 1 && RHOSCAN_FINAL_STATE_VERSION <=
 static_assert(!RHOSCAN_FINAL_STATE_FETCH_LATE || RHOSCAN_FINAL_STATE_FRAG_PIPE,
               "RHOSCAN_FINAL_STATE_FETCH_LATE needs RHOSCAN_FINAL_STATE_FRAG_PIPE");
 #ifndef RHOSCAN_FINAL_STATE_STAGES
-#define RHOSCAN_FINAL_STATE_STAGES 4
+#define RHOSCAN_FINAL_STATE_STAGES (RHOSCAN_FINAL_STATE_VERSION == 3 ? 2 : 4)
 #endif
 #ifndef RHOSCAN_FINAL_STATE_STEP_TOKENS
-#define RHOSCAN_FINAL_STATE_STEP_TOKENS 32
+#define RHOSCAN_FINAL_STATE_STEP_TOKENS (RHOSCAN_FINAL_STATE_VERSION == 3 ? 64 : 32)
 #endif
 static_assert(RHOSCAN_FINAL_STATE_STAGES >= 2 && RHOSCAN_FINAL_STATE_STAGES <= 4, "RHOSCAN_FINAL_STATE_STAGES: 2..4");
 static_assert(RHOSCAN_FINAL_STATE_STEP_TOKENS == 32 || RHOSCAN_FINAL_STATE_STEP_TOKENS == 64,
