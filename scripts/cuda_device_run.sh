@@ -2,7 +2,7 @@
 # One device call: build, CUDA tests, compute-sanitizer, benchmarks. Logs and JSON go to $OUT.
 # usage (on the GPU machine, in the source root): scripts/cuda_device_run.sh [stages...]
 #   stages: dev build test sanitize bench (default: build test sanitize bench); also profile, ncu,
-#   workspace, crossover (both quadratic/chunked paths on CROSSOVER_SHAPES), ab (AB_VARIANTS), sanitize-all (the whole CUDA suite under memcheck and racecheck)
+#   workspace, source (full Nsight Compute set with source lines for SOURCE_KERNEL), crossover (both quadratic/chunked paths on CROSSOVER_SHAPES), ab (AB_VARIANTS), sanitize-all (the whole CUDA suite under memcheck and racecheck)
 #   dev: builds and runs each standalone kernel harness dev/cuda/*.cu (one nvcc command each, the
 #   one at the top of the file), printing its PASS/FAIL and timing lines; sanitize then also runs
 #   them under memcheck with --small.
@@ -43,13 +43,15 @@ for s in $stages; do
       (cd $B && timeout 240 ctest -j8 --output-on-failure ${CTEST_ARGS:-} > $OUT/ctest.log 2>&1); echo "ctest rc=$?"
       grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" $OUT/ctest.log | head -40 ;;
     sanitize)
+      # SANITIZE_MEMCHECK_FILTER / SANITIZE_RACECHECK_FILTER: test_cuda's cases for the two tools
+      # (e.g. the quadratic paths' tests after a change to their kernels)
       timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_cuda \
-        --gtest_filter='Cuda.BackwardIsBitwiseDeterministic:Cuda.TailChunkAndHvEqualsH:Cuda.SequenceFirstLayout:Cuda.StepMatchesForward' \
+        --gtest_filter="${SANITIZE_MEMCHECK_FILTER:-Cuda.BackwardIsBitwiseDeterministic:Cuda.TailChunkAndHvEqualsH:Cuda.SequenceFirstLayout:Cuda.StepMatchesForward}" \
         > $OUT/memcheck.log 2>&1; echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck.log | head -5
       timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $B/tests/test_backends --gtest_filter='*cuda*bfloat16*' \
         > $OUT/memcheck_harness.log 2>&1; echo "memcheck harness rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" $OUT/memcheck_harness.log | head -5
       timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/test_cuda \
-        --gtest_filter='Cuda.TailChunkAndHvEqualsH:Cuda.StepMatchesForward' > $OUT/racecheck.log 2>&1
+        --gtest_filter="${SANITIZE_RACECHECK_FILTER:-Cuda.TailChunkAndHvEqualsH:Cuda.StepMatchesForward}" > $OUT/racecheck.log 2>&1
       echo "racecheck rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log | head -5
       for x in /tmp/dev_*; do
         [ -x "$x" ] || continue
@@ -76,6 +78,19 @@ for s in $stages; do
         timeout 120 ${builds[$k]}/tools/rhoscan bench --device cuda --cases ${AB_CASES:-BDH-8k,long-T8192} --backward \
           --repeats 5 --json $OUT/bench-ab.jsonl --commit "$label" 2>&1 | grep -E "^(BDH|long|step)"
       done ;;
+    source)
+      # Nsight Compute's full set with source correlation for one launch of SOURCE_KERNEL (default
+      # bwd_local_kernel) at BDH-8k, from a -lineinfo build of the CLI: $OUT/source.ncu-rep (open it
+      # in the Nsight Compute GUI, or `ncu --import ... --page source`) and the details page as text.
+      cmake -S . -B /tmp/b_lineinfo -G Ninja -DRHOSCAN_VULKAN=OFF -DRHOSCAN_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
+        -DCMAKE_CUDA_FLAGS="-lineinfo" > $OUT/source_configure.log 2>&1 &&
+        cmake --build /tmp/b_lineinfo -j16 --target rhoscan_cli > $OUT/source_build.log 2>&1 ||
+        { echo "lineinfo build failed"; tail -20 $OUT/source_build.log; exit 1; }
+      timeout 200 ncu --clock-control none -k regex:${SOURCE_KERNEL:-bwd_local_kernel} -c 1 --set full --import-source yes \
+        -o $OUT/source /tmp/b_lineinfo/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 1 \
+        > $OUT/source_ncu.log 2>&1; echo "ncu rc=$?"
+      ncu --import $OUT/source.ncu-rep --page details > $OUT/source_details.txt 2>&1
+      grep -E "Duration|Issued Warp|Eligible Warps|Warp Cycles Per Issued" $OUT/source_details.txt | head -8 ;;
     crossover)
       # The quadratic paths' shape rule (quadratic.cuh: L >= RHOSCAN_QUADRATIC_MIN_L_PER_T * T): both
       # paths forced per call (RHOSCAN_CUDA_FORWARD_PATH / _BACKWARD_PATH) on CROSSOVER_SHAPES

@@ -102,10 +102,10 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     // quadratic (rho0 is null there: quadratic_forward): only the final state, by final_state_mma
-    // with RHOSCAN_FINAL_STATE_VERSION=2 (it has no init term), else by the states kernel with Hs
+    // with RHOSCAN_FINAL_STATE_VERSION=2 or 3 (it has no init term), else by the states kernel with Hs
     // null (it then stores no chunk state)
     bool final_state_done = false;
-    if constexpr (kTC && RHOSCAN_FINAL_STATE_VERSION == 2) {
+    if constexpr (kTC && RHOSCAN_FINAL_STATE_VERSION >= 2) {
       if (quadratic) {
         launch_final_state<T>(d, a32, o, rho_out, stream);
         final_state_done = true;

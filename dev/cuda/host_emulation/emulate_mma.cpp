@@ -448,12 +448,21 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
 //      the split of the exponent into Kq's a^(Cn-1-i) and the chunk factors a^Cn too); split values:
 //      v's hi plane plus its (quarter-size) lo plane. No initial state (the quadratic path has none).
 //      `grid` blocks (fewer than the items: the pipeline across items), the output NaN outside L, E.
+//      padded: rho's rows E + 1 or E + 2 floats apart (even: the float2 stores of
+//      RHOSCAN_FINAL_STATE_STORE2 with an odd E, whose last column is stored alone).
 template <bool kLo>
-bool final_state_case(const Problem& p, unsigned grid) {
+bool final_state_case(const Problem& p, unsigned grid, bool padded = false) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E;
-  auto out = nans<float>(p.init.size());
-  Str4 outs = p.init_s;
+  Str4 rs = p.init_s;  // rho's strides
+  size_t size = p.init.size();
+  if (padded) {
+    const int64_t Es = E + (E % 2 ? 1 : 2), H = p.init_s.s[0] / p.init_s.s[1];
+    rs.s[3] = 1, rs.s[2] = Es, rs.s[1] = L * Es, rs.s[0] = H * L * Es;
+    size = p.init.size() / static_cast<size_t>(L * E) * static_cast<size_t>(L * Es);
+  }
+  auto out = nans<float>(size);
+  Str4 outs = rs;
   outs.p = out.data();
   emu::launch(grid, kFsThreads, final_state_smem<kLo>(), [&] {
     final_state_mma_kernel<kLo>(d, p.Kq.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, p.a32.data(), outs);
@@ -468,7 +477,7 @@ bool final_state_case(const Problem& p, unsigned grid) {
           const double vt = to_float(p.v[p.vs.at(b, h, t, e)]) + (kLo ? bf(p.vlo, (bh * d.T + t) * d.Ep + e) : 0.0);
           x += p.qf(bh, t, l) * p.apow(h, l, d.T - 1 - t) * vt;
         }
-        ref[p.init_s.at(b, h, l, e)] = x;
+        ref[rs.at(b, h, l, e)] = x;
       }
   }
   return check("rho_T", doubles(out), ref, 1e-2);
@@ -959,6 +968,8 @@ int main(int argc, char** argv) {
        [](const Problem& p) { return final_state_case<false>(p, small_grid(final_state_items(p.d))); }, true, true},
       {"final_state_mma, split values, 1 block",
        [](const Problem& p) { return final_state_case<true>(p, 1); }, false, true},
+      {"final_state_mma, rho rows padded to an even stride, 2 blocks",
+       [](const Problem& p) { return final_state_case<false>(p, small_grid(final_state_items(p.d)), true); }, false, true},
       {"quadratic_output_mma", quadratic_output_case<false>, true, true},
       {"quadratic_output_mma, split values", quadratic_output_case<true>, false, true},
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
