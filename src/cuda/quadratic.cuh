@@ -65,6 +65,12 @@ inline bool quadratic_shape(int64_t T, int64_t L, int64_t C, int64_t min_l_per_t
 // The scaled key is the key times a^(d C) in float32, rounded to bf16 once. (Version 1, 8 warps
 // of 32×32 with the keys scaled through shared memory, 0.54 against version 2's 0.37 ms at BDH-8k
 // on the H200 (e932816), was removed after that measurement; it is in the history before ff5503c.)
+// Two versions (-DRHOSCAN_CROSS_SCORES_VERSION=2|3, default 2), the same outputs (bitwise: the
+// same scaled keys, the same per-element order of the mma steps, the same L splits) and the same
+// Pcross layout, split partials and cross_reduce; they differ in the items (below).
+#ifndef RHOSCAN_CROSS_SCORES_VERSION
+#define RHOSCAN_CROSS_SCORES_VERSION 2
+#endif
 constexpr int kCrossS = kMmaLT + 8;  // bf16 row stride of the operand tiles (conflict-free ldmatrix)
 // Column-block groups per pair: sum over I = 1 .. nC-1 of ceil(I / 2) = floor(nC^2 / 4).
 __host__ __device__ __forceinline__ int64_t cross_groups(int64_t nC) { return nC * nC / 4; }
@@ -77,7 +83,7 @@ __device__ __forceinline__ void cross_group_decode(int64_t g, int& I, int& J0) {
   I = static_cast<int>(2 * m - 1 + r / m);
   J0 = static_cast<int>(2 * (r % m));
 }
-// A block's item is (bh, row block I, group of two column blocks J0 = 2k and J0 + 1 (the second only
+// Version 2: a block's item is (bh, row block I, group of two column blocks J0 = 2k and J0 + 1 (the second only
 // if < I), slice sp of the latents): a 64 × 128 output tile, so each Xq tile serves two blocks. Row I
 // has ceil(I / 2) groups; rows 2m-1 and 2m have m each, so group g of a pair lies in rows 2m-1, 2m
 // with m (m-1) <= g < m (m+1) (closed form: no idle items). 4 warps of 64 × 32: warp w owns columns
@@ -94,6 +100,9 @@ __device__ __forceinline__ void cross_group_decode(int64_t g, int& I, int& J0) {
 // L splits: slice sp covers tiles [sp·n, (sp+1)·n) of the Lp / 64; split 0 writes Pcross, split
 // s > 0 writes parts[s - 1] (same layout), and cross_reduce_kernel adds them in split order
 // (deterministic; no atomics).
+#if RHOSCAN_CROSS_SCORES_VERSION != 3
+// Version 2's items per pair.
+__host__ __device__ __forceinline__ int64_t cross_items(int64_t nC) { return cross_groups(nC); }
 constexpr int kCrossThreads = 128;
 constexpr int kCrossNS = 4;                       // pipeline stages
 constexpr int kCrossStage = (64 + 128) * kCrossS;  // bf16 per stage: 64 Xq rows i', 128 key rows (64 slot + j')
@@ -234,6 +243,190 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
       }
   }
 }
+
+#else
+// Version 3: a block's item is two row blocks × two column blocks (a 128 × 128 output tile over two
+// Xq and two Kq tiles per 64-latent tile, so each tile read serves two blocks' products: 8 KiB of
+// operands per 64×64 product and tile against version 2's 12), 8 warps of 64 × 32, each in one
+// (I, J): one distance d = I - J - 1 and one factor per latent per warp, applied to the key's B
+// fragments in registers as in version 2. The items of a pair (closed form, no idle items):
+//   - rectangles: rows 2m and 2m+1 (m = 1 .. M, M = floor((nC-1)/2)) × columns 2k and 2k+1
+//     (k = 0 .. m-1): all four blocks below the diagonal (2k+1 <= 2m-1); row 2m+1 absent where
+//     2m+1 = nC (odd nC: those four warps idle). Rectangle g: m (m-1)/2 <= g < m (m+1)/2.
+//   - the blocks next to the diagonal that the rectangles leave, (2s+1, 2s) for s = 0 .. S-1
+//     (S = floor(nC/2)), two per item: rows 4t+1, 4t+3 × columns 4t, 4t+2, the warps of the
+//     two diagonal combinations only (d = 0; the second absent where 4t+3 >= nC).
+// At BDH-8k (nC = 8): 6 rectangles and 2 diagonal items, 28 of 32 warp tiles busy (version 2: 16
+// items of 2 warp pairs, 28 of 32 too), at 2/3 of version 2's operand traffic. The L splits stay
+// cross_splits' (from version 2's group count, so that the sums are version 2's bitwise).
+// Three cp.async stages of 4 × 64 rows (one barrier per tile), the factors of the four (row slot,
+// key slot) combinations one tile ahead in a double-buffered table (one per thread: 256 = 4 × 64),
+// fragments double-buffered across 16-latent steps as in version 2; sized for 2 blocks (16 warps)
+// per SM: <= 128 registers and ~110 KiB of shared memory per block.
+__host__ __device__ __forceinline__ int64_t cross_items(int64_t nC) {
+  const int64_t M = nC > 0 ? (nC - 1) / 2 : 0, S = nC / 2;
+  return M * (M + 1) / 2 + (S + 1) / 2;
+}
+// Item g of a pair -> row blocks xI[0..1] (>= nC: absent), column blocks kJ[0..1], and whether it is
+// a diagonal item (only the combinations (0, 0) and (1, 1)).
+__device__ __forceinline__ void cross_item_decode(int64_t g, int64_t nC, int (&xI)[2], int (&kJ)[2], bool& diag) {
+  const int64_t M = (nC - 1) / 2, R = M * (M + 1) / 2;
+  diag = g >= R;
+  if (!diag) {
+    int64_t m = static_cast<int64_t>((1.0 + sqrt(1.0 + 8.0 * static_cast<double>(g))) / 2.0);
+    while (m * (m + 1) / 2 <= g) ++m;  // rounding of the square root, either way
+    while (m > 1 && m * (m - 1) / 2 > g) --m;
+    const int64_t k = g - m * (m - 1) / 2;
+    xI[0] = static_cast<int>(2 * m), xI[1] = static_cast<int>(2 * m + 1);
+    kJ[0] = static_cast<int>(2 * k), kJ[1] = static_cast<int>(2 * k + 1);
+  } else {
+    const int64_t t = g - R;
+    xI[0] = static_cast<int>(4 * t + 1), xI[1] = static_cast<int>(4 * t + 3);
+    kJ[0] = static_cast<int>(4 * t), kJ[1] = static_cast<int>(4 * t + 2);
+  }
+}
+constexpr int kCrossThreads = 256;
+constexpr int kCrossNS = 3;                 // pipeline stages
+constexpr int kCrossStage = 4 * 64 * kCrossS;  // bf16 per stage: Xq rows of slots 0, 1, then key rows of slots 0, 1
+constexpr int kCrossSmem = kCrossNS * kCrossStage * static_cast<int>(sizeof(bf16)) +
+                           2 * 4 * kMmaLT * static_cast<int>(sizeof(float));
+static __global__ void __launch_bounds__(kCrossThreads, 2)
+    cross_scores_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross, float* parts,
+                            int nsplit) {
+  constexpr int LT = kMmaLT, S = kCrossS, NS = kCrossNS;
+  static_assert(kCrossThreads == 4 * LT && kCrossThreads == 256, "one factor per thread, 64 copying threads per slot");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* tiles = reinterpret_cast<bf16*>(smem_raw);                // [NS][256][S]: Xq rows, raw key rows
+  float* fs = reinterpret_cast<float*>(tiles + NS * kCrossStage);  // [2][4 combinations][64 latents]: a^(d C)
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  // the warp's row slot, key slot (its combination 2 wr + wk) and columns in the key block
+  const int wr = warp / 4, wk = (warp / 2) % 2, wc = 32 * (warp % 2);
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC);
+  const int ntiles = static_cast<int>(d.Lp / LT), per_split = (ntiles + nsplit - 1) / nsplit;
+  const int64_t groups = cross_items(d.nC), items = d.nbh * groups * nsplit;
+  const int64_t plane = d.nbh * d.nC * d.nC * C * C;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t bh = item / (groups * nsplit);
+    const int sp = static_cast<int>(item % nsplit);
+    int xI[2], kJ[2];
+    bool diag;
+    cross_item_decode(item / nsplit % groups, d.nC, xI, kJ, diag);
+    const int xI0 = xI[0], xI1 = xI[1], kJ0 = kJ[0], kJ1 = kJ[1];  // (selected by ternaries: no local memory)
+    // tokens of the row slots (0: absent), whether the key slots are read
+    const int Cn0 = static_cast<int>(d.chunk_len(xI0)), Cn1 = xI1 < nC ? static_cast<int>(d.chunk_len(xI1)) : 0;
+    const bool key1 = !diag || Cn1 > 0;
+    const int kt0 = sp * per_split, kt1 = min(ntiles, kt0 + per_split);
+    const float* arow = a32 + d.h_of(bh) * d.L;
+    const bool active = (wr == 0 || Cn1 > 0) && (!diag || wr == wk);
+    // this thread's copies: slot tid / 64 (row slots 0, 1, key slots 0, 1), rows fi + 8 r (r < 8),
+    // latents 8 (tid % 8) .. + 7 of the tile: one source pointer per thread (rows past the slot's
+    // valid ones, and absent slots, zero-filled; never read as nonzero operands)
+    const int fslot = tid / 64, fi = tid % 64 / 8;
+    const int fblk = fslot == 0 ? xI0 : fslot == 1 ? (Cn1 > 0 ? xI1 : xI0) : fslot == 2 ? kJ0 : (key1 ? kJ1 : kJ0);
+    const int fCn = fslot == 0 ? Cn0 : fslot == 1 ? Cn1 : fslot == 2 || key1 ? C : 0;
+    const bf16* fsrc = (fslot < 2 ? Xq : Kq) + (bh * d.T + int64_t{fblk} * C + fi) * d.Lp + 8 * (tid % 8);
+    auto fetch = [&](int kt) {  // tile kt's raw rows into stage (kt - kt0) % NS; zeros outside
+      bf16* st = tiles + (kt - kt0) % NS * kCrossStage + (64 * fslot + fi) * S + 8 * (tid % 8);
+      const bf16* q = fsrc + kt * LT;
+#pragma unroll
+      for (int r = 0; r < 8; ++r, q += 8 * d.Lp) cp_async16(st + 8 * r * S, fi + 8 * r < fCn ? q : Xq, fi + 8 * r < fCn);
+    };
+    // the factors a^(d C) of tile kt into fs[(kt - kt0) & 1]: thread tid, combination tid / 64, latent tid % 64
+    float anext = 0.0f;  // `a` of this thread's latent in the next tile to factor (0 past L)
+    auto load_a = [&](int kt) {
+      const int l = kt * LT + tid % LT;
+      anext = l < d.L ? __ldg(arow + l) : 0.0f;
+    };
+    const int cr = tid / LT / 2, ck = tid / LT % 2;  // this thread's combination (row slot, key slot)
+    // (an unused combination, d < 0: a factor never read, exponent 0)
+    const int fexp = max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0) * C;
+    auto factor = [&](int kt) { fs[((kt - kt0) & 1) * 4 * LT + tid] = ipow(anext, fexp); };
+    float acc[4][4][4] = {};  // acc[mt][nt]: rows 16 mt (+ g, + 8), columns wc + 8 nt (+ 2 tq, + 1)
+    __syncthreads();          // the previous item's stages are consumed
+#pragma unroll
+    for (int t = 0; t < NS - 1; ++t) {
+      if (kt0 + t < kt1) fetch(kt0 + t);
+      cp_async_commit();  // (empty groups past the slice: the group count stays one per tile)
+    }
+    if (kt0 < kt1) {
+      load_a(kt0);
+      factor(kt0);
+      if (kt0 + 1 < kt1) load_a(kt0 + 1);
+    }
+    for (int kt = kt0; kt < kt1; ++kt) {
+      cp_async_wait<NS - 2>();  // this thread's copies of tile kt have landed ...
+      __syncthreads();          // ... and everyone's; the stage refilled next was last read before this
+      if (kt + NS - 1 < kt1) fetch(kt + NS - 1);
+      cp_async_commit();
+      if (kt + 1 < kt1) {  // fs[(kt + 1 - kt0) & 1] was last read before the barrier; read after the next
+        factor(kt + 1);
+        if (kt + 2 < kt1) load_a(kt + 2);
+      }
+      if (!active) continue;
+      const float* f = fs + ((kt - kt0) & 1) * 4 * LT + (2 * wr + wk) * LT;  // the warp's factors
+      const bf16* st = tiles + (kt - kt0) % NS * kCrossStage;
+      const bf16* xs = st + 64 * wr * S;              // the warp's 64 Xq rows
+      const bf16* ks = st + (128 + 64 * wk + wc) * S;  // the warp's 32 key rows
+      uint32_t af[2][4][4], bf[2][2][4];              // fragments of two 16-latent steps (double-buffered)
+      auto load = [&](int k0, uint32_t(&a)[4][4], uint32_t(&b)[2][4]) {
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) ldsm_x4(a[mt], xs + (16 * mt + (lane & 15)) * S + k0 + (lane >> 4) * 8);
+#pragma unroll
+        for (int np = 0; np < 2; ++np)  // regs 0, 2: latents k0 + 2 tq (+1); regs 1, 3: k0 + 8 + 2 tq (+1)
+          ldsm_x4(b[np], ks + (16 * np + (lane >> 4) * 8 + (lane & 7)) * S + k0 + ((lane >> 3) & 1) * 8);
+      };
+      auto scaled = [](uint32_t u, float2 fa) {  // a bf16 pair times its factors, rounded once
+        __nv_bfloat162 w;
+        memcpy(&w, &u, sizeof u);
+        const __nv_bfloat162 y = __floats2bfloat162_rn(__low2float(w) * fa.x, __high2float(w) * fa.y);
+        memcpy(&u, &y, sizeof u);
+        return u;
+      };
+      load(0, af[0], bf[0]);
+#pragma unroll
+      for (int k = 0; k < LT / 16; ++k) {
+        const int c = k & 1;
+        if (k + 1 < LT / 16) load(16 * (k + 1), af[c ^ 1], bf[c ^ 1]);
+        const float2 f0 = *reinterpret_cast<const float2*>(f + 16 * k + 2 * tq);
+        const float2 f1 = *reinterpret_cast<const float2*>(f + 16 * k + 8 + 2 * tq);
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          bf[c][np][0] = scaled(bf[c][np][0], f0), bf[c][np][1] = scaled(bf[c][np][1], f1);
+          bf[c][np][2] = scaled(bf[c][np][2], f0), bf[c][np][3] = scaled(bf[c][np][3], f1);
+        }
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+            mma_bf16_16816(acc[mt][nt], af[c][mt], bf[c][nt / 2][2 * (nt % 2)], bf[c][nt / 2][2 * (nt % 2) + 1]);
+      }
+    }
+    cp_async_wait<0>();  // (only empty groups are left)
+    if (!active) continue;
+    const int I = wr ? xI1 : xI0, J = wk ? kJ1 : kJ0, CnI = wr ? Cn1 : Cn0;
+    float* dst = (sp == 0 ? Pcross : parts + (sp - 1) * plane) + ((bh * d.nC + I) * d.nC + J) * C * C;
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = 16 * mt + 8 * hf + g;
+        if (i >= C) continue;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+          const int j = wc + 8 * nt + 2 * tq;
+          float* o = dst + i * C + j;
+          const float x0 = i < CnI ? acc[mt][nt][2 * hf] : 0.0f, x1 = i < CnI ? acc[mt][nt][2 * hf + 1] : 0.0f;
+          if (C % 2 == 0 && j + 1 < C) {  // j even: an aligned pair
+            *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
+          } else {
+            if (j < C) o[0] = x0;
+            if (j + 1 < C) o[1] = x1;
+          }
+        }
+      }
+  }
+}
+#endif  // RHOSCAN_CROSS_SCORES_VERSION
 
 // Pcross (lower blocks) += parts[0] + parts[1] + ... in split order.
 static __global__ void cross_reduce_kernel(Dims d, float* Pcross, const float* parts, int nsplit) {
@@ -671,7 +864,7 @@ inline int64_t cross_splits(int64_t pairs, const Dims& d) {
 // Pcross of one batch; scratch: (nsplit - 1) d.nbh nC^2 C^2 floats (unused with one split).
 inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, const bf16* Kq, const float* a32,
                                 float* Pcross, float* scratch, cudaStream_t stream) {
-  const int64_t items = d.nbh * cross_groups(d.nC) * nsplit;
+  const int64_t items = d.nbh * cross_items(d.nC) * nsplit;
   if (items == 0) return;
   RHOSCAN_CUDA_CHECK(
       cudaFuncSetAttribute(cross_scores_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCrossSmem));
