@@ -69,7 +69,7 @@ inline bool quadratic_shape(int64_t T, int64_t L, int64_t C, int64_t min_l_per_t
 // same scaled keys, the same per-element order of the mma steps, the same L splits) and the same
 // Pcross layout, split partials and cross_reduce; they differ in the items (below).
 #ifndef RHOSCAN_CROSS_SCORES_VERSION
-#define RHOSCAN_CROSS_SCORES_VERSION 2
+#define RHOSCAN_CROSS_SCORES_VERSION 3
 #endif
 constexpr int kCrossS = kMmaLT + 8;  // bf16 row stride of the operand tiles (conflict-free ldmatrix)
 // Column-block groups per pair: sum over I = 1 .. nC-1 of ceil(I / 2) = floor(nC^2 / 4).
