@@ -65,9 +65,11 @@ inline bool quadratic_shape(int64_t T, int64_t L, int64_t C, int64_t min_l_per_t
 // The scaled key is the key times a^(d C) in float32, rounded to bf16 once. (Version 1, 8 warps
 // of 32×32 with the keys scaled through shared memory, 0.54 against version 2's 0.37 ms at BDH-8k
 // on the H200 (e932816), was removed after that measurement; it is in the history before ff5503c.)
-// Two versions (-DRHOSCAN_CROSS_SCORES_VERSION=2|3, default 2), the same outputs (bitwise: the
+// Two versions (-DRHOSCAN_CROSS_SCORES_VERSION=2|3, default 3), the same outputs (bitwise: the
 // same scaled keys, the same per-element order of the mma steps, the same L splits) and the same
-// Pcross layout, split partials and cross_reduce; they differ in the items (below).
+// Pcross layout, split partials and cross_reduce; they differ in the items (below). Measured on the
+// H200 (fc25820, BDH-8k bfloat16, where it runs in both directions): forward 1.63 against 1.70 ms,
+// forward+backward 6.95 against 7.19 ms with version 2; the CUDA suite passed on version 3.
 #ifndef RHOSCAN_CROSS_SCORES_VERSION
 #define RHOSCAN_CROSS_SCORES_VERSION 3
 #endif
@@ -566,7 +568,8 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
 // Any chunk C <= 64, any T (T = 0: zeros), odd L and E: the last latent tile may reach past Lp (its
 // upper warps then fetch, multiply and store nothing); stores only inside L and E.
 // Registers: 128 accumulators per thread; __launch_bounds__(128, 2) leaves up to 255.
-// RHOSCAN_FINAL_STATE_LT=256 (an A/B variant, unmeasured): items of 256 latents, 8 warps of 64×64,
+// RHOSCAN_FINAL_STATE_LT=256 (an A/B variant; measured slower: BDH-8k forward 1.89 against
+// 1.85 ms at c00d7c4): items of 256 latents, 8 warps of 64×64,
 // one block per SM (its shared memory: 102 KiB, float16 139 KiB): each V tile serves twice the
 // latents (12 KB of L2 reads per MFLOP instead of 16), at one barrier for 8 warps instead of 4.
 // Version 3 (the default): final_state_mma with the switches below on, in steps of 64 tokens over 2
