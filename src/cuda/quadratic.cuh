@@ -74,6 +74,49 @@ inline bool quadratic_shape(int64_t T, int64_t L, int64_t C, int64_t min_l_per_t
 #define RHOSCAN_CROSS_SCORES_VERSION 3
 #endif
 constexpr int kCrossS = kMmaLT + 8;  // bf16 row stride of the operand tiles (conflict-free ldmatrix)
+// One warp's share of a 64-latent tile, in both versions: acc (64 Xq rows × 32 key columns) +=
+// Xq · (keys × f)ᵀ, with xs the warp's 64 Xq rows and ks its 32 key rows in shared memory (row
+// stride kCrossS) and f the tile's 64 per-latent factors a^(d C): each key pair is scaled in float32
+// and rounded to bf16 once, in the B fragments after ldmatrix; the next 16-latent step's fragments
+// are loaded while this step's mma run.
+__device__ __forceinline__ void cross_warp_tile(float (&acc)[4][4][4], const bf16* xs, const bf16* ks, const float* f,
+                                                int lane) {
+  constexpr int LT = kMmaLT, S = kCrossS;
+  const int tq = lane % 4;
+  uint32_t af[2][4][4], bf[2][2][4];  // fragments of two 16-latent steps (double-buffered)
+  auto load = [&](int k0, uint32_t(&a)[4][4], uint32_t(&b)[2][4]) {
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) ldsm_x4(a[mt], xs + (16 * mt + (lane & 15)) * S + k0 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < 2; ++np)  // regs 0, 2: latents k0 + 2 tq (+1); regs 1, 3: k0 + 8 + 2 tq (+1)
+      ldsm_x4(b[np], ks + (16 * np + (lane >> 4) * 8 + (lane & 7)) * S + k0 + ((lane >> 3) & 1) * 8);
+  };
+  auto scaled = [](uint32_t u, float2 fa) {  // a bf16 pair times its factors, rounded once
+    __nv_bfloat162 w;
+    memcpy(&w, &u, sizeof u);
+    const __nv_bfloat162 y = __floats2bfloat162_rn(__low2float(w) * fa.x, __high2float(w) * fa.y);
+    memcpy(&u, &y, sizeof u);
+    return u;
+  };
+  load(0, af[0], bf[0]);
+#pragma unroll
+  for (int k = 0; k < LT / 16; ++k) {
+    const int c = k & 1;
+    if (k + 1 < LT / 16) load(16 * (k + 1), af[c ^ 1], bf[c ^ 1]);
+    const float2 f0 = *reinterpret_cast<const float2*>(f + 16 * k + 2 * tq);
+    const float2 f1 = *reinterpret_cast<const float2*>(f + 16 * k + 8 + 2 * tq);
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      bf[c][np][0] = scaled(bf[c][np][0], f0), bf[c][np][1] = scaled(bf[c][np][1], f1);
+      bf[c][np][2] = scaled(bf[c][np][2], f0), bf[c][np][3] = scaled(bf[c][np][3], f1);
+    }
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+        mma_bf16_16816(acc[mt][nt], af[c][mt], bf[c][nt / 2][2 * (nt % 2)], bf[c][nt / 2][2 * (nt % 2) + 1]);
+  }
+}
 // Column-block groups per pair: sum over I = 1 .. nC-1 of ceil(I / 2) = floor(nC^2 / 4).
 __host__ __device__ __forceinline__ int64_t cross_groups(int64_t nC) { return nC * nC / 4; }
 // Group g -> (row block I, first column block J0 = 2k).
@@ -187,39 +230,7 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
       const float* f = fs + ((kt - kt0) & 1) * 2 * LT + ws * LT;  // the warp's factors
       const bf16* xs = tiles + (kt - kt0) % NS * kCrossStage;
       const bf16* ks = xs + (64 + wn) * S;  // the warp's 32 key rows
-      uint32_t af[2][4][4], bf[2][2][4];    // fragments of two 16-latent steps (double-buffered)
-      auto load = [&](int k0, uint32_t(&a)[4][4], uint32_t(&b)[2][4]) {
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) ldsm_x4(a[mt], xs + (16 * mt + (lane & 15)) * S + k0 + (lane >> 4) * 8);
-#pragma unroll
-        for (int np = 0; np < 2; ++np)  // regs 0, 2: latents k0 + 2 tq (+1); regs 1, 3: k0 + 8 + 2 tq (+1)
-          ldsm_x4(b[np], ks + (16 * np + (lane >> 4) * 8 + (lane & 7)) * S + k0 + ((lane >> 3) & 1) * 8);
-      };
-      auto scaled = [](uint32_t u, float2 fa) {  // a bf16 pair times its factors, rounded once
-        __nv_bfloat162 w;
-        memcpy(&w, &u, sizeof u);
-        const __nv_bfloat162 y = __floats2bfloat162_rn(__low2float(w) * fa.x, __high2float(w) * fa.y);
-        memcpy(&u, &y, sizeof u);
-        return u;
-      };
-      load(0, af[0], bf[0]);
-#pragma unroll
-      for (int k = 0; k < LT / 16; ++k) {
-        const int c = k & 1;
-        if (k + 1 < LT / 16) load(16 * (k + 1), af[c ^ 1], bf[c ^ 1]);
-        const float2 f0 = *reinterpret_cast<const float2*>(f + 16 * k + 2 * tq);
-        const float2 f1 = *reinterpret_cast<const float2*>(f + 16 * k + 8 + 2 * tq);
-#pragma unroll
-        for (int np = 0; np < 2; ++np) {
-          bf[c][np][0] = scaled(bf[c][np][0], f0), bf[c][np][1] = scaled(bf[c][np][1], f1);
-          bf[c][np][2] = scaled(bf[c][np][2], f0), bf[c][np][3] = scaled(bf[c][np][3], f1);
-        }
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-            mma_bf16_16816(acc[mt][nt], af[c][mt], bf[c][nt / 2][2 * (nt % 2)], bf[c][nt / 2][2 * (nt % 2) + 1]);
-      }
+      cross_warp_tile(acc, xs, ks, f, lane);
     }
     cp_async_wait<0>();  // (only empty groups are left)
     if (!active) continue;
@@ -369,39 +380,7 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
       const bf16* st = tiles + (kt - kt0) % NS * kCrossStage;
       const bf16* xs = st + 64 * wr * S;              // the warp's 64 Xq rows
       const bf16* ks = st + (128 + 64 * wk + wc) * S;  // the warp's 32 key rows
-      uint32_t af[2][4][4], bf[2][2][4];              // fragments of two 16-latent steps (double-buffered)
-      auto load = [&](int k0, uint32_t(&a)[4][4], uint32_t(&b)[2][4]) {
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt) ldsm_x4(a[mt], xs + (16 * mt + (lane & 15)) * S + k0 + (lane >> 4) * 8);
-#pragma unroll
-        for (int np = 0; np < 2; ++np)  // regs 0, 2: latents k0 + 2 tq (+1); regs 1, 3: k0 + 8 + 2 tq (+1)
-          ldsm_x4(b[np], ks + (16 * np + (lane >> 4) * 8 + (lane & 7)) * S + k0 + ((lane >> 3) & 1) * 8);
-      };
-      auto scaled = [](uint32_t u, float2 fa) {  // a bf16 pair times its factors, rounded once
-        __nv_bfloat162 w;
-        memcpy(&w, &u, sizeof u);
-        const __nv_bfloat162 y = __floats2bfloat162_rn(__low2float(w) * fa.x, __high2float(w) * fa.y);
-        memcpy(&u, &y, sizeof u);
-        return u;
-      };
-      load(0, af[0], bf[0]);
-#pragma unroll
-      for (int k = 0; k < LT / 16; ++k) {
-        const int c = k & 1;
-        if (k + 1 < LT / 16) load(16 * (k + 1), af[c ^ 1], bf[c ^ 1]);
-        const float2 f0 = *reinterpret_cast<const float2*>(f + 16 * k + 2 * tq);
-        const float2 f1 = *reinterpret_cast<const float2*>(f + 16 * k + 8 + 2 * tq);
-#pragma unroll
-        for (int np = 0; np < 2; ++np) {
-          bf[c][np][0] = scaled(bf[c][np][0], f0), bf[c][np][1] = scaled(bf[c][np][1], f1);
-          bf[c][np][2] = scaled(bf[c][np][2], f0), bf[c][np][3] = scaled(bf[c][np][3], f1);
-        }
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-            mma_bf16_16816(acc[mt][nt], af[c][mt], bf[c][nt / 2][2 * (nt % 2)], bf[c][nt / 2][2 * (nt % 2) + 1]);
-      }
+      cross_warp_tile(acc, xs, ks, f, lane);
     }
     cp_async_wait<0>();  // (only empty groups are left)
     if (!active) continue;
