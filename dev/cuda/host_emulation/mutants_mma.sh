@@ -37,7 +37,7 @@ mutants=(
   "cross: the second column block's key rows from the first|src/cuda/quadratic.cuh|Kj + (s * C + j) * d.Lp + l0 + p|Kj + j * d.Lp + l0 + p|deferred|caught|-DRHOSCAN_CROSS_SCORES_VERSION=2"
   "cross: a split's partial left out of the sum|src/cuda/quadratic.cuh|for (int s = 1; s < nsplit; ++s) acc +=|for (int s = 2; s < nsplit; ++s) acc +=|deferred|caught"
   "cross: no barrier before a stage is read and refilled (version 2)|src/cuda/quadratic.cuh|      __syncthreads();          // ... everyone's|      // ... everyone's|deferred|caught|-DRHOSCAN_CROSS_SCORES_VERSION=2"
-  "cross: a key fragment's upper 8 latents with the lower ones' factors (version 2)|src/cuda/quadratic.cuh|bf[c][np][3] = scaled(bf[c][np][3], f1)|bf[c][np][3] = scaled(bf[c][np][3], f0)|deferred|caught"
+  "cross: a key fragment's upper 8 latents with the lower ones' factors (the warp tile both versions share)|src/cuda/quadratic.cuh|bf[c][np][3] = scaled(bf[c][np][3], f1)|bf[c][np][3] = scaled(bf[c][np][3], f0)|deferred|caught"
   "cross: the stage read before its tile has landed (version 2)|src/cuda/quadratic.cuh|cp_async_wait<NS - 2>();  // tile kt|cp_async_wait<NS - 1>();  // tile kt|deferred|caught|-DRHOSCAN_CROSS_SCORES_VERSION=2"
   "cross v3: the second row block's factor at the first one's distance|src/cuda/quadratic.cuh|max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0) * C|max(xI0 - (ck ? kJ1 : kJ0) - 1, 0) * C|deferred|caught|-DRHOSCAN_CROSS_SCORES_VERSION=3"
   "cross v3: no barrier before a stage is read and refilled|src/cuda/quadratic.cuh|      __syncthreads();          // ... and everyone's; the stage|      // ... and everyone's; the stage|deferred|caught|-DRHOSCAN_CROSS_SCORES_VERSION=3"
