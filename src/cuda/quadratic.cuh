@@ -65,16 +65,13 @@ inline bool quadratic_shape(int64_t T, int64_t L, int64_t C, int64_t min_l_per_t
 // The scaled key is the key times a^(d C) in float32, rounded to bf16 once. (Version 1, 8 warps
 // of 32×32 with the keys scaled through shared memory, 0.54 against version 2's 0.37 ms at BDH-8k
 // on the H200 (e932816), was removed after that measurement; it is in the history before ff5503c.)
-// Two versions (-DRHOSCAN_CROSS_SCORES_VERSION=2|3, default 3), the same outputs (bitwise: the
-// same scaled keys, the same per-element order of the mma steps, the same L splits) and the same
-// Pcross layout, split partials and cross_reduce; they differ in the items (below). Measured on the
-// H200 (fc25820, BDH-8k bfloat16, where it runs in both directions): forward 1.63 against 1.70 ms,
-// forward+backward 6.95 against 7.19 ms with version 2; the CUDA suite passed on version 3.
-#ifndef RHOSCAN_CROSS_SCORES_VERSION
-#define RHOSCAN_CROSS_SCORES_VERSION 3
-#endif
+// Version 3 (below) replaced version 2 (items of one row block × two column blocks, 4 warps of
+// 64 × 32, 177 registers, 8 warps per SM) after an A/B on the H200 (fc25820, BDH-8k bfloat16, where
+// the kernel runs in both directions): forward 1.63 against 1.70 ms, forward+backward 6.95 against
+// 7.19 ms; the same outputs bitwise in the emulation. Version 2 is in the history before the commit
+// that removed it (after dabd259).
 constexpr int kCrossS = kMmaLT + 8;  // bf16 row stride of the operand tiles (conflict-free ldmatrix)
-// One warp's share of a 64-latent tile, in both versions: acc (64 Xq rows × 32 key columns) +=
+// One warp's share of a 64-latent tile: acc (64 Xq rows × 32 key columns) +=
 // Xq · (keys × f)ᵀ, with xs the warp's 64 Xq rows and ks its 32 key rows in shared memory (row
 // stride kCrossS) and f the tile's 64 per-latent factors a^(d C): each key pair is scaled in float32
 // and rounded to bf16 once, in the B fragments after ldmatrix; the next 16-latent step's fragments
@@ -117,148 +114,13 @@ __device__ __forceinline__ void cross_warp_tile(float (&acc)[4][4][4], const bf1
         mma_bf16_16816(acc[mt][nt], af[c][mt], bf[c][nt / 2][2 * (nt % 2)], bf[c][nt / 2][2 * (nt % 2) + 1]);
   }
 }
-// Column-block groups per pair: sum over I = 1 .. nC-1 of ceil(I / 2) = floor(nC^2 / 4).
+// Version 2's column-block groups per pair (sum over I = 1 .. nC-1 of ceil(I / 2) = floor(nC^2 / 4)):
+// what cross_splits counts, so that the L splits, and with them the sums, stay version 2's.
 __host__ __device__ __forceinline__ int64_t cross_groups(int64_t nC) { return nC * nC / 4; }
-// Group g -> (row block I, first column block J0 = 2k).
-__device__ __forceinline__ void cross_group_decode(int64_t g, int& I, int& J0) {
-  int64_t m = static_cast<int64_t>((1.0 + sqrt(1.0 + 4.0 * static_cast<double>(g))) / 2.0);
-  while (m * (m + 1) <= g) ++m;  // rounding of the square root, either way
-  while (m > 1 && m * (m - 1) > g) --m;
-  const int64_t r = g - m * (m - 1);
-  I = static_cast<int>(2 * m - 1 + r / m);
-  J0 = static_cast<int>(2 * (r % m));
-}
-// Version 2: a block's item is (bh, row block I, group of two column blocks J0 = 2k and J0 + 1 (the second only
-// if < I), slice sp of the latents): a 64 × 128 output tile, so each Xq tile serves two blocks. Row I
-// has ceil(I / 2) groups; rows 2m-1 and 2m have m each, so group g of a pair lies in rows 2m-1, 2m
-// with m (m-1) <= g < m (m+1) (closed form: no idle items). 4 warps of 64 × 32: warp w owns columns
-// 32 w .. 32 w + 31, all in column block J0 + w / 2, so a warp's key columns share one distance
-// d = I - J - 1 and one factor per latent. The raw Xq and Kq rows of each 64-latent tile go to
-// shared memory by cp.async only (NS = 4 stages, one barrier per tile: three tiles in flight while
-// one is multiplied). The factor a^(d C) is applied to the key's B fragments in registers after
-// ldmatrix (float32 product, one rounding to bf16), each fragment scaled once, since a warp spans
-// all 64 rows: no scaling pass through shared memory and no second barrier per tile. The factors
-// (one ipow per thread per tile, of `a` loaded into a register a tile earlier) are written one tile
-// ahead into a double-buffered table, so the tile's one barrier orders them too. Per 16-latent step
-// a warp issues 6 ldmatrix for 16 mma (version 1: 4 for 8), with the next step's fragments loaded
-// before this step's mma.
 // L splits: slice sp covers tiles [sp·n, (sp+1)·n) of the Lp / 64; split 0 writes Pcross, split
 // s > 0 writes parts[s - 1] (same layout), and cross_reduce_kernel adds them in split order
 // (deterministic; no atomics).
-#if RHOSCAN_CROSS_SCORES_VERSION != 3
-// Version 2's items per pair.
-__host__ __device__ __forceinline__ int64_t cross_items(int64_t nC) { return cross_groups(nC); }
-constexpr int kCrossThreads = 128;
-constexpr int kCrossNS = 4;                       // pipeline stages
-constexpr int kCrossStage = (64 + 128) * kCrossS;  // bf16 per stage: 64 Xq rows i', 128 key rows (64 slot + j')
-constexpr int kCrossSmem = kCrossNS * kCrossStage * static_cast<int>(sizeof(bf16)) +
-                           2 * 2 * kMmaLT * static_cast<int>(sizeof(float));
-static __global__ void __launch_bounds__(kCrossThreads, 2)
-    cross_scores_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross, float* parts,
-                            int nsplit) {
-  constexpr int LT = kMmaLT, S = kCrossS, NS = kCrossNS;
-  static_assert(kCrossThreads == 2 * LT && kCrossThreads == 128, "one factor per thread, rows tid / 8 + 16 r");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* tiles = reinterpret_cast<bf16*>(smem_raw);                   // [NS][192][S]: Xq rows, raw key rows
-  float* fs = reinterpret_cast<float*>(tiles + NS * kCrossStage);     // [2][2 slots][64 latents]: a^(d C)
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  const int ws = warp / 2, wn = 32 * warp;  // the warp's slot (column block J0 + ws) and columns (64 slot + j')
-  const int C = static_cast<int>(d.C);
-  const int ntiles = static_cast<int>(d.Lp / LT), per_split = (ntiles + nsplit - 1) / nsplit;
-  const int64_t groups = cross_groups(d.nC), items = d.nbh * groups * nsplit;
-  const int64_t plane = d.nbh * d.nC * d.nC * C * C;
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t bh = item / (groups * nsplit);
-    const int sp = static_cast<int>(item % nsplit);
-    int I, J0;
-    cross_group_decode(item / nsplit % groups, I, J0);
-    const int nJ = I - J0 < 2 ? I - J0 : 2;  // column blocks of the group (J0 + s < I)
-    const int CnI = static_cast<int>(d.chunk_len(I));
-    const int kt0 = sp * per_split, kt1 = min(ntiles, kt0 + per_split);
-    const bf16* Xi = Xq + (bh * d.T + int64_t{I} * C) * d.Lp;
-    const bf16* Kj = Kq + (bh * d.T + int64_t{J0} * C) * d.Lp;  // slot s: rows s C + j'
-    const float* arow = a32 + d.h_of(bh) * d.L;
-    const bool active = ws < nJ;  // false: the warp's columns are an unused second slot
-    auto fetch = [&](int kt) {  // tile kt's raw rows into stage (kt - kt0) % NS; zeros outside
-      bf16* st = tiles + (kt - kt0) % NS * kCrossStage;
-      const int l0 = kt * LT, p = 8 * (tid % 8);
-#pragma unroll
-      for (int r = 0; r < 12; ++r) {  // row tid / 8 + 16 r: Xq rows i' (r < 4), then key rows 64 s + j'
-        const int row = tid / 8 + 16 * r;
-        if (r < 4) {
-          cp_async16(st + row * S + p, Xi + min(row, CnI - 1) * d.Lp + l0 + p, row < CnI);
-        } else {
-          const int s = (r - 4) / 4, j = row - 64 - 64 * s;
-          const bool ok = s < nJ && j < C;
-          cp_async16(st + row * S + p, ok ? Kj + (s * C + j) * d.Lp + l0 + p : Kj, ok);
-        }
-      }
-    };
-    // the factors a^(d C) of tile kt into fs[(kt - kt0) & 1]: thread tid, slot tid / 64, latent tid % 64
-    float anext = 0.0f;  // `a` of this thread's latent in the next tile to factor (0 past L)
-    auto load_a = [&](int kt) {
-      const int l = kt * LT + tid % LT;
-      anext = l < d.L ? __ldg(arow + l) : 0.0f;
-    };
-    auto factor = [&](int kt) {  // (slot 1 of a single-block group: d < 0, a factor never read)
-      const int s = tid / LT;
-      const float a = anext;
-      fs[((kt - kt0) & 1) * 2 * LT + tid] = ipow(a, (I - J0 - s - 1) * C);
-    };
-    float acc[4][4][4] = {};  // acc[mt][nt]: rows 16 mt (+ g, + 8), columns wn + 8 nt (+ 2 tq, + 1)
-    __syncthreads();          // the previous item's stages are consumed
-#pragma unroll
-    for (int t = 0; t < NS - 1; ++t) {
-      if (kt0 + t < kt1) fetch(kt0 + t);
-      cp_async_commit();  // (empty groups past the slice: the group count stays one per tile)
-    }
-    if (kt0 < kt1) {
-      load_a(kt0);
-      factor(kt0);
-      if (kt0 + 1 < kt1) load_a(kt0 + 1);
-    }
-    for (int kt = kt0; kt < kt1; ++kt) {
-      cp_async_wait<NS - 2>();  // tile kt has landed (this thread's copies) ...
-      __syncthreads();          // ... everyone's; and the stage refilled next was last read before this
-      if (kt + NS - 1 < kt1) fetch(kt + NS - 1);
-      cp_async_commit();
-      if (kt + 1 < kt1) {  // fs[(kt + 1 - kt0) & 1] was last read before the barrier; read after the next
-        factor(kt + 1);
-        if (kt + 2 < kt1) load_a(kt + 2);
-      }
-      if (!active) continue;
-      const float* f = fs + ((kt - kt0) & 1) * 2 * LT + ws * LT;  // the warp's factors
-      const bf16* xs = tiles + (kt - kt0) % NS * kCrossStage;
-      const bf16* ks = xs + (64 + wn) * S;  // the warp's 32 key rows
-      cross_warp_tile(acc, xs, ks, f, lane);
-    }
-    cp_async_wait<0>();  // (only empty groups are left)
-    if (!active) continue;
-    float* dst = (sp == 0 ? Pcross : parts + (sp - 1) * plane) + ((bh * d.nC + I) * d.nC + J0) * C * C;
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int i = 16 * mt + 8 * hf + g;
-        if (i >= C) continue;
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int col = wn + 8 * nt + 2 * tq, s = col / 64, j = col % 64;
-          float* o = dst + s * C * C + i * C + j;
-          const float x0 = i < CnI ? acc[mt][nt][2 * hf] : 0.0f, x1 = i < CnI ? acc[mt][nt][2 * hf + 1] : 0.0f;
-          if (C % 2 == 0 && j + 1 < C) {  // j even: an aligned pair
-            *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
-          } else {
-            if (j < C) o[0] = x0;
-            if (j + 1 < C) o[1] = x1;
-          }
-        }
-      }
-  }
-}
-
-#else
-// Version 3: a block's item is two row blocks × two column blocks (a 128 × 128 output tile over two
+// The item (version 3) is two row blocks × two column blocks (a 128 × 128 output tile over two
 // Xq and two Kq tiles per 64-latent tile, so each tile read serves two blocks' products: 8 KiB of
 // operands per 64×64 product and tile against version 2's 12), 8 warps of 64 × 32, each in one
 // (I, J): one distance d = I - J - 1 and one factor per latent per warp, applied to the key's B
@@ -407,7 +269,6 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
       }
   }
 }
-#endif  // RHOSCAN_CROSS_SCORES_VERSION
 
 // Pcross (lower blocks) += parts[0] + parts[1] + ... in split order.
 static __global__ void cross_reduce_kernel(Dims d, float* Pcross, const float* parts, int nsplit) {
