@@ -79,18 +79,28 @@ for s in $stages; do
           --repeats 5 --json $OUT/bench-ab.jsonl --commit "$label" 2>&1 | grep -E "^(BDH|long|step)"
       done ;;
     source)
-      # Nsight Compute's full set with source correlation for one launch of SOURCE_KERNEL (default
-      # bwd_local_kernel) at BDH-8k, from a -lineinfo build of the CLI: $OUT/source.ncu-rep (open it
-      # in the Nsight Compute GUI, or `ncu --import ... --page source`) and the details page as text.
+      # Nsight Compute's full set with source correlation for one launch of each of SOURCE_KERNELS
+      # (regexes, space-separated; default bwd_local_kernel) at BDH-8k forward+backward, from a
+      # -lineinfo build of the CLI: $OUT/source_<n>.ncu-rep (open it in the Nsight Compute GUI),
+      # the details page and the source page (CUDA lines with their samples, stalls and
+      # instruction counts, CSV) as text.
       cmake -S . -B /tmp/b_lineinfo -G Ninja -DRHOSCAN_VULKAN=OFF -DRHOSCAN_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
         -DCMAKE_CUDA_FLAGS="-lineinfo" > $OUT/source_configure.log 2>&1 &&
         cmake --build /tmp/b_lineinfo -j16 --target rhoscan_cli > $OUT/source_build.log 2>&1 ||
         { echo "lineinfo build failed"; tail -20 $OUT/source_build.log; exit 1; }
-      timeout 200 ncu --clock-control none -k regex:${SOURCE_KERNEL:-bwd_local_kernel} -c 1 --set full --import-source yes \
-        -o $OUT/source /tmp/b_lineinfo/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 1 \
-        > $OUT/source_ncu.log 2>&1; echo "ncu rc=$?"
-      ncu --import $OUT/source.ncu-rep --page details > $OUT/source_details.txt 2>&1
-      grep -E "Duration|Issued Warp|Eligible Warps|Warp Cycles Per Issued" $OUT/source_details.txt | head -8 ;;
+      n=0
+      for kernel in ${SOURCE_KERNELS:-${SOURCE_KERNEL:-bwd_local_kernel}}; do
+        n=$((n + 1))
+        timeout 200 ncu --clock-control none -k regex:$kernel -c 1 --set full --import-source yes \
+          -o $OUT/source_$n /tmp/b_lineinfo/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 1 \
+          > $OUT/source_${n}_ncu.log 2>&1; echo "ncu $kernel rc=$?"
+        ncu --import $OUT/source_$n.ncu-rep --page details > $OUT/source_${n}_details.txt 2>&1
+        ncu --import $OUT/source_$n.ncu-rep --page source --csv --print-source cuda > $OUT/source_${n}_cuda.csv 2>&1 ||
+          ncu --import $OUT/source_$n.ncu-rep --page source --csv > $OUT/source_${n}_cuda.csv 2>&1
+        ncu --import $OUT/source_$n.ncu-rep --page source --csv --print-source sass > $OUT/source_${n}_sass.csv 2>&1
+        grep -E "Duration|Issued Warp|Eligible Warps|Warp Cycles Per Issued" $OUT/source_${n}_details.txt | head -8
+        wc -l $OUT/source_${n}_cuda.csv $OUT/source_${n}_sass.csv
+      done ;;
     crossover)
       # The quadratic paths' shape rule (quadratic.cuh: L >= RHOSCAN_QUADRATIC_MIN_L_PER_T * T): both
       # paths forced per call (RHOSCAN_CUDA_FORWARD_PATH / _BACKWARD_PATH) on CROSSOVER_SHAPES
