@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
         if (kFull || k < n) {
           float qpv[V];
 #pragma unroll
-          for (int v = 0; v < V; ++v) qpv[v] = qv[k][v] / (sv[k] * (N[v] + kEpsF));  // q_t / (s_t (N_t + eps))
+          for (int v = 0; v < V; ++v) qpv[v] = div_sparse(qv[k][v], sv[k] * (N[v] + kEpsF));  // q_t / (s_t (N_t + eps))
           store_latents<V>(out, qpv);
           out += d.L;
           if (kXq) {

@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kStepThreads) step_rows_kernel(int64_t BH, int
       const int64_t no = norm.at(b, h, l);
       const float N = Nn[no];
       qv[threadIdx.x] = x;
-      qp[threadIdx.x] = x / (N + kEpsF);
+      qp[threadIdx.x] = div_sparse(x, N + kEpsF);
       av[threadIdx.x] = a;
       Nn[no] = a * N + x;
     }
