@@ -835,36 +835,54 @@ __global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsu
   }
 }
 
-// dq_t[l] = partial - gc_t / s_t + a^(Cn-1-i) Bend_c[l]. A block per (b, h, chunk, 256 latents),
-// a thread per latent walking the chunk's tokens from the last: the power a^(Cn-1-i) by a running
-// product (every exponent >= 0, exact at a = 0 and 1) and the output index by a step per token.
-// gc_t / s_t of the chunk's tokens once per block, in shared memory. (A block per token row with an
-// ipow per element cost 0.25 ms per batch at BDH-8k, 37 % of the DRAM bandwidth; before that,
+// dq_t[l] = partial - gc_t / s_t + a^(Cn-1-i) Bend_c[l]. A block per (b, h, chunk, 256 V
+// latents), a thread per V adjacent latents (V = 2 where dq's latents pair up: norm_pairs_ok; a
+// float2 load of the partials and one paired store per token) walking the chunk's tokens from the
+// last: the power a^(Cn-1-i) by a running product (every exponent >= 0, exact at a = 0 and 1) and
+// the output index by a step per token. gc_t / s_t of the chunk's tokens once per block, in shared
+// memory. (One latent per thread: 0.29 ms per backward at BDH-8k, 58 % of the DRAM bandwidth; a
+// block per token row with an ipow per element 0.25 ms per batch of 16 pairs, 37 %; before that,
 // 64-bit divisions per element, 0.38 ms.)
 constexpr int kDqThreads = 256;
-template <typename T>
+template <typename T, int V>
 __global__ void __launch_bounds__(kDqThreads) dq_final_kernel(Dims d, const float* a32, const float* dqp,
                                                               const float* gc, const float* s, const float* Bend,
                                                               Str4 dq) {
   __shared__ float gcs[kMaxChunk];
-  const int64_t nlb = (d.L + kDqThreads - 1) / kDqThreads;
+  constexpr int LB = kDqThreads * V;  // latents per block
+  const int64_t nlb = (d.L + LB - 1) / LB;
   for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlb; item += gridDim.x) {
-    const int64_t bh = item / (d.nC * nlb), c = (item / nlb) % d.nC, l = (item % nlb) * kDqThreads + threadIdx.x;
+    const int64_t bh = item / (d.nC * nlb), c = (item / nlb) % d.nC, l = (item % nlb) * LB + V * threadIdx.x;
     const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, r0 = bh * d.T + t0;
     const int Cn = static_cast<int>(d.chunk_len(c));
     __syncthreads();  // the previous item's gcs are read
     if (threadIdx.x < Cn) gcs[threadIdx.x] = gc[r0 + threadIdx.x] / s[r0 + threadIdx.x];
     __syncthreads();
-    if (l >= d.L) continue;
-    const float a = a32[h * d.L + l], bend = Bend[(bh * d.nC + c) * d.L + l];
+    if (l >= d.L) continue;  // (V = 2: L is even, so l + 1 < L too)
+    float a[V], bend[V], pw[V];  // pw = a^(Cn-1-i)
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      a[v] = a32[h * d.L + l + v];
+      bend[v] = Bend[(bh * d.nC + c) * d.L + l + v];
+      pw[v] = 1.0f;
+    }
     const float* partial = dqp + (r0 + Cn - 1) * d.L + l;
-    void* out = const_cast<void*>(dq.p);
-    int64_t o = dq.at(b, h, t0 + Cn - 1, l);
-    float pw = 1.0f;  // a^(Cn-1-i)
+    T* out = static_cast<T*>(const_cast<void*>(dq.p)) + dq.at(b, h, t0 + Cn - 1, l);
 #pragma unroll 8  // loads of later tokens issued ahead
-    for (int i = Cn - 1; i >= 0; --i, partial -= d.L, o -= dq.s[2]) {
-      store<T>(out, o, (*partial - gcs[i]) + pw * bend);
-      pw *= a;
+    for (int i = Cn - 1; i >= 0; --i, partial -= d.L, out -= dq.s[2]) {
+      float x[V];
+      if constexpr (V == 2) {
+        const float2 p2 = *reinterpret_cast<const float2*>(partial);
+        x[0] = p2.x, x[1] = p2.y;
+      } else {
+        x[0] = *partial;
+      }
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        x[v] = (x[v] - gcs[i]) + pw[v] * bend[v];
+        pw[v] *= a[v];
+      }
+      store_latents<V>(out, x);
     }
   }
 }
@@ -1078,8 +1096,12 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     RHOSCAN_CUDA_LAUNCHED("gc_reduce_kernel");
     bscan_kernel<<<grid_for(n * L, 256), 256, 0, stream>>>(d, a32, gn, Bsum, Zs, Bend, daB, dn0);
     RHOSCAN_CUDA_LAUNCHED("bscan_kernel");
-    dq_final_kernel<T><<<grid_for(n * nC * ((L + kDqThreads - 1) / kDqThreads)), kDqThreads, 0, stream>>>(
-        d, a32, dqp, gc, s, Bend, dq);
+    if (norm_pairs_ok<T>(d, dq))
+      dq_final_kernel<T, 2><<<grid_for(n * nC * ((L + 2 * kDqThreads - 1) / (2 * kDqThreads))), kDqThreads, 0,
+                              stream>>>(d, a32, dqp, gc, s, Bend, dq);
+    else
+      dq_final_kernel<T, 1><<<grid_for(n * nC * ((L + kDqThreads - 1) / kDqThreads)), kDqThreads, 0, stream>>>(
+          d, a32, dqp, gc, s, Bend, dq);
     RHOSCAN_CUDA_LAUNCHED("dq_final_kernel");
     dv_accumulate_kernel<<<grid_for(((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT * E, 256), 256, 0, stream>>>(
         d, p.Hv, dvp, dv_acc);
