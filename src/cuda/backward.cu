@@ -1059,13 +1059,14 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
     launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, Str3{}, o.Xq, o.Kq, stream);
     make_key_remainders<kTC, T>(d, q, a32, o, stream);
-    launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, M, stream);
+    // (the quadratic path's M comes from cross_values_mma's diagonal items, on tensor cores)
+    launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, quadratic && kTC ? nullptr : M, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     pack_values<kTC, T>(d, gctx, o.gb, o.glo, stream);
     if (quadratic) {
       if constexpr (kTC) {
         launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
-        launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, dqp, Ur, HdHr, dvp, stream);
+        launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream);
       }
       // dR_0 = A_0: the reverse recurrence's final state, no chunk states stored (GR is zero here)
       if (dr0.p != nullptr)

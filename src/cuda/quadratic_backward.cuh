@@ -60,6 +60,11 @@ __device__ inline void cross_pair_of(int64_t k, int64_t& I, int64_t& J) {
 // tiles, two cp.async stages.
 // kLo (split values, float16): glo, vlo hold G's and v's bf16 remainders; M adds G·v_lo + G_lo·v
 // (G_lo·v_lo is below float32 resolution with real float16 remainders).
+// Mdiag (when given): also the diagonal blocks M_II = G_I v_I^T, in float32, into bwd_local's M
+// slot of chunk I (split 0 of [bh][nC][nsplit][C][C], row i, column j < C; rows and columns past
+// Cn_I zero): nC more items per pair after the cross pairs. They replaced the FFMA chunk_scores
+// kernel that computed M for the quadratic backward (0.10 ms per backward at BDH-8k on the H200,
+// where these items add about an eighth of this kernel's 0.04 ms).
 constexpr int kCvThreads = 128;
 constexpr int kCvS = 64 + 8;  // bf16 row stride of the tiles (conflict-free ldmatrix)
 template <bool kLo>
@@ -70,7 +75,8 @@ template <bool kLo = false>
 __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, const bf16* gb, const bf16* vb,
                                                                       bf16* Mhi, bf16* Mlo,
                                                                       const bf16* glo = nullptr,
-                                                                      const bf16* vlo = nullptr) {
+                                                                      const bf16* vlo = nullptr,
+                                                                      float* Mdiag = nullptr) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // [stage][0: G rows i, 1: v rows j, if kLo 2: G lo, 3: v lo][64][kCvS]
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw);
@@ -79,10 +85,14 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
   const int warp = threadIdx.x / 32;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's rows i and columns j
   const int64_t npairs = cross_pairs(d.nC), net = d.Ep / 64;
-  for (int64_t item = blockIdx.x; item < d.nbh * npairs; item += gridDim.x) {
-    const int64_t bh = item / npairs;
+  const int64_t per_pair = npairs + (Mdiag != nullptr ? d.nC : 0);  // the cross pairs, then the diagonal
+  for (int64_t item = blockIdx.x; item < d.nbh * per_pair; item += gridDim.x) {
+    const int64_t bh = item / per_pair, k = item % per_pair;
     int64_t I, J;
-    cross_pair_of(item % npairs, I, J);
+    if (k < npairs)
+      cross_pair_of(k, I, J);
+    else
+      I = J = k - npairs;
     const int CnI = static_cast<int>(d.chunk_len(I)), CnJ = static_cast<int>(d.chunk_len(J));
     const bf16* gI = gb + (bh * d.T + I * d.C) * d.Ep;
     const bf16* vJ = vb + (bh * d.T + J * d.C) * d.Ep;
@@ -118,6 +128,14 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
         warp_mma_32x32<false, true>(acc, tile(stage, 2), kCvS, tile(stage, 1), kCvS, wm, wn, 64);
       }
       __syncthreads();
+    }
+    if (I == J) {  // a diagonal block: float32 into bwd_local's M slot
+      const int C = static_cast<int>(d.C);
+      float* Mc = Mdiag + (bh * d.nC + I) * d.nsplit * C * C;
+      for_each_acc(acc, wm, wn, [&](int i, int j, float& x) {
+        if (i < C && j < C) Mc[i * C + j] = x;
+      });
+      continue;
     }
     const int64_t o = cross_block(bh, d.nC, I, J);
     for_each_acc(acc, wm, wn, [&](int i, int j, float& x) {
@@ -381,16 +399,19 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 // and pack_bf16 (o.vb, o.gb), with the cross scores in Pcross: W (to dqp), U, HdH' and dvp, what
 // bwd_local and dv_accumulate read. Grids: an item per block, grid-stride beyond 2^16 blocks.
 // kLo (float16): the split values' and keys' passes (o.vlo, o.glo, o.Kq_lo).
+// M: bwd_local's per-chunk M = G v^T ([bh][nC][nsplit][C][C], split 0), written here by
+// cross_values_mma's diagonal items.
 template <bool kLo>
 void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
-                               const float* Pcross, bf16* Mhi, bf16* Mlo, float* W, float* U, float* HdH, float* dvp,
-                               cudaStream_t stream) {
+                               const float* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
+                               float* dvp, cudaStream_t stream) {
   if (d.nbh == 0 || d.nC == 0) return;
-  if (d.nC > 1) {
+  {
     auto cv = cross_values_mma_kernel<kLo>;
     constexpr int cv_smem = cross_values_smem<kLo>();
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
-    cv<<<grid_for(d.nbh * cross_pairs(d.nC)), kCvThreads, cv_smem, stream>>>(d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo);
+    cv<<<grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem, stream>>>(d, o.gb, o.vb, Mhi, Mlo, o.glo,
+                                                                                     o.vlo, M);
     RHOSCAN_CUDA_LAUNCHED("cross_values_mma_kernel");
   }
   auto qr = quad_readback_mma_kernel<kLo>;

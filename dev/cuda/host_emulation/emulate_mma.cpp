@@ -573,18 +573,21 @@ bool readback_case(const Problem& p) {
 // ---- quadratic backward (quadratic_backward.cuh) ------------------------------------------------
 // cross_values: M_IJ = G_I v_J^T (J < I) as bf16 hi + lo planes of 64×64 blocks, zeros in the
 // padding; hi + lo to float32 accuracy (1e-4 of the terms' magnitude), hi within bf16 rounding.
+// Its diagonal items: M_II in float32 into split 0 of bwd_local's [bh][nC][nsplit][C][C] slots
+// (1e-4; zeros past Cn; the other splits' slots untouched: left NaN).
 struct CrossM {
   std::vector<bf16> hi, lo;
+  std::vector<float> diag;
 };
 // kLo (split values): M = G v^T + G v_lo^T + G_lo v^T (G_lo v_lo^T left out).
 template <bool kLo = false>
 CrossM run_cross_values(const Problem& p) {
   const Dims& d = p.d;
   const int64_t items = d.nbh * cross_pairs(d.nC);
-  CrossM m{nans<bf16>(items * kQB * kQB), nans<bf16>(items * kQB * kQB)};
-  emu::launch(small_grid(items), kCvThreads, cross_values_smem<kLo>(), [&] {
+  CrossM m{nans<bf16>(items * kQB * kQB), nans<bf16>(items * kQB * kQB), nans<float>(d.nbh * d.nC * d.nsplit * d.C * d.C)};
+  emu::launch(small_grid(items + d.nbh * d.nC), kCvThreads, cross_values_smem<kLo>(), [&] {
     cross_values_mma_kernel<kLo>(d, p.gb.data(), p.vb.data(), m.hi.data(), m.lo.data(), kLo ? p.glo.data() : nullptr,
-                                 kLo ? p.vlo.data() : nullptr);
+                                 kLo ? p.vlo.data() : nullptr, m.diag.data());
   });
   return m;
 }
@@ -609,7 +612,25 @@ bool cross_values_case(const Problem& p) {
           }
   std::vector<double> sum = doubles(m.hi);
   for (size_t i = 0; i < sum.size(); ++i) sum[i] += to_float(m.lo[i]);
-  return check("M hi", doubles(m.hi), ref, 1e-2) & check("M hi+lo", sum, ref, 1e-4);
+  const int64_t C = d.C;
+  std::vector<Acc> rdiag(m.diag.size());  // NaN (untouched) but in split 0
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t c = 0; c < d.nC; ++c)
+      for (int64_t i = 0; i < C; ++i)
+        for (int64_t j = 0; j < C; ++j) {
+          Acc x;
+          if (i < p.chunk_len(c) && j < p.chunk_len(c))
+            for (int64_t e = 0; e < d.E; ++e) {
+              const int64_t gi = (bh * d.T + c * C + i) * d.Ep + e, vj = (bh * d.T + c * C + j) * d.Ep + e;
+              x += bf(p.gb, gi) * bf(p.vb, vj);
+              if (kLo) x += bf(p.gb, gi) * bf(p.vlo, vj), x += bf(p.glo, gi) * bf(p.vb, vj);
+            }
+          rdiag[(bh * d.nC + c) * d.nsplit * C * C + i * C + j] = x;
+        }
+  for (size_t i = 0; i < rdiag.size(); ++i)
+    if (i % (d.nsplit * C * C) >= static_cast<size_t>(C * C)) rdiag[i] = kUnwritten;
+  return check("M hi", doubles(m.hi), ref, 1e-2) & check("M hi+lo", sum, ref, 1e-4) &
+         check("M diagonal (float32)", doubles(m.diag), rdiag, 1e-4);
 }
 
 // quad_readback: W, U and HdH' against float64 loops over explicit chunk states built from the
