@@ -697,10 +697,14 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
 // (about 4 blocks per multiprocessor on 132, as score_splits), at most 16, at most one per
 // 64-latent tile. From the call's pairs, not a batch's: the sums do not depend on the batching
 // (a workspace cap changes no bit of the context).
+// RHOSCAN_CROSS_SPLIT_ITEMS (default 528) is the item count aimed at (an A/B switch).
+#ifndef RHOSCAN_CROSS_SPLIT_ITEMS
+#define RHOSCAN_CROSS_SPLIT_ITEMS 528
+#endif
 inline int64_t cross_splits(int64_t pairs, const Dims& d) {
   const int64_t items = pairs * cross_groups(d.nC);
   if (items == 0) return 1;
-  int64_t n = std::min<int64_t>((528 + items - 1) / items, 16);
+  int64_t n = std::min<int64_t>((RHOSCAN_CROSS_SPLIT_ITEMS + items - 1) / items, 16);
   n = std::min<int64_t>(n, d.Lp / kMmaLT);
   return std::max<int64_t>(n, 1);
 }
