@@ -392,8 +392,8 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
 //   - item (bh, 128 latents, 128 columns), 4 warps of 64×64 (2 × 2): per 16 tokens a warp issues 8
 //     ldmatrix.trans (4 for K^T, 4 for V) for 32 mma (float16: 12 for 64), and each 128-column V
 //     tile serves 128 latents: 16 KB of L2 reads per MFLOP (chunk_states_mma's 64-latent items: 24);
-//   - steps of kFsTT = 64 tokens inside each chunk (a chunk of Cn tokens is ceil(Cn / 64) steps, the
-//     last one zero-filled past the chunk's tokens: C = 32 wastes half the mma), kFsNS = 2 cp.async
+//   - steps of kFsTT = 64 tokens: one step per chunk (C <= 64, so the step index k inside a chunk is
+//     0), zero-filled past the chunk's tokens (C = 32 wastes half the mma), kFsNS = 2 cp.async
 //     stages, one barrier per step (4 k16 per barrier), rows padded by 8 bf16 (ldmatrix without bank
 //     conflicts: 272-byte rows put the 8 row addresses of a matrix in 8 different 16-byte groups);
 //   - a persistent grid (as many blocks as fit at once) whose pipeline runs across items: the first
