@@ -6,8 +6,7 @@
 //   quadratic (quadratic.cuh) the tensor-core dtypes with no initial rho, T <= kQuadraticMaxT,
 //             L >= 8 T and chunks of 64 (the measurements are at quadratic_shape): the whole lower
 //             block-triangular score matrix instead of chunk-start states; the final state from
-//             final_state_mma (RHOSCAN_FINAL_STATE_VERSION 2, the default), or from chunk_states_mma
-//             with no chunk states stored (version 1).
+//             final_state_mma.
 // RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic (environment, read per call) forces a path where it
 // applies (quadratic needs a tensor-core dtype and no initial rho): for tests and A/B runs.
 #include <cstdlib>
@@ -102,16 +101,11 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     // quadratic (rho0 is null there: quadratic_forward): only the final state, by final_state_mma
-    // with RHOSCAN_FINAL_STATE_VERSION=2 or 3 (it has no init term), else by the states kernel with Hs
-    // null (it then stores no chunk state)
-    bool final_state_done = false;
-    if constexpr (kTC && RHOSCAN_FINAL_STATE_VERSION >= 2) {
-      if (quadratic) {
-        launch_final_state<T>(d, a32, o, rho_out, stream);
-        final_state_done = true;
-      }
+    // (it has no init term); chunked: the chunk states and the final state by the states kernel
+    if constexpr (kTC) {
+      if (quadratic) launch_final_state<T>(d, a32, o, rho_out, stream);
     }
-    if (!final_state_done) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
+    if (!quadratic) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
     if constexpr (kTC) {
       if (quadratic) {
         launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, stream);

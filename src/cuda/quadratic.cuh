@@ -11,9 +11,8 @@
 // The chunked forward stores a chunk-start state per chunk (L×E per chunk and pair: 1 GiB of bf16
 // at BDH-8k) and reads it back; this path stores T×T/2 scores per pair instead (4 MiB of float32
 // per pair at T = 1024), at the price of ~T/2 C-token blocks of L-contractions per chunk instead
-// of one. The final state comes from chunk_states_mma with Hs = nullptr (no chunk states stored),
-// or with -DRHOSCAN_FINAL_STATE_VERSION=2 from final_state_mma (below: the same recurrence as a
-// GEMM-shaped kernel).
+// of one. The final state comes from final_state_mma (below: the chunk-state recurrence as a
+// GEMM-shaped kernel that stores no chunk state).
 #pragma once
 
 #include "cuda/chunk_products.cuh"
@@ -46,8 +45,7 @@ constexpr int64_t kQuadraticMaxT = RHOSCAN_QUADRATIC_MAX_T;
 #define RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T 8
 #endif
 // The forward's quadratic path by default (0: only when RHOSCAN_CUDA_FORWARD_PATH=quadratic
-// forces it). On since final_state_mma (version 2) made it faster than the chunked forward at
-// BDH-8k (above).
+// forces it). On since final_state_mma made it faster than the chunked forward at BDH-8k (above).
 #ifndef RHOSCAN_QUADRATIC_FORWARD
 #define RHOSCAN_QUADRATIC_FORWARD 1
 #endif
@@ -383,95 +381,47 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
   }
 }
 
-// ---- final state (version 2): rho_T without chunk states, GEMM-shaped -------------------------
+// ---- final state: rho_T without chunk states, GEMM-shaped ----------------------------------------
 // The quadratic forward stores no chunk-start state; it needs only (no initial rho: the quadratic
 // path has none, so there is no init term)
 //   rho_T[l][e] = sum_c a_l^(sum of the later chunks' lengths) sum_{i<Cn_c} Kq_c[i][l] V_c[i][e],
 // i.e. S <- a^Cn_c ⊙ S + Kq_c^T V_c over the chunks (each thread scales the rows of its own
 // accumulators; exponents >= 0, exact at a = 0 and 1, never a^(-n)), with Kq = q_i a^(Cn-1-i)
 // (norm_apply's bf16 rows of Lp latents) and V the packed values (float16: the lo plane V_lo in a
-// second pass with the same A fragments).
-// Version 1 (the default until measured on the GPU) is chunk_states_mma with Hs = nullptr: items of
-// 64 latents × 128 columns, 8 warps of 32×32 (4 ldmatrix per 8 mma), two stages of 64 tokens, and
-// every latent tile re-reads the V tiles. Version 2, final_state_mma (-DRHOSCAN_FINAL_STATE_VERSION=2):
+// second pass with the same A fragments). final_state_mma:
 //   - item (bh, 128 latents, 128 columns), 4 warps of 64×64 (2 × 2): per 16 tokens a warp issues 8
 //     ldmatrix.trans (4 for K^T, 4 for V) for 32 mma (float16: 12 for 64), and each 128-column V
-//     tile serves 128 latents: 16 KB of L2 reads per MFLOP instead of 24;
-//   - token tiles of kFsTT = 32 inside each chunk (a chunk of Cn tokens is ceil(Cn / 32) steps, the
-//     last one zero-filled past the chunk's tokens), kFsNS = 4 cp.async stages, one barrier per step
-//     (three tiles in flight while one is multiplied), rows padded by 8 bf16 (ldmatrix without bank
+//     tile serves 128 latents: 16 KB of L2 reads per MFLOP (chunk_states_mma's 64-latent items: 24);
+//   - steps of kFsTT = 64 tokens: one step per chunk (C <= 64, so the step index k inside a chunk is
+//     0), zero-filled past the chunk's tokens (C = 32 wastes half the mma), kFsNS = 2 cp.async
+//     stages, one barrier per step (4 k16 per barrier), rows padded by 8 bf16 (ldmatrix without bank
 //     conflicts: 272-byte rows put the 8 row addresses of a matrix in 8 different 16-byte groups);
 //   - a persistent grid (as many blocks as fit at once) whose pipeline runs across items: the first
 //     tiles of the block's next item are fetched during its current item's last steps;
+//   - a step's cp.async (for the stage NS - 1 steps ahead) issued after its first sub-step's mma,
+//     not right after the barrier, so that the fetch's address arithmetic (a division, 64-bit
+//     products) runs while the tensor cores work rather than between the barrier and the first
+//     ldmatrix (the copies then have one sub-step less to land);
+//   - double-buffered fragments (CUTLASS-style): the fragments of a step's next k16 (and, float16,
+//     of its lo pass) loaded into a second register set before this sub-step's mma are issued, so
+//     that the mma chain does not wait on ldmatrix;
 //   - the decay a^C and a^(Cn of the last chunk) of the item's 128 latents once per item in shared
-//     memory, applied at each chunk's first step (8 loads per thread per chunk).
+//     memory, applied at each chunk's first step (8 loads per thread per chunk);
+//   - rho_T written as float2 pairs (adjacent columns) where rho's column stride is 1 and the base,
+//     the batch, head and row strides are even (a runtime check, else scalar stores): 8 full
+//     32-byte sectors per warp store instead of 8 half-used.
 // Any chunk C <= 64, any T (T = 0: zeros), odd L and E: the last latent tile may reach past Lp (its
 // upper warps then fetch, multiply and store nothing); stores only inside L and E.
-// Registers: 128 accumulators per thread; __launch_bounds__(128, 2) leaves up to 255.
-// RHOSCAN_FINAL_STATE_LT=256 (an A/B variant; measured slower: BDH-8k forward 1.89 against
-// 1.85 ms at c00d7c4): items of 256 latents, 8 warps of 64×64,
-// one block per SM (its shared memory: 102 KiB, float16 139 KiB): each V tile serves twice the
-// latents (12 KB of L2 reads per MFLOP instead of 16), at one barrier for 8 warps instead of 4.
-// Version 3 (the default): final_state_mma with the switches below on, in steps of 64 tokens over 2
-// stages; each switch can be set on its own (0 / 1, any version that runs final_state_mma).
-// Measured on the H200 (d675964, BDH-8k bfloat16 forward, each row adding one change; the kernel
-// alone: version 1 0.59 ms, version 2 0.49 ms by Nsight Compute):
-//   version 2                                        1.85 ms     forward+backward 7.20 ms
-//   + STORE2                                         1.73                         7.05
-//   + FRAG_PIPE                                      1.71                         7.04
-//   + FETCH_LATE (version 3 at 32 tokens, 4 stages)  1.70                         7.04
-//   version 3, 64 tokens, 3 stages                   1.67                         7.00
-//   version 3, 64 tokens, 2 stages (the default)     1.67                         7.02
-// (64 tokens with 2 stages keeps two blocks per SM for float16 too.) The switches:
-//   RHOSCAN_FINAL_STATE_FRAG_PIPE: the fragments of a step's next k16 (and, float16, of its lo
-//     pass) loaded into a second register set before this k16's mma are issued (CUTLASS-style
-//     double-buffered fragments), so that the mma chain does not wait on ldmatrix;
-//   RHOSCAN_FINAL_STATE_STORE2: rho_T written as float2 pairs (adjacent columns) where rho's column
-//     stride is 1 and the base, the batch, head and row strides are even (a runtime check, else
-//     the scalar stores): 8 full 32-byte sectors per warp store instead of 8 half-used;
-//   RHOSCAN_FINAL_STATE_FETCH_LATE (needs FRAG_PIPE): a step's cp.async for the stage NS - 1 steps
-//     ahead issued after its first sub-step's mma instead of right after the barrier, so that the
-//     fetch's address arithmetic (a division, 64-bit products) runs while the tensor cores work
-//     rather than between the barrier and the first ldmatrix (the copies then have one sub-step
-//     less to land: NS - 1 steps minus one k16);
-//   RHOSCAN_FINAL_STATE_STAGES (2..4; version 3: 2, else 4) cp.async stages and
-//     RHOSCAN_FINAL_STATE_STEP_TOKENS (32 or 64; version 3: 64, else 32) tokens per step: 64 halves the barriers per item (4 k16 per barrier)
-//     at twice a stage's shared memory (64 tokens, 3 stages: 103 KiB, 2 blocks per SM for bf16,
-//     float16 one); a chunk shorter than a step is zero-filled past its tokens (C = 32 with steps of
-//     64: half the mma wasted).
-#ifndef RHOSCAN_FINAL_STATE_VERSION
-#define RHOSCAN_FINAL_STATE_VERSION 3
-#endif
-static_assert(RHOSCAN_FINAL_STATE_VERSION >= 1 && RHOSCAN_FINAL_STATE_VERSION <= 3,
-              "RHOSCAN_FINAL_STATE_VERSION: 1 (chunk_states_mma without stores), 2 or 3 (final_state_mma)");
-#ifndef RHOSCAN_FINAL_STATE_FRAG_PIPE
-#define RHOSCAN_FINAL_STATE_FRAG_PIPE (RHOSCAN_FINAL_STATE_VERSION == 3)
-#endif
-#ifndef RHOSCAN_FINAL_STATE_STORE2
-#define RHOSCAN_FINAL_STATE_STORE2 (RHOSCAN_FINAL_STATE_VERSION == 3)
-#endif
-#ifndef RHOSCAN_FINAL_STATE_FETCH_LATE
-#define RHOSCAN_FINAL_STATE_FETCH_LATE (RHOSCAN_FINAL_STATE_VERSION == 3)
-#endif
-static_assert(!RHOSCAN_FINAL_STATE_FETCH_LATE || RHOSCAN_FINAL_STATE_FRAG_PIPE,
-              "RHOSCAN_FINAL_STATE_FETCH_LATE needs RHOSCAN_FINAL_STATE_FRAG_PIPE");
-#ifndef RHOSCAN_FINAL_STATE_STAGES
-#define RHOSCAN_FINAL_STATE_STAGES (RHOSCAN_FINAL_STATE_VERSION == 3 ? 2 : 4)
-#endif
-#ifndef RHOSCAN_FINAL_STATE_STEP_TOKENS
-#define RHOSCAN_FINAL_STATE_STEP_TOKENS (RHOSCAN_FINAL_STATE_VERSION == 3 ? 64 : 32)
-#endif
-static_assert(RHOSCAN_FINAL_STATE_STAGES >= 2 && RHOSCAN_FINAL_STATE_STAGES <= 4, "RHOSCAN_FINAL_STATE_STAGES: 2..4");
-static_assert(RHOSCAN_FINAL_STATE_STEP_TOKENS == 32 || RHOSCAN_FINAL_STATE_STEP_TOKENS == 64,
-              "RHOSCAN_FINAL_STATE_STEP_TOKENS: 32 or 64");
-#ifndef RHOSCAN_FINAL_STATE_LT
-#define RHOSCAN_FINAL_STATE_LT 128
-#endif
-static_assert(RHOSCAN_FINAL_STATE_LT == 128 || RHOSCAN_FINAL_STATE_LT == 256, "RHOSCAN_FINAL_STATE_LT: 128 or 256");
-constexpr int kFsLT = RHOSCAN_FINAL_STATE_LT, kFsET = kMmaET, kFsTT = RHOSCAN_FINAL_STATE_STEP_TOKENS,
-              kFsNS = RHOSCAN_FINAL_STATE_STAGES;
+// Registers: 128 accumulators per thread; __launch_bounds__(128, 2) leaves up to 255 (ptxas sm_90a:
+// 238, float16 232, no spills); shared memory 69 KiB (float16 103): 2 blocks per SM for both.
+// History (H200, BDH-8k bfloat16, the kernel alone): chunk_states_mma without stores 0.59 ms, this
+// kernel at 32-token steps over 4 stages 0.49 ms, as written ~0.3 ms (forward 2.03 -> 1.67 ms); the
+// versions and A/B switches in between were measured and removed (docs/CUDA.md).
+// 128-latent items, 64-token steps over 2 stages: 256-latent items and 32-token steps / 3-4 stages
+// were measured no faster (docs/CUDA.md).
+constexpr int kFsLT = 128, kFsET = kMmaET, kFsTT = 64, kFsNS = 2;
 constexpr int kFsThreads = kFsLT / 64 * (kFsET / 64) * 32;  // a warp per 64×64 block of the tile
-constexpr int kFsMinBlocks = kFsLT == 128 ? 2 : 1;          // blocks per SM the registers are budgeted for
+constexpr int kFsMinBlocks = 2;                             // blocks per SM the registers are budgeted for
 constexpr int kFsKS = kFsLT + 8, kFsVS = kFsET + 8;  // bf16 row strides (conflict-free ldmatrix)
 template <bool kLo>
 constexpr int final_state_stage() {  // bf16 per stage: TT rows of K, of V (and of V_lo)
@@ -481,9 +431,9 @@ template <bool kLo>
 constexpr int final_state_smem() {
   return kFsNS * final_state_stage<kLo>() * static_cast<int>(sizeof(bf16)) + 2 * kFsLT * static_cast<int>(sizeof(float));
 }
-// (bf16: the blocks budgeted for; float16 at 64-token steps with 3 or 4 stages: one block per SM)
-static_assert(kFsMinBlocks * final_state_smem<false>() <= 227 * 1024 && final_state_smem<true>() <= 227 * 1024,
-              "final_state_mma: shared memory past the H200's");
+static_assert(kFsMinBlocks * final_state_smem<false>() <= 227 * 1024 &&
+                  kFsMinBlocks * final_state_smem<true>() <= 227 * 1024,
+              "final_state_mma: shared memory past the H200's for the blocks budgeted for");
 inline int64_t final_state_items(const Dims& d) { return d.nbh * ((d.Lp + kFsLT - 1) / kFsLT) * (d.Ep / kFsET); }
 template <bool kLo>
 static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
@@ -558,9 +508,6 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
       cp_async_wait<NS - 2>();  // this step's tiles have landed (this thread's copies) ...
       __syncthreads();          // ... everyone's (and the stage fetch_next refills was read at the last step)
       const int refill = stage == 0 ? NS - 1 : stage - 1;  // the stage read at the last step
-#if !RHOSCAN_FINAL_STATE_FETCH_LATE
-      fetch_next(refill);
-#endif
       const int c = step / nsub, k = step - c * nsub;
       if (step == 0) {  // the previous item's factors were last read before this barrier; these first after the next
         const int l = l0 + tid;
@@ -569,9 +516,7 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
         decay_s[LT + tid] = ipow(a, static_cast<int>(d.chunk_len(d.nC - 1)));
       }
       if (!active) {
-#if RHOSCAN_FINAL_STATE_FETCH_LATE
         fetch_next(refill);
-#endif
         stage = stage + 1 == NS ? 0 : stage + 1;
         continue;
       }
@@ -588,98 +533,67 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
       }
       // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l], ldmatrix.trans), B = V (stored [i][e])
       const bf16* ks = tiles + stage * kStage;
-#if RHOSCAN_FINAL_STATE_FRAG_PIPE
-      {
-        // sub-steps j = (k16, pass): A fragments per k16 (set k16 % 2), B per sub-step (set j % 2);
-        // sub-step j + 1's fragments are loaded before sub-step j's mma
-        constexpr int kPasses = kLo ? 2 : 1, kSub = TT / 16 * kPasses;
-        auto frag_a = [&](uint32_t(&fa)[4][4], int k16) {
-#pragma unroll
-          for (int mt = 0; mt < 4; ++mt)
-            ldsm_x4_trans(fa[mt], ks + (16 * k16 + (lane >> 4) * 8 + (lane & 7)) * KS + wm + 16 * mt + ((lane >> 3) & 1) * 8);
-        };
-        auto frag_b = [&](uint32_t(&fb)[4][4], int k16, int pass) {  // fb[np]: {0,1} columns 16 np + 0..7, {2,3} + 8..15
-          const bf16* vs = ks + TT * KS + pass * TT * VS;
-#pragma unroll
-          for (int np = 0; np < 4; ++np)
-            ldsm_x4_trans(fb[np], vs + (16 * k16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * VS + wn + 16 * np + (lane >> 4) * 8);
-        };
-        uint32_t fa[2][4][4], fb[2][4][4];
-        frag_a(fa[0], 0);
-        frag_b(fb[0], 0, 0);
-#pragma unroll
-        for (int j = 0; j < kSub; ++j) {
-          if (j + 1 < kSub) {
-            if ((j + 1) % kPasses == 0) frag_a(fa[((j + 1) / kPasses) % 2], (j + 1) / kPasses);
-            frag_b(fb[(j + 1) % 2], (j + 1) / kPasses, (j + 1) % kPasses);
-          }
-          const uint32_t(&a)[4][4] = fa[(j / kPasses) % 2];
-          const uint32_t(&b)[4][4] = fb[j % 2];
-#pragma unroll
-          for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
-              mma_bf16_16816(acc[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
-#if RHOSCAN_FINAL_STATE_FETCH_LATE
-          if (j == 0) fetch_next(refill);  // (its address arithmetic under the first sub-step's mma)
-#endif
-        }
-      }
-#else
-#pragma unroll
-      for (int k16 = 0; k16 < TT / 16; ++k16) {
-        uint32_t a[4][4];
+      // sub-steps j = (k16, pass): A fragments per k16 (set k16 % 2), B per sub-step (set j % 2);
+      // sub-step j + 1's fragments are loaded before sub-step j's mma
+      constexpr int kPasses = kLo ? 2 : 1, kSub = TT / 16 * kPasses;
+      auto frag_a = [&](uint32_t(&fa)[4][4], int k16) {
 #pragma unroll
         for (int mt = 0; mt < 4; ++mt)
-          ldsm_x4_trans(a[mt], ks + (16 * k16 + (lane >> 4) * 8 + (lane & 7)) * KS + wm + 16 * mt + ((lane >> 3) & 1) * 8);
+          ldsm_x4_trans(fa[mt], ks + (16 * k16 + (lane >> 4) * 8 + (lane & 7)) * KS + wm + 16 * mt + ((lane >> 3) & 1) * 8);
+      };
+      auto frag_b = [&](uint32_t(&fb)[4][4], int k16, int pass) {  // fb[np]: {0,1} columns 16 np + 0..7, {2,3} + 8..15
+        const bf16* vs = ks + TT * KS + pass * TT * VS;
 #pragma unroll
-        for (int pass = 0; pass < (kLo ? 2 : 1); ++pass) {  // V, then V's remainders (same A fragments)
-          const bf16* vs = ks + TT * KS + pass * TT * VS;
-          uint32_t b[4][4];  // b[np]: regs {0,1} columns 16 np + 0..7, regs {2,3} 16 np + 8..15
+        for (int np = 0; np < 4; ++np)
+          ldsm_x4_trans(fb[np], vs + (16 * k16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * VS + wn + 16 * np + (lane >> 4) * 8);
+      };
+      uint32_t fa[2][4][4], fb[2][4][4];
+      frag_a(fa[0], 0);
+      frag_b(fb[0], 0, 0);
 #pragma unroll
-          for (int np = 0; np < 4; ++np)
-            ldsm_x4_trans(b[np], vs + (16 * k16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * VS + wn + 16 * np + (lane >> 4) * 8);
-#pragma unroll
-          for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
-              mma_bf16_16816(acc[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
+      for (int j = 0; j < kSub; ++j) {
+        if (j + 1 < kSub) {
+          if ((j + 1) % kPasses == 0) frag_a(fa[((j + 1) / kPasses) % 2], (j + 1) / kPasses);
+          frag_b(fb[(j + 1) % 2], (j + 1) / kPasses, (j + 1) % kPasses);
         }
+        const uint32_t(&a)[4][4] = fa[(j / kPasses) % 2];
+        const uint32_t(&b)[4][4] = fb[j % 2];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+            mma_bf16_16816(acc[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
+        if (j == 0) fetch_next(refill);  // (its address arithmetic under the first sub-step's mma)
       }
-#endif
       stage = stage + 1 == NS ? 0 : stage + 1;
     }
     if (!active) continue;
     const int64_t o0 = out.at(d.b_of(bh), h, 0, 0);
-#if RHOSCAN_FINAL_STATE_STORE2
-    // float2 pairs (columns 2 tq, 2 tq + 1: e even) where every pair is 8-byte aligned
-    const bool pairs = out.s[3] == 1 && (o0 | out.s[2]) % 2 == 0 && reinterpret_cast<uintptr_t>(out_p) % 8 == 0;
-    if (pairs) {
+    auto for_each_row = [&](auto&& f) {  // f(mt, hf, l) for the thread's accumulator rows l inside L
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int l = l0 + wm + 16 * mt + 8 * hf + g;
-          if (l >= d.L) continue;
-          float* row = out_p + o0 + l * out.s[2];
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt) {
-            const int e = e0 + wn + 8 * nt + 2 * tq;
-            if (e + 1 < d.E)
-              *reinterpret_cast<float2*>(row + e) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-            else if (e < d.E)  // (odd E: the last column alone)
-              row[e] = acc[mt][nt][2 * hf];
-          }
+          if (l < d.L) f(mt, hf, l);
         }
-      continue;
-    }
-#endif
+    };
+    // float2 pairs (columns 2 tq, 2 tq + 1: e even) where every pair is 8-byte aligned
+    const bool pairs = out.s[3] == 1 && (o0 | out.s[2]) % 2 == 0 && reinterpret_cast<uintptr_t>(out_p) % 8 == 0;
+    if (pairs) {
+      for_each_row([&](int mt, int hf, int l) {
+        float* row = out_p + o0 + l * out.s[2];
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int l = l0 + wm + 16 * mt + 8 * hf + g;
-        if (l >= d.L) continue;
+        for (int nt = 0; nt < 8; ++nt) {
+          const int e = e0 + wn + 8 * nt + 2 * tq;
+          if (e + 1 < d.E)
+            *reinterpret_cast<float2*>(row + e) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+          else if (e < d.E)  // (odd E: the last column alone)
+            row[e] = acc[mt][nt][2 * hf];
+        }
+      });
+    } else {  // scalar stores at rho's strides
+      for_each_row([&](int mt, int hf, int l) {
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -687,7 +601,8 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
             const int e = e0 + wn + 8 * nt + 2 * tq + r;
             if (e < d.E) out_p[o0 + l * out.s[2] + e * out.s[3]] = acc[mt][nt][2 * hf + r];
           }
-      }
+      });
+    }
   }
   cp_async_wait<0>();  // (only empty groups are left)
 }
@@ -737,8 +652,8 @@ void launch_quadratic_output(const Dims& d, const float* P, const float* Pcross,
   RHOSCAN_CUDA_LAUNCHED("quadratic_output_mma_kernel");
 }
 
-// The final state rho_T of one batch by final_state_mma (version 2; the quadratic forward has no
-// initial rho). A persistent grid: as many blocks as fit at once (at most one per item), so that
+// The final state rho_T of one batch by final_state_mma (the quadratic forward has no initial
+// rho). A persistent grid: as many blocks as fit at once (at most one per item), so that
 // each block's cp.async pipeline runs on across its items.
 template <typename T>
 void launch_final_state(const Dims& d, const float* a32, const Operands16& o, Str4 out, cudaStream_t stream) {

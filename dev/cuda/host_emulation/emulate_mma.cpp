@@ -443,13 +443,13 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
   return ok;
 }
 
-// ---- final_state_mma (the quadratic forward's final state, version 2): rho_T[l][e] =
+// ---- final_state_mma (the quadratic forward's final state): rho_T[l][e] =
 //      sum_t q_t[l] a_l^(T-1-t) v_t[e] in float64 from q, v and a (not from the operands: this checks
 //      the split of the exponent into Kq's a^(Cn-1-i) and the chunk factors a^Cn too); split values:
 //      v's hi plane plus its (quarter-size) lo plane. No initial state (the quadratic path has none).
 //      `grid` blocks (fewer than the items: the pipeline across items), the output NaN outside L, E.
-//      padded: rho's rows E + 1 or E + 2 floats apart (even: the float2 stores of
-//      RHOSCAN_FINAL_STATE_STORE2 with an odd E, whose last column is stored alone).
+//      padded: rho's rows E + 1 or E + 2 floats apart (even: the float2 stores with an odd E, whose
+//      last column is stored alone).
 template <bool kLo>
 bool final_state_case(const Problem& p, unsigned grid, bool padded = false) {
   const Dims& d = p.d;
@@ -981,11 +981,11 @@ int main(int argc, char** argv) {
       // the quadratic forward
       {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},
       {"cross_scores_mma, 3 splits", [](const Problem& p) { return cross_case(p, 3); }, false, true},
-      {"chunk_states_mma forward, bf16, no chunk states stored (quadratic forward's final state)",
+      {"chunk_states_mma forward, bf16, no chunk states stored",
        [](const Problem& p) { return states_case<bf16, false>(p, false, false); }, false, true},
-      {"chunk_states_mma forward, bf16, split values, no chunk states stored (quadratic forward's final state)",
+      {"chunk_states_mma forward, bf16, split values, no chunk states stored",
        [](const Problem& p) { return states_case<bf16, false, true>(p, false, false); }, false, true},
-      {"final_state_mma (quadratic forward's final state, version 2), 2 blocks",
+      {"final_state_mma (quadratic forward's final state), 2 blocks",
        [](const Problem& p) { return final_state_case<false>(p, small_grid(final_state_items(p.d))); }, true, true},
       {"final_state_mma, split values, 1 block",
        [](const Problem& p) { return final_state_case<true>(p, 1); }, false, true},
