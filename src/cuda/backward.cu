@@ -270,7 +270,7 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 constexpr int kLocalPadV3 = 8;
 using LocalSmemV3 = LocalSmemP<kLocalPadV3>;
 template <int kVersion>
-using LocalSmemOf = std::conditional_t<kVersion == 3, LocalSmemV3, LocalSmem>;
+using LocalSmemOf = std::conditional_t<kVersion >= 3, LocalSmemV3, LocalSmem>;
 struct LocalPowTables {
   static constexpr int W = kLocalLT + kLocalPadV3;
   float pt[17][W], ft[17][W];  // a^n, f(n), n = 0..16
@@ -469,15 +469,16 @@ __device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.
 // Wr, Ur, HdHr (kReadback): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
 // alias dqp (the block copies its W[t][l] to shared memory before it writes dqp[t][l]).
 // Without kReadback the block computes them from Hs, dHs, g, v (its E loop).
-// kVersion: 2 or 3 (see RHOSCAN_BWD_LOCAL_VERSION above; 3 only with kReadback).
+// kVersion: 2, 3 or 4 (see RHOSCAN_BWD_LOCAL_VERSION above; 3 and 4 only with kReadback).
 template <typename T, bool kReadback, int kVersion = kReadback ? RHOSCAN_BWD_LOCAL_VERSION : 2>
 __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
   constexpr int LT = kLocalLT, ET = kLocalET;
-  constexpr bool kV3 = kVersion == 3;
-  static_assert(kVersion == 2 || (kVersion == 3 && kReadback), "bwd_local: version 2, or 3 with the readback");
+  constexpr bool kV3 = kVersion >= 3, kV4 = kVersion == 4;  // (version 4 is version 3 and more)
+  static_assert(kVersion == 2 || ((kVersion == 3 || kVersion == 4) && kReadback),
+                "bwd_local: version 2, or 3 or 4 with the readback");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   LocalSmemOf<kVersion>& S = *reinterpret_cast<LocalSmemOf<kVersion>*>(smem_raw);
   auto& qs = S.r.qs;
@@ -487,6 +488,17 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
   const int C = static_cast<int>(d.C);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, x0 = 2 * lane;
   const int64_t nlt = (d.L + LT - 1) / LT;
+  // q: 4 latents a load where the rows are contiguous and aligned (BDH's case), else one.
+  const bool four = d.L % 4 == 0 && q.s[3] == 1 && q.s[2] % 4 == 0 && q.s[1] % 4 == 0 && q.s[0] % 4 == 0 &&
+                    reinterpret_cast<uintptr_t>(q.p) % (4 * sizeof(T)) == 0;
+  struct alignas(4 * sizeof(T)) Four {
+    T x[4];
+  };
+  auto four_at = [&](int k, int64_t l0, int Cn, int& i, int& x) {  // the k-th piece of the thread: row i, latent x
+    const int idx = threadIdx.x + kLocalThreads * k;
+    i = idx / (LT / 4), x = 4 * (idx % (LT / 4));
+    return i < Cn && l0 + x < d.L;
+  };
   for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
     const int64_t bh = item / (d.nC * nlt), c = (item / nlt) % d.nC, lt = item % nlt;
     const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, l0 = lt * LT;
@@ -494,6 +506,21 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     float a[2];
 #pragma unroll
     for (int u = 0; u < 2; ++u) a[u] = l0 + x0 + u < d.L ? a32[h * d.L + l0 + x0 + u] : 0.0f;
+    // Version 4: q's loads (the `four` path) and s's go out first, into registers: their latency
+    // overlaps the cp.async issue and the power tables; conversion and shared stores come after.
+    Four qr[64 * LT / 4 / kLocalThreads] = {};
+    float sr = 1.0f;
+    if constexpr (kV4) {
+      if (four) {
+#pragma unroll
+        for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
+          int i, x;
+          if (four_at(k, l0, Cn, i, x))
+            qr[k] = *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
+        }
+      }
+      if (threadIdx.x < Cn) sr = s[bh * d.T + t0 + threadIdx.x];
+    }
     __syncthreads();  // the previous item's reads of shared memory are done
     // The [64 tokens][64 latents] float32 tiles (Wr, Ur, Qp: rows of L floats) are copied by
     // 16-byte cp.async when L % 4 == 0 (4 per thread and tile, zero-filled outside the chunk and
@@ -583,41 +610,19 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       __syncthreads();  // the E tiles are consumed before the row phase's arrays overwrite them
     }
     copy_tile(qps, Qp);
-    cp_async_commit();
-    // q: 4 latents a load where the rows are contiguous and aligned (BDH's case), else one.
-    if (vec && q.s[3] == 1 && q.s[2] % 4 == 0 && q.s[1] % 4 == 0 && q.s[0] % 4 == 0 &&
-        reinterpret_cast<uintptr_t>(q.p) % (4 * sizeof(T)) == 0) {
-      struct alignas(4 * sizeof(T)) Four {
-        T x[4];
-      };
-#pragma unroll
-      for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
-        const int idx = threadIdx.x + kLocalThreads * k, i = idx / (LT / 4), x = 4 * (idx % (LT / 4));
-        float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (i < Cn && l0 + x < d.L) {
-          const Four v4 = *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
-          f = make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
-        }
-        *reinterpret_cast<float4*>(&qs[i][x]) = f;
-      }
-    } else {
-      const int64_t q0 = q.at(b, h, t0 + ic, l0 + xc);
-#pragma unroll 8
-      for (int k = 0; k < 16; ++k) {
-        const int i = ic + 4 * k;
-        qs[i][xc] = xok && i < Cn ? load<T>(q.p, q0 + 4 * k * q.s[2]) : 0.0f;
-      }
-    }
     // M of the chunk (split 0 holds the sum). Only its strict lower triangle of rows < Cn is
-    // read for the rows < Cn; at C = 64 the whole slot is copied in 16-byte pieces.
+    // read for the rows < Cn; at C = 64 the whole slot is copied in 16-byte pieces (version 4: by
+    // cp.async, in the same group as the tiles above).
     const float* Mc = M + (bh * d.nC + c) * d.nsplit * C * C;
-    if (C == 64) {
-      for (int idx = threadIdx.x; idx < 64 * 16; idx += blockDim.x)
-        *reinterpret_cast<float4*>(&ms[idx / 16][4 * (idx % 16)]) = reinterpret_cast<const float4*>(Mc)[idx];
-    } else {
-      for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
+    if (kV4 && C == 64) {
+#pragma unroll
+      for (int k = 0; k < 64 * 16 / kLocalThreads; ++k) {
+        const int idx = threadIdx.x + kLocalThreads * k;
+        cp_async16(&ms[idx / 16][4 * (idx % 16)], Mc + 4 * idx);
+      }
     }
-    if constexpr (kV3) {  // the power tables (in ns: the previous item's reads of it are done)
+    cp_async_commit();
+    auto pow_tables = [&] {  // version 3's power tables (in ns: the previous item's reads of it are done)
       LocalPowTables& P = *reinterpret_cast<LocalPowTables*>(&ns[0][0]);
       const int I = threadIdx.x / LT, R = Cn - 16 * (I + 1);
       const float al = xok ? a32[h * d.L + l0 + xc] : 0.0f;
@@ -635,6 +640,41 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
       P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
       P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
+    };
+    if constexpr (kV4) pow_tables();
+    if (four) {
+#pragma unroll
+      for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
+        int i, x;
+        float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (four_at(k, l0, Cn, i, x)) {
+          const Four v4 = kV4 ? qr[k] : *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
+          f = make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
+        }
+        *reinterpret_cast<float4*>(&qs[i][x]) = f;
+      }
+    } else {
+      const int64_t q0 = q.at(b, h, t0 + ic, l0 + xc);
+#pragma unroll 8
+      for (int k = 0; k < 16; ++k) {
+        const int i = ic + 4 * k;
+        qs[i][xc] = xok && i < Cn ? load<T>(q.p, q0 + 4 * k * q.s[2]) : 0.0f;
+      }
+    }
+    if (C == 64) {
+      if (!kV4) {
+        for (int idx = threadIdx.x; idx < 64 * 16; idx += blockDim.x)
+          *reinterpret_cast<float4*>(&ms[idx / 16][4 * (idx % 16)]) = reinterpret_cast<const float4*>(Mc)[idx];
+      }
+    } else {
+      for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
+    }
+    if constexpr (kV3 && !kV4) pow_tables();
+    // version 4: 1/s of the chunk's rows, once per item, in ms's padding column LT (no version
+    // reads or writes ms's columns >= 64 otherwise: M's tiles, its hi / lo split, the loops)
+    if constexpr (kV4) {
+      static_assert(kLocalPadV3 >= 1);
+      if (threadIdx.x < LT) ms[threadIdx.x][LT] = threadIdx.x < Cn ? 1.0f / sr : 0.0f;
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -742,7 +782,9 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         const int i = i0 + r, n = Cn - 1 - i;
         if (i >= Cn) break;  // warp-uniform
         const int64_t row = bh * d.T + t0 + i;
-        const float rs = 1.0f / s[row];  // one division per row, not one per latent
+        float rs;  // one division per row, not one per latent (version 4: once per item, above)
+        if constexpr (kV4) rs = ms[i][LT];
+        else rs = 1.0f / s[row];
         const float2 N2 = *reinterpret_cast<const float2*>(&ns[i][x0]);
         const float2 W2 = *reinterpret_cast<const float2*>(&S.w[i][x0]);
         const float2 U2 = *reinterpret_cast<const float2*>(&S.u[i][x0]);
