@@ -4,7 +4,7 @@
 // chunk_states_mma_kernel (forward with bf16 and with float32 stored states, and reverse),
 // chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel, the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel and quadratic_output_mma_kernel,
-// the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 3 (readback path), cut out
+// the quadratic backward's kernels, and bwd_local_kernel's versions 2, 3 and 4 (readback path), cut out
 // of src/cuda by extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async
 // emulated with their PTX fragment layouts; see the top of shim.h for what is and is not emulated).
 // Each is
@@ -804,7 +804,8 @@ bool quad_dv_case(const Problem& p) {
 }
 
 // ---- bwd_local version 3 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
-//      in three passes) and version 2 (every pair by FFMA in float32), readback instantiation with
+//      in three passes), version 4 (version 3 with the scans split over the warps, see
+//      backward.cu; the same tolerance) and version 2 (every pair by FFMA in float32), readback instantiation with
 //      bf16 q, against a float64 loop of bwd_local's formulas (the comments of backward.cu): every
 //      output (gcp, dqp, dap, Bsum, Zs), element by element, |x - ref| <= tol · (sum of the
 //      absolute values of ref's terms), tol = 5e-5 for both. Version 3's split operands x = hi + lo
@@ -886,7 +887,7 @@ bool bwd_local_v3_case(const LocalShape& c) {
       }
     }
   bool ok = true;
-  for (int v : {2, 3}) {
+  for (int v : {2, 3, 4}) {
     struct {
       std::vector<float> gcp, dqp, dap, Bsum, Zs;
     } o = {nans<float>(nbh * T * nlt), nans<float>(nbh * T * L), nans<float>(nbh * nC * L), nans<float>(nbh * nC * L),
@@ -899,9 +900,11 @@ bool bwd_local_v3_case(const LocalShape& c) {
     };
     if (v == 2)
       go(bwd_local_kernel<bf16, true, 2>, sizeof(LocalSmemOf<2>));
-    else
+    else if (v == 3)
       go(bwd_local_kernel<bf16, true, 3>, sizeof(LocalSmemOf<3>));
-    const std::string n = v == 2 ? " v2" : " v3";
+    else
+      go(bwd_local_kernel<bf16, true, 4>, sizeof(LocalSmemOf<4>));
+    const std::string n = " v" + std::to_string(v);
     constexpr double tol = 5e-5;
     ok &= check("gcp" + n, doubles(o.gcp), rg, tol) & check("dqp" + n, doubles(o.dqp), rq, tol) &
           check("dap" + n, doubles(o.dap), rd, tol) & check("Bsum" + n, doubles(o.Bsum), rb, tol) &
@@ -1036,8 +1039,10 @@ int main(int argc, char** argv) {
       {"H1 pairs2 T100 L70 C48 (48, 48, tail 4)", 1, 2, 100, 70, 48, 3},
   };
   for (size_t i = 0; i < local_shapes.size(); ++i)
-    if ((only.empty() || std::string("bwd_local v3").find(only) != std::string::npos) && !(quick && i >= 4)) {
-      std::printf("bwd_local v2 and v3  [%s]\n", local_shapes[i].name);
+    if ((only.empty() || std::string("bwd_local v3").find(only) != std::string::npos ||
+         std::string("bwd_local v4").find(only) != std::string::npos) &&
+        !(quick && i >= 4)) {
+      std::printf("bwd_local v2, v3 and v4  [%s]\n", local_shapes[i].name);
       std::fflush(stdout);
       if (!bwd_local_v3_case(local_shapes[i])) {
         ++failures;

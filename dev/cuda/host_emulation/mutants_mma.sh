@@ -75,6 +75,18 @@ mutants=(
   "bwd_local v3: no barrier between the products and the N walk (red, the tables in ns)|src/cuda/backward.cu|      __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed\n|\n|deferred|caught"
   "bwd_local v3: the FFMA loop from j = 0 (the products' pairs counted twice)|src/cuda/backward.cu|kV3 ? i0 \& ~15 : 0;|kV3 ? 0 : 0;|deferred|caught"
   "bwd_local v3: M's rows past Cn not masked (stale rows of ms for C < 64, NaN in the emulation)|src/cuda/backward.cu|    const bool ok = i < Cn;\n    uint32_t hi, lo;|    const bool ok = true;\n    uint32_t hi, lo;|deferred|caught"
+  "bwd_local v4: M's tile by cp.async from the wrong offsets (rows 32-63 from rows 0-31)|src/cuda/backward.cu|cp_async16(&ms[idx / 16][4 * (idx % 16)], Mc + 4 * idx);|cp_async16(&ms[idx / 16][4 * (idx % 16)], Mc + 4 * (idx % 512));|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: 1/s of the group's first row for all four|src/cuda/backward.cu|if constexpr (kV4) rs = ms[i][LT];|if constexpr (kV4) rs = ms[i0][LT];|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: N walk, a segment's start without the first segment (the wrong start)|src/cuda/backward.cu|for (int v = 0; v < warp; ++v) {|for (int v = 1; v < warp; ++v) {|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: no barrier between the segments' z and their use (segment starts)|src/cuda/backward.cu|    if constexpr (kV4) __syncthreads();  // the segments' z\n|\n|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: reverse scan, a segment's carry without its decay power a^8|src/cuda/backward.cu|cy[0] = xv.x + a8[0] * cy[0];\n          cy[1] = xv.y + a8[1] * cy[1];|cy[0] = xv.x + cy[0];\n          cy[1] = xv.y + cy[1];|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: reverse scan, the carry into ib without a^(e0-1-i)|src/cuda/backward.cu|ib = make_float2(ib.x + pw[0] * cy[0], ib.y + pw[1] * cy[1]);|ib = make_float2(ib.x + cy[0], ib.y + cy[1]);|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: no barrier between the segments' x and the carries|src/cuda/backward.cu|      __syncthreads();  // the segments' x\n|\n|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: ibn without the carry term|src/cuda/backward.cu|make_float2(il.x + cy[0] * y.x, il.y + cy[1] * y.y)|make_float2(il.x, il.y)|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: bsum without the later segments' carry|src/cuda/backward.cu|bsum[0] = x.x + a8[0] * cy[0];|bsum[0] = x.x;|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: zsum, the last segment's length taken as 8 at a tail chunk|src/cuda/backward.cu|aT = ipow64(a[u], Cn - 8 * (nseg - 1))|aT = ipow64(a[u], 8)|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: gc reduce-scatter, xor 8 keeps the partner's row (lane mix-up)|src/cuda/backward.cu|float gc = b3 ? k1 : k0;|float gc = b3 ? k0 : k1;|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: gc reduce-scatter, a lane stores its neighbour row's total|src/cuda/backward.cu|const int i = i0 + lane / 8;|const int i = i0 + (lane / 8 ^ 1);|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
 )
 missed=0
 for m in "${mutants[@]}"; do
