@@ -324,7 +324,15 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
 //     (I(I-1)/2 + J)·64², the operand chunk c·C·Lp) and the zero-fill sizes (rows past Cn, columns
 //     past Lp) are two packed words per item, full chunk or the last one;
 //   - HdH's running dot takes the chunk's Xq rows by ldmatrix.trans (the A fragment of Xq^T: the
-//     accumulator's own layout) instead of 32 scalar bf16 loads per step, in the same order.
+//     accumulator's own layout) instead of 32 scalar bf16 loads per step, in the same order;
+//   - a loop of W steps, finish_w, then a loop of U steps (no per-step branch on the kind; W is
+//     stored once the W steps are done instead of after step K's fetch: same values), and W's and
+//     U's stores through a running row pointer with the 4 latents of a row at immediate offsets.
+// Static SASS paths (sm_90a, bfloat16, decoded from the cubin without nvdisasm, so approximate):
+// a W step about 300 warp instructions (version 1: about 720-770), a U step about 220-260 (version
+// 1: about 640-690), 64 HMMA each; registers 128 (version 1: 126), no spills; the float16 variant
+// 176 (164), one block per SM as before. Emulated bit for bit against version 1 (emulate_mma.cpp);
+// not yet measured on the GPU.
 template <bool kKeyLo = false>
 __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     quad_readback_mma_v3_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
@@ -368,30 +376,29 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     const bool col_ok = l0 + oc < d.Lp;
     // only the last chunk may be short: the row limits of a full chunk and of the last one
     const int lim_full = col_ok ? C - orow : 0, lim_last = col_ok ? CnLast - orow : 0;
-    const int64_t tile0 = bh * d.T * d.Lp + l0 + o_src;  // the thread's first piece in chunk 0
-    const bf16* kq = Kq + tile0;
-    const bf16* xq = Xq + tile0;
+    // offsets of the thread's first operand piece in chunk 0 and of its first M piece in the pair's
+    // blocks (the tensors' base pointers are kernel parameters: no registers)
+    const int64_t tile0 = bh * d.T * d.Lp + l0 + o_src;
     const int64_t mb = bh * cross_pairs(d.nC) * (kQB * kQB) + mr * kQB + mp;
-    const bf16* mh = Mhi + mb;
-    const bf16* ml = Mlo + mb;
     // step s: W with J = s (s < K), or U with I = nC-1-(s-K); tiles into stage st
     auto fetch = [&](int s, int st) {
       const bool w = s < K;
       const int I = w ? K : nC - 1 - (s - K), J = w ? s : K;
-      const int64_t blk = static_cast<int64_t>(I * (I - 1) / 2 + J) * (kQB * kQB);
+      const int64_t blk = mb + static_cast<int64_t>(I * (I - 1) / 2 + J) * (kQB * kQB);
       const uint32_t so = st ? kStageB : 0u;
-      cp_async16_u32(m_dst + so, mh + blk);
-      cp_async16_u32(m_dst + so + 2 * 32 * kQrMS, mh + blk + 32 * kQB);
-      cp_async16_u32(m_dst + so + kLoB, ml + blk);
-      cp_async16_u32(m_dst + so + kLoB + 2 * 32 * kQrMS, ml + blk + 32 * kQB);
+      cp_async16_u32(m_dst + so, Mhi + blk);
+      cp_async16_u32(m_dst + so + 2 * 32 * kQrMS, Mhi + blk + 32 * kQB);
+      cp_async16_u32(m_dst + so + kLoB, Mlo + blk);
+      cp_async16_u32(m_dst + so + kLoB + 2 * 32 * kQrMS, Mlo + blk + 32 * kQB);
       const int c = w ? J : I;  // the operand's chunk
       const int lim = c == nC - 1 ? lim_last : lim_full;
-      const bf16* o = (w ? kq : xq) + c * cstride;
+      const int64_t oo = tile0 + c * cstride;
+      const bf16* o = (w ? Kq : Xq) + oo;
 #pragma unroll
       for (int k = 0; k < 4; ++k) cp_async16_u32(o_dst + so + 2 * 16 * kQrOS * k, o + k * o_step, src_bytes(lim, k));
       if constexpr (kKeyLo) {
         if (w) {
-          const bf16* ol = Kq_lo + (o - Kq);
+          const bf16* ol = Kq_lo + oo;
 #pragma unroll
           for (int k = 0; k < 4; ++k)
             cp_async16_u32(o_dst + so + (kOpLoB - kOpB) + 2 * 16 * kQrOS * k, ol + k * o_step, src_bytes(lim, k));
@@ -406,7 +413,7 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     }
     if (K >= 2) {  // the chunk's own Xq rows (HdH'), in the first step's commit group
       const int lim = K == nC - 1 ? lim_last : lim_full;
-      const bf16* o = xq + K * cstride;
+      const bf16* o = Xq + tile0 + K * cstride;
 #pragma unroll
       for (int k = 0; k < 4; ++k) cp_async16_u32(o_dst - kOpB + kXkB + 2 * 16 * kQrOS * k, o + k * o_step, src_bytes(lim, k));
     }
@@ -415,14 +422,29 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     float acc[2][4][4] = {}, dp[2][2] = {};  // dp[mt][hf]: latent row wm + 16 mt + 8 hf + g
     auto row_scale = [&](int mt, int hf) { return aC[wm + 16 * mt + 8 * hf + g]; };
     // W to its rows, HdH' to its slot, acc cleared for the U steps
-    // acc's rows to W's or U's rows tK + i of this tile (i < CnK, latents l0 + lr < L): 32-bit
-    // offsets from the tile's base (i L + lr < 2^31: L < 2^25 latents)
+    // acc to W's or U's rows tK + i (i < CnK), latents l0 + lr (< L): a running row pointer (one row
+    // of L on per (nt, c)), the 4 latents of a row at immediate offsets (version 1: a 64-bit index
+    // per element, ~15 instructions a store)
+    // (the offsets precomputed: fewer values live across the steps)
+    const int64_t out0 = (bh * d.T + tK + wn + 2 * (lane % 4)) * d.L + l0 + wm + g;
+    const int nl = static_cast<int>(d.L - l0 < kQrLT ? d.L - l0 : kQrLT) - (wm + g);  // lr - wm - g < nl
+    const int64_t hdh0 = (bh * d.nC + (K >= 1 ? K - 1 : d.nC - 1)) * d.L + l0 + tid;
+    const bool hdh_ok = tid < kQrLT && l0 + tid < d.L;
     auto store = [&](float* out) {
-      float* base = out + (bh * d.T + tK) * d.L + l0;
-      const int L = static_cast<int>(d.L), nl = static_cast<int>(d.L - l0 < kQrLT ? d.L - l0 : kQrLT);
-      for_each_acc(acc, wm, wn, [&](int lr, int i, float& x) {
-        if (lr < nl && i < CnK) base[i * L + lr] = x;
-      });
+      float* p = out + out0;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          if (wn + 8 * nt + 2 * (lane % 4) + c < CnK) {
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+              for (int hf = 0; hf < 2; ++hf)
+                if (16 * mt + 8 * hf < nl) p[16 * mt + 8 * hf] = acc[mt][nt][2 * hf + c];
+          }
+          p += c == 0 ? d.L : 7 * d.L;
+        }
     };
     auto finish_w = [&]() {
       store(W);
@@ -442,22 +464,20 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
           if (lane % 4 == 0) red[(wn / 32) * kQrLT + wm + 16 * mt + 8 * hf + g] = x;
         }
       __syncthreads();
-      if (tid < kQrLT && l0 + tid < d.L) {
-        const float x = K >= 1 ? red[tid] + red[kQrLT + tid] : 0.0f;
-        HdH[(bh * d.nC + (K >= 1 ? K - 1 : d.nC - 1)) * d.L + l0 + tid] = x;
-      }
+      if (hdh_ok) HdH[hdh0] = K >= 1 ? red[tid] + red[kQrLT + tid] : 0.0f;
     };
-    for (int s = 0; s < nsteps; ++s) {
+    // step s of kind w (W: s < K, else U); the W steps' loop, finish_w, then the U steps' loop (version
+    // 1: one loop, finish_w at s == K after step K's fetch; the same products in the same order)
+    auto step = [&](int s, auto kind) {
+      constexpr bool w = decltype(kind)::value;
       const int st = s & 1;
       if (s + 1 < nsteps) {
-        fetch(s + 1, st ^ 1);  // into the stage consumed at s - 1
+        fetch(s + 1, st ^ 1);  // into the stage that step s - 1 consumed
         cp_async_wait<1>();
       } else {
         cp_async_wait<0>();
       }
       __syncthreads();
-      if (s == K) finish_w();  // block-uniform
-      const bool w = s < K;
       if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (this thread's columns)
         // xf[mt][kk]: Xq_K^T's A fragment at latents wm + 16 mt, tokens wn + 16 kk: register
         // hf + 2 (nt % 2) of xf[mt][nt / 2] holds (latent row .. + 8 hf + g, tokens of acc[mt][nt][2 hf ..])
@@ -489,7 +509,7 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
           for (int nt = 0; nt < 4; ++nt) acc[mt][nt][2 * hf] *= f, acc[mt][nt][2 * hf + 1] *= f;
         }
       const uint32_t so = st ? kStageB : 0u;
-      if (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (stored [j][l]), B = M^T (M stored [i][j])
+      if constexpr (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (stored [j][l]), B = M^T (M stored [i][j])
         warp_mma_32x32_u32<true, true, kQrOS, kQrMS, 64>(acc, a_op + so, b_w + so);
         warp_mma_32x32_u32<true, true, kQrOS, kQrMS, 64>(acc, a_op + so, b_w + so + kLoB);
         if constexpr (kKeyLo) warp_mma_32x32_u32<true, true, kQrOS, kQrMS, 64>(acc, a_op + so + (kOpLoB - kOpB), b_w + so);
@@ -498,12 +518,11 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
         warp_mma_32x32_u32<true, false, kQrOS, kQrMS, 64>(acc, a_op + so, b_u + so + kLoB);
       }
       __syncthreads();  // this stage is refilled by the next step's fetch
-    }
-    if (K == nsteps) {  // no U step (the last chunk): W's steps end the loop
-      cp_async_wait<0>();
-      __syncthreads();
-      finish_w();
-    }
+    };
+    for (int s = 0; s < K; ++s) step(s, std::true_type{});
+    if (nsteps == 0) cp_async_wait<0>();  // (no step: the empty commit group)
+    finish_w();
+    for (int s = K; s < nsteps; ++s) step(s, std::false_type{});
     store(U);
   }
 }
