@@ -292,7 +292,7 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 //      ptxas (sm_90a): 128 registers, no spills, as version 3; shared memory unchanged
 //      (LocalSmemV3, 110.25 KiB). Emulated, not yet measured on the GPU.
 #ifndef RHOSCAN_BWD_LOCAL_VERSION
-#define RHOSCAN_BWD_LOCAL_VERSION 3
+#define RHOSCAN_BWD_LOCAL_VERSION 4
 #endif
 // Version 3's shared memory: rows padded by 8 floats (row stride 72: the accumulator layout's
 // float2 accesses, rows g = lane / 4 and latent pairs 2 (lane % 4), reach 16 distinct 8-byte bank

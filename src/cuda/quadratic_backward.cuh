@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
 // Version 1 (quad_readback_mma_kernel, the default) or 3 (quad_readback_mma_v3_kernel below, same
 // results bit for bit): -DRHOSCAN_QUAD_READBACK_VERSION=1|3.
 #ifndef RHOSCAN_QUAD_READBACK_VERSION
-#define RHOSCAN_QUAD_READBACK_VERSION 1
+#define RHOSCAN_QUAD_READBACK_VERSION 3
 #endif
 static_assert(RHOSCAN_QUAD_READBACK_VERSION == 1 || RHOSCAN_QUAD_READBACK_VERSION == 3,
               "RHOSCAN_QUAD_READBACK_VERSION: 1 or 3");
