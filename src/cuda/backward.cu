@@ -216,8 +216,8 @@ struct LocalSmemP {
 using LocalSmem = LocalSmemP<0>;
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
 
-// Two versions of the 16-bit (kReadback) instantiation, chosen at compile time
-// (-DRHOSCAN_BWD_LOCAL_VERSION=2|3, default 2); float32 (no readback) is always version 2.
+// Three versions of the 16-bit (kReadback) instantiation, chosen at compile time
+// (-DRHOSCAN_BWD_LOCAL_VERSION=2|3|4, default 3); float32 (no readback) is always version 2.
 //   2: every (i, j) pair of the triangular loops by FFMA (above).
 //   3: the pairs between different 16-row sub-blocks of the chunk on tensor cores, FFMA only for
 //      the four 16×16 diagonal sub-blocks' triangles (480 of the 2016 pairs of a 64-row chunk).
@@ -260,8 +260,39 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 // instructions per item (1.08 G per launch; the estimate was 26k) at 0.53 per scheduler and cycle
 // with 0.98 of 3.87 warps eligible (bench/results/ncu-h200-2db6e6c/): it stays latency-bound.
 // -DRHOSCAN_BWD_LOCAL_VERSION=2 builds version 2.
+//   4: version 3 plus five changes aimed at a source-level Nsight Compute profile of version 3 on
+//      the H200 (BDH-8k bfloat16; fractions of all warp stall samples): 13.4 % barrier stalls of
+//      warps 1-7 while warp 0 alone ran the two serial 64-step scans (the N walk and the reverse
+//      ib scan; ~4 % more barrier stalls elsewhere), ~10 % long-scoreboard stalls at the item's
+//      start (M's tile by plain loads whose shared stores wait for them; q's loads, converted and
+//      stored right away), 2-3 % on the per-row global load of s in the row loop, ~10 % in the
+//      row results' per-row gc shuffle trees and divisions. Version 4:
+//      1. M's tile by cp.async at C = 64, in the same commit group as the W / U / Qp tiles;
+//      2. q's global loads (the 4-latent path) issued first, into registers, before the item's
+//         barrier: their latency overlaps the cp.async issue and the power tables (now computed
+//         before q's conversion and shared stores);
+//      3. 1/s of the chunk's rows once per item into ms's padding column 64 (no other code
+//         touches ms's columns >= 64), read there in the row loop: the same value 1.0f / s[row].
+//         (s's loads stay next to that store: held in a register from the item's start, or from
+//         after the power tables, they cost 20 or 4 bytes of spills at the 128-register cap.)
+//         Steps 1-3 kept version 3's outputs bitwise in the emulation (checked at 2c1c775);
+//      4. both scans split over the 8 warps, segments of 8 tokens (warp w: tokens 8w .. 8w+7, the
+//         last non-empty segment possibly short, those past Cn empty), every power a^n with
+//         n >= 0: the N walk as each segment's Horner sum z_w = sum a^(e-1-i) q_i, a barrier, each
+//         segment's start N by Horner in a^8 over the earlier segments from the chunk's N, then
+//         its walk; the reverse scan as a local recurrence per segment (from 0 at its end), a
+//         barrier, the carry from the later segments by Horner in a^8 added with a^(e-1-i), ibn's
+//         correction carry · sum a^(e-1-i) N_i; zsum from the same per-segment sums by Horner over
+//         the segments (a^8, a^len for the last); the exchanges in red (during the N walk) and
+//         the rows of qs, qps (dead after the row phase). Sums in a fixed order but not
+//         version 3's (deterministic, not bitwise version 3);
+//      5. gc's 4 rows of a group reduced together by a reduce-scatter over the warp (xor 16
+//         exchanging 2 of the 4 values, xor 8 one, then xor 4, 2, 1: 6 shuffles against 20), lane
+//         8r storing row r.
+//      ptxas (sm_90a): 128 registers, no spills, as version 3; shared memory unchanged
+//      (LocalSmemV3, 110.25 KiB). Emulated, not yet measured on the GPU.
 #ifndef RHOSCAN_BWD_LOCAL_VERSION
-#define RHOSCAN_BWD_LOCAL_VERSION 3
+#define RHOSCAN_BWD_LOCAL_VERSION 4
 #endif
 // Version 3's shared memory: rows padded by 8 floats (row stride 72: the accumulator layout's
 // float2 accesses, rows g = lane / 4 and latent pairs 2 (lane % 4), reach 16 distinct 8-byte bank
@@ -270,7 +301,7 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 constexpr int kLocalPadV3 = 8;
 using LocalSmemV3 = LocalSmemP<kLocalPadV3>;
 template <int kVersion>
-using LocalSmemOf = std::conditional_t<kVersion == 3, LocalSmemV3, LocalSmem>;
+using LocalSmemOf = std::conditional_t<kVersion >= 3, LocalSmemV3, LocalSmem>;
 struct LocalPowTables {
   static constexpr int W = kLocalLT + kLocalPadV3;
   float pt[17][W], ft[17][W];  // a^n, f(n), n = 0..16
@@ -469,15 +500,16 @@ __device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.
 // Wr, Ur, HdHr (kReadback): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
 // alias dqp (the block copies its W[t][l] to shared memory before it writes dqp[t][l]).
 // Without kReadback the block computes them from Hs, dHs, g, v (its E loop).
-// kVersion: 2 or 3 (see RHOSCAN_BWD_LOCAL_VERSION above; 3 only with kReadback).
+// kVersion: 2, 3 or 4 (see RHOSCAN_BWD_LOCAL_VERSION above; 3 and 4 only with kReadback).
 template <typename T, bool kReadback, int kVersion = kReadback ? RHOSCAN_BWD_LOCAL_VERSION : 2>
 __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
   constexpr int LT = kLocalLT, ET = kLocalET;
-  constexpr bool kV3 = kVersion == 3;
-  static_assert(kVersion == 2 || (kVersion == 3 && kReadback), "bwd_local: version 2, or 3 with the readback");
+  constexpr bool kV3 = kVersion >= 3, kV4 = kVersion == 4;  // (version 4 is version 3 and more)
+  static_assert(kVersion == 2 || ((kVersion == 3 || kVersion == 4) && kReadback),
+                "bwd_local: version 2, or 3 or 4 with the readback");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   LocalSmemOf<kVersion>& S = *reinterpret_cast<LocalSmemOf<kVersion>*>(smem_raw);
   auto& qs = S.r.qs;
@@ -487,6 +519,17 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
   const int C = static_cast<int>(d.C);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, x0 = 2 * lane;
   const int64_t nlt = (d.L + LT - 1) / LT;
+  // q: 4 latents a load where the rows are contiguous and aligned (BDH's case), else one.
+  const bool four = d.L % 4 == 0 && q.s[3] == 1 && q.s[2] % 4 == 0 && q.s[1] % 4 == 0 && q.s[0] % 4 == 0 &&
+                    reinterpret_cast<uintptr_t>(q.p) % (4 * sizeof(T)) == 0;
+  struct alignas(4 * sizeof(T)) Four {
+    T x[4];
+  };
+  auto four_at = [&](int k, int64_t l0, int Cn, int& i, int& x) {  // the k-th piece of the thread: row i, latent x
+    const int idx = threadIdx.x + kLocalThreads * k;
+    i = idx / (LT / 4), x = 4 * (idx % (LT / 4));
+    return i < Cn && l0 + x < d.L;
+  };
   for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
     const int64_t bh = item / (d.nC * nlt), c = (item / nlt) % d.nC, lt = item % nlt;
     const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, l0 = lt * LT;
@@ -494,6 +537,18 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     float a[2];
 #pragma unroll
     for (int u = 0; u < 2; ++u) a[u] = l0 + x0 + u < d.L ? a32[h * d.L + l0 + x0 + u] : 0.0f;
+    // Version 4: q's loads (the `four` path) go out first, into registers: their latency overlaps
+    // the cp.async issue and the power tables; conversion and shared stores come after. (s's
+    // loads stay at their use below: held in a register from here, they cost 20 bytes of spills.)
+    Four qr[64 * LT / 4 / kLocalThreads] = {};
+    if (kV4 && four) {
+#pragma unroll
+      for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
+        int i, x;
+        if (four_at(k, l0, Cn, i, x))
+          qr[k] = *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
+      }
+    }
     __syncthreads();  // the previous item's reads of shared memory are done
     // The [64 tokens][64 latents] float32 tiles (Wr, Ur, Qp: rows of L floats) are copied by
     // 16-byte cp.async when L % 4 == 0 (4 per thread and tile, zero-filled outside the chunk and
@@ -583,41 +638,19 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       __syncthreads();  // the E tiles are consumed before the row phase's arrays overwrite them
     }
     copy_tile(qps, Qp);
-    cp_async_commit();
-    // q: 4 latents a load where the rows are contiguous and aligned (BDH's case), else one.
-    if (vec && q.s[3] == 1 && q.s[2] % 4 == 0 && q.s[1] % 4 == 0 && q.s[0] % 4 == 0 &&
-        reinterpret_cast<uintptr_t>(q.p) % (4 * sizeof(T)) == 0) {
-      struct alignas(4 * sizeof(T)) Four {
-        T x[4];
-      };
-#pragma unroll
-      for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
-        const int idx = threadIdx.x + kLocalThreads * k, i = idx / (LT / 4), x = 4 * (idx % (LT / 4));
-        float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (i < Cn && l0 + x < d.L) {
-          const Four v4 = *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
-          f = make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
-        }
-        *reinterpret_cast<float4*>(&qs[i][x]) = f;
-      }
-    } else {
-      const int64_t q0 = q.at(b, h, t0 + ic, l0 + xc);
-#pragma unroll 8
-      for (int k = 0; k < 16; ++k) {
-        const int i = ic + 4 * k;
-        qs[i][xc] = xok && i < Cn ? load<T>(q.p, q0 + 4 * k * q.s[2]) : 0.0f;
-      }
-    }
     // M of the chunk (split 0 holds the sum). Only its strict lower triangle of rows < Cn is
-    // read for the rows < Cn; at C = 64 the whole slot is copied in 16-byte pieces.
+    // read for the rows < Cn; at C = 64 the whole slot is copied in 16-byte pieces (version 4: by
+    // cp.async, in the same group as the tiles above).
     const float* Mc = M + (bh * d.nC + c) * d.nsplit * C * C;
-    if (C == 64) {
-      for (int idx = threadIdx.x; idx < 64 * 16; idx += blockDim.x)
-        *reinterpret_cast<float4*>(&ms[idx / 16][4 * (idx % 16)]) = reinterpret_cast<const float4*>(Mc)[idx];
-    } else {
-      for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
+    if (kV4 && C == 64) {
+#pragma unroll
+      for (int k = 0; k < 64 * 16 / kLocalThreads; ++k) {
+        const int idx = threadIdx.x + kLocalThreads * k;
+        cp_async16(&ms[idx / 16][4 * (idx % 16)], Mc + 4 * idx);
+      }
     }
-    if constexpr (kV3) {  // the power tables (in ns: the previous item's reads of it are done)
+    cp_async_commit();
+    auto pow_tables = [&] {  // version 3's power tables (in ns: the previous item's reads of it are done)
       LocalPowTables& P = *reinterpret_cast<LocalPowTables*>(&ns[0][0]);
       const int I = threadIdx.x / LT, R = Cn - 16 * (I + 1);
       const float al = xok ? a32[h * d.L + l0 + xc] : 0.0f;
@@ -635,6 +668,41 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
       P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
       P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
+    };
+    if constexpr (kV4) pow_tables();
+    if (four) {
+#pragma unroll
+      for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
+        int i, x;
+        float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (four_at(k, l0, Cn, i, x)) {
+          const Four v4 = kV4 ? qr[k] : *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
+          f = make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
+        }
+        *reinterpret_cast<float4*>(&qs[i][x]) = f;
+      }
+    } else {
+      const int64_t q0 = q.at(b, h, t0 + ic, l0 + xc);
+#pragma unroll 8
+      for (int k = 0; k < 16; ++k) {
+        const int i = ic + 4 * k;
+        qs[i][xc] = xok && i < Cn ? load<T>(q.p, q0 + 4 * k * q.s[2]) : 0.0f;
+      }
+    }
+    if (C == 64) {
+      if (!kV4) {
+        for (int idx = threadIdx.x; idx < 64 * 16; idx += blockDim.x)
+          *reinterpret_cast<float4*>(&ms[idx / 16][4 * (idx % 16)]) = reinterpret_cast<const float4*>(Mc)[idx];
+      }
+    } else {
+      for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
+    }
+    if constexpr (kV3 && !kV4) pow_tables();
+    // version 4: 1/s of the chunk's rows, once per item, in ms's padding column LT (no version
+    // reads or writes ms's columns >= 64 otherwise: M's tiles, its hi / lo split, the loops)
+    if constexpr (kV4) {
+      static_assert(kLocalPadV3 >= 1);
+      if (threadIdx.x < LT) ms[threadIdx.x][LT] = threadIdx.x < Cn ? 1.0f / s[bh * d.T + t0 + threadIdx.x] : 0.0f;
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -647,7 +715,57 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     float da[2] = {};
     // Warp 0 walks the chunk: N_i, and zsum = sum_i a^(Cn-1-i) N_i (Horner), da's B·N weight.
     float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
-    if (warp == 0) {
+    // Version 4: the two scans over segments of 8 tokens, warp w the tokens [s0, e0) (empty where
+    // s0 >= Cn; only the last non-empty one can be short), the per-segment values exchanged
+    // through [8][64] rows of shared memory: the N walk's z_v in red[v] (free until the row phase
+    // ends but for red[0], which warp 0 reads first), the reverse scan's x_v, y_v and ibn_v in
+    // rows v, v and 8 + v of qs, qps (dead after the row phase). (s0, e0, nseg and a^8 are
+    // recomputed where used: no registers held over the row phase.)
+    auto xch = [&](auto& tile, int v) -> float2& { return *reinterpret_cast<float2*>(&tile[v][x0]); };
+    if (kV4 && 8 * warp < Cn) {
+      const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
+      // the segment's z = sum_{i in [s0, e0)} a^(e0-1-i) q_i (Horner), for the later segments' starts
+      float z[2] = {};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        if (s0 + k >= e0) break;  // warp-uniform
+        const float2 qi = *reinterpret_cast<const float2*>(&qs[s0 + k][x0]);
+        z[0] = a[0] * z[0] + qi.x;
+        z[1] = a[1] * z[1] + qi.y;
+      }
+      if (warp == 0) {  // the products' shares of da (red[0], then z_0 in its place)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) da[u] = S.red[0][x0 + u];
+      }
+      xch(S.red, warp) = make_float2(z[0], z[1]);
+    }
+    if constexpr (kV4) __syncthreads();  // the segments' z
+    if (kV4 && 8 * warp < Cn) {
+      const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
+      // N at the segment's start: N_0 (the chunk's), then N <- a^8 N + z_v over the earlier
+      // (full) segments v < w; then the walk over the segment (ns)
+      float N[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) N[u] = l0 + x0 + u < d.L ? Nc[(bh * (d.nC + 1) + c) * d.L + l0 + x0 + u] : 0.0f;
+      if (warp > 0) {
+        const float a8[2] = {ipow64(a[0], 8), ipow64(a[1], 8)};
+        for (int v = 0; v < warp; ++v) {
+          const float2 zv = xch(S.red, v);
+          N[0] = a8[0] * N[0] + zv.x;
+          N[1] = a8[1] * N[1] + zv.y;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int i = s0 + k;
+        if (i >= e0) break;  // warp-uniform
+        *reinterpret_cast<float2*>(&ns[i][x0]) = make_float2(N[0], N[1]);
+        const float2 qi = *reinterpret_cast<const float2*>(&qs[i][x0]);
+        N[0] = a[0] * N[0] + qi.x;
+        N[1] = a[1] * N[1] + qi.y;
+      }
+    }
+    if (!kV4 && warp == 0) {
       float N[2];
 #pragma unroll
       for (int u = 0; u < 2; ++u) N[u] = l0 + x0 + u < d.L ? Nc[(bh * (d.nC + 1) + c) * d.L + l0 + x0 + u] : 0.0f;
@@ -737,12 +855,15 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
           pow_run(a[u], Cn - 4 - i0, pd[u]);
         }
       }
+      float gcr[4] = {};  // version 4: the rows' lane sums of gc, reduced together below
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i = i0 + r, n = Cn - 1 - i;
         if (i >= Cn) break;  // warp-uniform
         const int64_t row = bh * d.T + t0 + i;
-        const float rs = 1.0f / s[row];  // one division per row, not one per latent
+        float rs;  // one division per row, not one per latent (version 4: once per item, above)
+        if constexpr (kV4) rs = ms[i][LT];
+        else rs = 1.0f / s[row];
         const float2 N2 = *reinterpret_cast<const float2*>(&ns[i][x0]);
         const float2 W2 = *reinterpret_cast<const float2*>(&S.w[i][x0]);
         const float2 U2 = *reinterpret_cast<const float2*>(&S.u[i][x0]);
@@ -770,8 +891,27 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         *reinterpret_cast<float2*>(&S.w[i][x0]) = make_float2(dn[0], dn[1]);
         *reinterpret_cast<float2*>(&S.u[i][x0]) = make_float2(part[0], part[1]);
         // gcp[bh][t][lt] = sum over the block's 64 latents of gw_t[l] w_t[l] (w = q / s)
-        for (int o = 16; o > 0; o >>= 1) gc += __shfl_xor_sync(0xffffffffu, gc, o);
-        if (lane == 0) gcp[row * nlt + lt] = gc * rs;
+        if constexpr (kV4) {
+          gcr[r] = gc;
+        } else {
+          for (int o = 16; o > 0; o >>= 1) gc += __shfl_xor_sync(0xffffffffu, gc, o);
+          if (lane == 0) gcp[row * nlt + lt] = gc * rs;
+        }
+      }
+      if constexpr (kV4) {
+        // The 4 rows' sums over the warp together, a reduce-scatter in a fixed order (6 shuffles,
+        // not 4 × 5): xor 16 halves the rows (lanes with bit 4 keep rows 2, 3, the others 0, 1),
+        // xor 8 halves them again (bit 3: the odd row), then xor 4, 2, 1 on the one left: lane λ
+        // ends with row λ / 8's total (rows past Cn are zeros and not stored).
+        const bool b4 = lane & 16, b3 = lane & 8;
+        float k0 = b4 ? gcr[2] : gcr[0], k1 = b4 ? gcr[3] : gcr[1];
+        k0 += __shfl_xor_sync(0xffffffffu, b4 ? gcr[0] : gcr[2], 16);
+        k1 += __shfl_xor_sync(0xffffffffu, b4 ? gcr[1] : gcr[3], 16);
+        float gc = b3 ? k1 : k0;
+        gc += __shfl_xor_sync(0xffffffffu, b3 ? k0 : k1, 8);
+        for (int o = 4; o > 0; o >>= 1) gc += __shfl_xor_sync(0xffffffffu, gc, o);
+        const int i = i0 + lane / 8;
+        if (lane % 8 == 0 && i < Cn) gcp[(bh * d.T + t0 + i) * nlt + lt] = gc * ms[i][LT];
       }
     }
     S.red[warp][x0] = da[0];
@@ -780,7 +920,65 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     // The normaliser gradient inside the chunk, ib_i = sum_{k>i} a^(k-i-1) dn_k, by the reverse
     // recurrence ib_{i-1} = dn_i + a ib_i (in place of dn); its continuation past i = 0 is
     // bsum = sum_i a^i dn_i, the chunk's share of B at its start; ibn = sum_i ib_i N_i (da).
-    if (warp == 0) {
+    if constexpr (kV4) {
+      // Version 4, per segment: the local recurrence from 0 at e0-1 (loc_i: ib_i from the
+      // segment's own tokens, in place of dn; its continuation past s0,
+      // x = sum_{i in seg} a^(i-s0) dn_i, into qs[w]), and y = sum_{i in seg} a^(e0-1-i) N_i
+      // (zsum's share, into qps[w]); then the carry from the later segments,
+      // cy = sum_{k >= e0} a^(k-e0) dn_k (Horner from the last: cy <- x_v + a^8 cy; every later
+      // segment but the last is full, and the last's length multiplies 0), ib_i = loc_i +
+      // a^(e0-1-i) cy, and the segment's share of ibn, sum loc_i N_i + cy y, into qps[8 + w].
+      const int s0 = 8 * warp, e0 = min(s0 + 8, Cn), nseg = (Cn + 7) / 8;
+      if (s0 < Cn) {
+        float x[2] = {}, il[2] = {}, y[2] = {}, pw[2] = {1.0f, 1.0f};  // pw = a^(e0-1-i)
+#pragma unroll
+        for (int k = 7; k >= 0; --k) {
+          const int i = s0 + k;
+          if (i >= e0) continue;  // warp-uniform
+          const float2 dn2 = *reinterpret_cast<const float2*>(&S.w[i][x0]);
+          const float2 n2 = *reinterpret_cast<const float2*>(&ns[i][x0]);
+          *reinterpret_cast<float2*>(&S.w[i][x0]) = make_float2(x[0], x[1]);
+          il[0] += x[0] * n2.x;
+          il[1] += x[1] * n2.y;
+          y[0] += pw[0] * n2.x;
+          y[1] += pw[1] * n2.y;
+          pw[0] *= a[0];
+          pw[1] *= a[1];
+          x[0] = dn2.x + a[0] * x[0];
+          x[1] = dn2.y + a[1] * x[1];
+        }
+        xch(qs, warp) = make_float2(x[0], x[1]);
+        xch(qps, warp) = make_float2(y[0], y[1]);
+        xch(qps, 8 + warp) = make_float2(il[0], il[1]);
+      }
+      __syncthreads();  // the segments' x
+      if (s0 < Cn) {
+        const float a8[2] = {ipow64(a[0], 8), ipow64(a[1], 8)};
+        float cy[2] = {};
+        for (int v = nseg - 1; v > warp; --v) {
+          const float2 xv = xch(qs, v);
+          cy[0] = xv.x + a8[0] * cy[0];
+          cy[1] = xv.y + a8[1] * cy[1];
+        }
+        float pw[2] = {1.0f, 1.0f};  // a^(e0-1-i)
+#pragma unroll
+        for (int k = 7; k >= 0; --k) {
+          const int i = s0 + k;
+          if (i >= e0) continue;  // warp-uniform
+          float2& ib = *reinterpret_cast<float2*>(&S.w[i][x0]);
+          ib = make_float2(ib.x + pw[0] * cy[0], ib.y + pw[1] * cy[1]);
+          pw[0] *= a[0];
+          pw[1] *= a[1];
+        }
+        const float2 y = xch(qps, warp), il = xch(qps, 8 + warp);
+        xch(qps, 8 + warp) = make_float2(il.x + cy[0] * y.x, il.y + cy[1] * y.y);
+        if (warp == 0) {  // B's share: the continuation past 0 (a^8: segment 0 is full wherever cy != 0)
+          const float2 x = xch(qs, 0);
+          bsum[0] = x.x + a8[0] * cy[0];
+          bsum[1] = x.y + a8[1] * cy[1];
+        }
+      }
+    } else if (warp == 0) {
       float x[2] = {};
 #pragma unroll 8
       for (int i = Cn - 1; i >= 0; --i) {
@@ -807,6 +1005,18 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         if (l >= d.L) continue;
         float x = dpow(a[u], Cn) * S.hdh[x0 + u];
         for (int w = 0; w < 8; ++w) x += S.red[w][x0 + u];
+        if constexpr (kV4) {  // the segments' shares of ibn (in order) and of zsum (Horner over the
+          // segments: Z <- a^len Z + y_v, a^len = a^8 but for the last, which may be short)
+          const int nseg = (Cn + 7) / 8;
+          const float a8 = ipow64(a[u], 8), aT = ipow64(a[u], Cn - 8 * (nseg - 1));
+          float in = 0.0f, z = 0.0f;
+          for (int v = 0; v < nseg; ++v) {
+            const float2 iv = xch(qps, 8 + v), yv = xch(qps, v);
+            in += u ? iv.y : iv.x;
+            z = (v == nseg - 1 ? aT : a8) * z + (u ? yv.y : yv.x);
+          }
+          ibn[u] = in, zsum[u] = z;
+        }
         const int64_t o = (bh * d.nC + c) * d.L + l;
         dap[o] = x + ibn[u];
         Bsum[o] = bsum[u];

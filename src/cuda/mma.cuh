@@ -30,6 +30,20 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
                : "r"(smem_addr(p)));
 }
 
+// The same on a 32-bit shared-memory address (smem_addr's), for kernels that keep their fragment
+// addresses as integers (warp_mma_32x32_u32): no generic-to-shared conversion per load, and
+// constant offsets fold into the instruction's immediate.
+__device__ __forceinline__ void ldsm_x4_u32(uint32_t (&r)[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_trans_u32(uint32_t (&r)[4], uint32_t a) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
 __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -42,6 +56,10 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid = true) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                "r"(valid ? 16 : 0));
+}
+// cp_async16 to a 32-bit shared-memory address; src_bytes 16, or 0 for a zero fill (src not read).
+__device__ __forceinline__ void cp_async16_u32(uint32_t dst, const void* src, uint32_t src_bytes = 16) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -81,6 +99,50 @@ __device__ __forceinline__ void warp_mma_32x32(float (&acc)[2][4][4], const bf16
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) mma_bf16_16816(acc[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
   }
+}
+
+// warp_mma_32x32 on 32-bit shared-memory addresses with compile-time row strides (in bf16
+// elements) and kdim: the same ldmatrix fragments and the same mma sequence (hence the same sums,
+// bit for bit), but every row address is the lane's base address plus an immediate. a, b: the
+// lane's byte addresses for k0 = 0 and the first 16-row block (warp_mma_lane_a / _b below).
+// The k loop is unrolled.
+template <bool kATrans, bool kBTrans, int kLda, int kLdb, int kKdim>
+__device__ __forceinline__ void warp_mma_32x32_u32(float (&acc)[2][4][4], uint32_t a, uint32_t b) {
+  static_assert(kKdim % 16 == 0, "kdim: a multiple of 16");
+#pragma unroll
+  for (int k0 = 0; k0 < kKdim; k0 += 16) {
+    uint32_t af[2][4], bf[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      if (kATrans)
+        ldsm_x4_trans_u32(af[mt], a + 2 * (k0 * kLda + 16 * mt));
+      else
+        ldsm_x4_u32(af[mt], a + 2 * (16 * mt * kLda + k0));
+    }
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      if (kBTrans)
+        ldsm_x4_u32(bf[np], b + 2 * (16 * np * kLdb + k0));
+      else
+        ldsm_x4_trans_u32(bf[np], b + 2 * (k0 * kLdb + 16 * np));
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+        mma_bf16_16816(acc[mt][nt], af[mt], bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]);
+  }
+}
+// The lane's element offsets of warp_mma_32x32's ldmatrix rows at k0 = 0, mt = 0 (np = 0) in a tile
+// of row stride ld: A (rows m0 ..) and B (columns n0 ..).
+template <bool kATrans>
+__device__ __forceinline__ int warp_mma_lane_a(int lane, int m0, int ld) {
+  return kATrans ? ((lane >> 4) * 8 + (lane & 7)) * ld + m0 + ((lane >> 3) & 1) * 8 : (m0 + (lane & 15)) * ld + (lane >> 4) * 8;
+}
+template <bool kBTrans>
+__device__ __forceinline__ int warp_mma_lane_b(int lane, int n0, int ld) {
+  return kBTrans ? (n0 + (lane >> 4) * 8 + (lane & 7)) * ld + ((lane >> 3) & 1) * 8
+                 : (((lane >> 3) & 1) * 8 + (lane & 7)) * ld + n0 + (lane >> 4) * 8;
 }
 
 // Calls f(row, col, x) for each accumulator x of a warp's 32×32 block (warp_mma_32x32's acc): row

@@ -147,6 +147,13 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
 }
 
 // ---- quadratic readback: W, U and HdH' per (bh, chunk K, kQrLT latents) ------------------------
+// Version 1 (quad_readback_mma_kernel, the default) or 3 (quad_readback_mma_v3_kernel below, same
+// results bit for bit): -DRHOSCAN_QUAD_READBACK_VERSION=1|3.
+#ifndef RHOSCAN_QUAD_READBACK_VERSION
+#define RHOSCAN_QUAD_READBACK_VERSION 3
+#endif
+static_assert(RHOSCAN_QUAD_READBACK_VERSION == 1 || RHOSCAN_QUAD_READBACK_VERSION == 3,
+              "RHOSCAN_QUAD_READBACK_VERSION: 1 or 3");
 // A version 2 (64-latent warps over 256- or 128-latent items, half the ldmatrix count) measured
 // slower on the H200 (e932816, BDH-8k bfloat16, one backward of 32 pairs: 1.38 against 1.23 ms;
 // forward+backward 7.67 and 7.73 against 7.52 ms): the occupancy it cost outweighed the halved
@@ -317,6 +324,227 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
   }
 }
 
+// Version 3 (-DRHOSCAN_QUAD_READBACK_VERSION=3): the same items, steps, tiles, fragments and mma
+// sequence as version 1 (so W, U and HdH' are those of version 1, bit for bit), with less work
+// around the mma. A source-level Nsight Compute profile of version 1 on the H200 (BDH-8k bfloat16,
+// 1.23 ms per backward) counted 628 M warp instructions, of which HMMA 9.4 % and LDSM 3.5 % while
+// IMAD 21.7, IADD3 8.6, ISETP 8.2, LEA 6.9, SHF 5.3, SEL 2.4, LOP3 2.4 %: half of it the integer
+// arithmetic of addresses and indices; 0.55 instructions issued per scheduler cycle with 1.04 of
+// 3.95 warps eligible, stalls mostly `wait` (fixed-latency dependencies, 29 %): issue-bound on
+// overhead. Version 3:
+//   - the ldmatrix rows as 32-bit shared addresses computed once per thread (warp_mma_32x32_u32):
+//     each load is a base register plus an immediate (k0, mt / np, the M lo plane), the stage one
+//     add per step, and the k loop unrolled (version 1: per load the lane's row from lane, m0, k0
+//     and a runtime stride, and a generic-to-shared conversion);
+//   - fetch: the thread's pieces are fixed for the kernel (M tiles: rows tid/8 and tid/8 + 32; the
+//     operand tile: rows tid/16 + 16k, k < 4, the same 8 columns), so their shared destinations and
+//     intra-tile offsets are computed once; per step only the block's base moves (the M block
+//     (I(I-1)/2 + J)·64², the operand chunk c·C·Lp) and the zero-fill sizes (rows past Cn, columns
+//     past Lp) are two packed words per item, full chunk or the last one;
+//   - HdH's running dot takes the chunk's Xq rows by ldmatrix.trans (the A fragment of Xq^T: the
+//     accumulator's own layout) instead of 32 scalar bf16 loads per step, in the same order;
+//   - a loop of W steps, finish_w, then a loop of U steps (no per-step branch on the kind; W is
+//     stored once the W steps are done instead of after step K's fetch: same values), and W's and
+//     U's stores through a running row pointer with the 4 latents of a row at immediate offsets.
+// Static SASS paths (sm_90a, bfloat16, decoded from the cubin without nvdisasm, so approximate):
+// a W step about 300 warp instructions (version 1: about 720-770), a U step about 220-260 (version
+// 1: about 640-690), 64 HMMA each; registers 128 (version 1: 126), no spills; the float16 variant
+// 176 (164), one block per SM as before. Emulated bit for bit against version 1 (emulate_mma.cpp);
+// not yet measured on the GPU.
+template <bool kKeyLo = false>
+__global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
+    quad_readback_mma_v3_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
+                                const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
+  static_assert(kQrThreads == 256 && kQrLT == 128, "the fetch's fixed pieces assume 256 threads, 128 latents");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int kQrStage = quad_readback_stage<kKeyLo>();
+  constexpr uint32_t kStageB = 2 * kQrStage;            // bytes per stage
+  constexpr uint32_t kLoB = 2 * 64 * kQrMS;             // M lo's tile in a stage (bytes)
+  constexpr uint32_t kOpB = 2 * 2 * 64 * kQrMS;         // the operand tile in a stage
+  constexpr uint32_t kOpLoB = kOpB + 2 * 64 * kQrOS;    // the split keys' tile
+  constexpr uint32_t kXkB = 2 * kStageB;                // xk, after the two stages
+  bf16* stages = reinterpret_cast<bf16*>(smem_raw);
+  bf16* xk = stages + 2 * kQrStage;
+  float* aC = reinterpret_cast<float*>(xk + 64 * kQrOS);
+  float* red = aC + kQrLT;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
+  const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  // the warp's latents and tokens
+  const uint32_t s0 = smem_addr(smem_raw);
+  // the lane's ldmatrix addresses in stage 0 (stage 1: + kStageB)
+  const int a_lane = warp_mma_lane_a<true>(lane, wm, kQrOS);
+  const uint32_t a_op = s0 + kOpB + 2 * a_lane;
+  const uint32_t b_w = s0 + 2 * warp_mma_lane_b<true>(lane, wn, kQrMS);   // M^T (W steps)
+  const uint32_t b_u = s0 + 2 * warp_mma_lane_b<false>(lane, wn, kQrMS);  // M (U steps)
+  const uint32_t a_xk = s0 + kXkB + 2 * (a_lane + wn * kQrOS);           // Xq_K^T's fragments (HdH')
+  // the thread's pieces: M rows mr, mr + 32 at column mp; operand rows orow + 16k at column oc
+  const int mr = tid / 8, mp = 8 * (tid % 8), orow = tid / 16, oc = 8 * (tid % 16);
+  const uint32_t m_dst = s0 + 2 * (mr * kQrMS + mp), o_dst = s0 + kOpB + 2 * (orow * kQrOS + oc);
+  const int64_t o_src = orow * d.Lp + oc, o_step = 16 * d.Lp, cstride = d.C * d.Lp;
+  const int nC = static_cast<int>(d.nC), nsteps = nC > 0 ? nC - 1 : 0, C = static_cast<int>(d.C);
+  const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
+  const int64_t nlt = (d.Lp + kQrLT - 1) / kQrLT;
+  // src size of operand piece k: 16 where 16 k < lim (lim: the rows left below Cn past orow, or 0
+  // for columns past Lp), else 0 (a zero fill)
+  auto src_bytes = [](int lim, int k) { return 16 * k < lim ? 16u : 0u; };
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * nlt), l0 = (item % nlt) * kQrLT;
+    const int K = static_cast<int>((item / nlt) % d.nC);
+    const int64_t h = d.h_of(bh), tK = int64_t{K} * d.C;
+    const int CnK = static_cast<int>(d.chunk_len(K));
+    const bool col_ok = l0 + oc < d.Lp;
+    // only the last chunk may be short: the row limits of a full chunk and of the last one
+    const int lim_full = col_ok ? C - orow : 0, lim_last = col_ok ? CnLast - orow : 0;
+    // offsets of the thread's first operand piece in chunk 0 and of its first M piece in the pair's
+    // blocks (the tensors' base pointers are kernel parameters: no registers)
+    const int64_t tile0 = bh * d.T * d.Lp + l0 + o_src;
+    const int64_t mb = bh * cross_pairs(d.nC) * (kQB * kQB) + mr * kQB + mp;
+    // step s: W with J = s (s < K), or U with I = nC-1-(s-K); tiles into stage st
+    auto fetch = [&](int s, int st) {
+      const bool w = s < K;
+      const int I = w ? K : nC - 1 - (s - K), J = w ? s : K;
+      const int64_t blk = mb + static_cast<int64_t>(I * (I - 1) / 2 + J) * (kQB * kQB);
+      const uint32_t so = st ? kStageB : 0u;
+      cp_async16_u32(m_dst + so, Mhi + blk);
+      cp_async16_u32(m_dst + so + 2 * 32 * kQrMS, Mhi + blk + 32 * kQB);
+      cp_async16_u32(m_dst + so + kLoB, Mlo + blk);
+      cp_async16_u32(m_dst + so + kLoB + 2 * 32 * kQrMS, Mlo + blk + 32 * kQB);
+      const int c = w ? J : I;  // the operand's chunk
+      const int lim = c == nC - 1 ? lim_last : lim_full;
+      const int64_t oo = tile0 + c * cstride;
+      const bf16* o = (w ? Kq : Xq) + oo;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) cp_async16_u32(o_dst + so + 2 * 16 * kQrOS * k, o + k * o_step, src_bytes(lim, k));
+      if constexpr (kKeyLo) {
+        if (w) {
+          const bf16* ol = Kq_lo + oo;
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            cp_async16_u32(o_dst + so + (kOpLoB - kOpB) + 2 * 16 * kQrOS * k, ol + k * o_step, src_bytes(lim, k));
+        }
+      }
+      cp_async_commit();
+    };
+    __syncthreads();  // the previous item's shared memory is consumed
+    if (tid < kQrLT) {
+      const int64_t l = l0 + tid;
+      aC[tid] = l < d.L ? ipow(a32[h * d.L + l], C) : 0.0f;
+    }
+    if (K >= 2) {  // the chunk's own Xq rows (HdH'), in the first step's commit group
+      const int lim = K == nC - 1 ? lim_last : lim_full;
+      const bf16* o = Xq + tile0 + K * cstride;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) cp_async16_u32(o_dst - kOpB + kXkB + 2 * 16 * kQrOS * k, o + k * o_step, src_bytes(lim, k));
+    }
+    if (nsteps > 0) fetch(0, 0);
+    else cp_async_commit();
+    float acc[2][4][4] = {}, dp[2][2] = {};  // dp[mt][hf]: latent row wm + 16 mt + 8 hf + g
+    auto row_scale = [&](int mt, int hf) { return aC[wm + 16 * mt + 8 * hf + g]; };
+    // W to its rows, HdH' to its slot, acc cleared for the U steps
+    // acc to W's or U's rows tK + i (i < CnK), latents l0 + lr (< L): a running row pointer (one row
+    // of L on per (nt, c)), the 4 latents of a row at immediate offsets (version 1: a 64-bit index
+    // per element, ~15 instructions a store)
+    // (the offsets precomputed: fewer values live across the steps)
+    const int64_t out0 = (bh * d.T + tK + wn + 2 * (lane % 4)) * d.L + l0 + wm + g;
+    const int nl = static_cast<int>(d.L - l0 < kQrLT ? d.L - l0 : kQrLT) - (wm + g);  // lr - wm - g < nl
+    const int64_t hdh0 = (bh * d.nC + (K >= 1 ? K - 1 : d.nC - 1)) * d.L + l0 + tid;
+    const bool hdh_ok = tid < kQrLT && l0 + tid < d.L;
+    auto store = [&](float* out) {
+      float* p = out + out0;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          if (wn + 8 * nt + 2 * (lane % 4) + c < CnK) {
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+              for (int hf = 0; hf < 2; ++hf)
+                if (16 * mt + 8 * hf < nl) p[16 * mt + 8 * hf] = acc[mt][nt][2 * hf + c];
+          }
+          p += c == 0 ? d.L : 7 * d.L;
+        }
+    };
+    auto finish_w = [&]() {
+      store(W);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {  // the quad's 4 lanes hold the row's other columns
+          float x = dp[mt][hf];
+          x += __shfl_xor_sync(0xffffffffu, x, 1);
+          x += __shfl_xor_sync(0xffffffffu, x, 2);
+          if (lane % 4 == 0) red[(wn / 32) * kQrLT + wm + 16 * mt + 8 * hf + g] = x;
+        }
+      __syncthreads();
+      if (hdh_ok) HdH[hdh0] = K >= 1 ? red[tid] + red[kQrLT + tid] : 0.0f;
+    };
+    // step s of kind w (W: s < K, else U); the W steps' loop, finish_w, then the U steps' loop (version
+    // 1: one loop, finish_w at s == K after step K's fetch; the same products in the same order)
+    auto step = [&](int s, auto kind) {
+      constexpr bool w = decltype(kind)::value;
+      const int st = s & 1;
+      if (s + 1 < nsteps) {
+        fetch(s + 1, st ^ 1);  // into the stage that step s - 1 consumed
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (this thread's columns)
+        // xf[mt][kk]: Xq_K^T's A fragment at latents wm + 16 mt, tokens wn + 16 kk: register
+        // hf + 2 (nt % 2) of xf[mt][nt / 2] holds (latent row .. + 8 hf + g, tokens of acc[mt][nt][2 hf ..])
+        uint32_t xf[2][2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) ldsm_x4_trans_u32(xf[mt][kk], a_xk + 2 * (16 * kk * kQrOS + 16 * mt));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            float x = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+              const uint32_t r = xf[mt][nt / 2][hf + 2 * (nt % 2)];
+              x += __uint_as_float(r << 16) * acc[mt][nt][2 * hf];
+              x += __uint_as_float(r & 0xffff0000u) * acc[mt][nt][2 * hf + 1];
+            }
+            dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x;
+          }
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const float f = row_scale(mt, hf);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) acc[mt][nt][2 * hf] *= f, acc[mt][nt][2 * hf + 1] *= f;
+        }
+      const uint32_t so = st ? kStageB : 0u;
+      if constexpr (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (stored [j][l]), B = M^T (M stored [i][j])
+        warp_mma_32x32_u32<true, true, kQrOS, kQrMS, 64>(acc, a_op + so, b_w + so);
+        warp_mma_32x32_u32<true, true, kQrOS, kQrMS, 64>(acc, a_op + so, b_w + so + kLoB);
+        if constexpr (kKeyLo) warp_mma_32x32_u32<true, true, kQrOS, kQrMS, 64>(acc, a_op + so + (kOpLoB - kOpB), b_w + so);
+      } else {  // [l][j] += sum_i Xq_I[i][l] M[i][j]: A = Xq^T (stored [i][l]), B = M (stored [i][j])
+        warp_mma_32x32_u32<true, false, kQrOS, kQrMS, 64>(acc, a_op + so, b_u + so);
+        warp_mma_32x32_u32<true, false, kQrOS, kQrMS, 64>(acc, a_op + so, b_u + so + kLoB);
+      }
+      __syncthreads();  // this stage is refilled by the next step's fetch
+    };
+    for (int s = 0; s < K; ++s) step(s, std::true_type{});
+    if (nsteps == 0) cp_async_wait<0>();  // (no step: the empty commit group)
+    finish_w();
+    for (int s = K; s < nsteps; ++s) step(s, std::false_type{});
+    store(U);
+  }
+}
+
 // ---- dv: dv_J = sum_{I>J} P_IJ^T G_I + sum_{k>j in J} P[k][j] G_k, per (bh, J, 128 columns) ----
 // Pcross: [bh][nC][nC][C][C] float32 (block (I, J), J < I, at ((bh nC + I) nC + J) C C, row i,
 // column j); P: chunk_scores' intra-chunk scores [bh][nC][nsplit][C][C] (split 0 holds the sum).
@@ -414,7 +642,11 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
                                                                                      o.vlo, M);
     RHOSCAN_CUDA_LAUNCHED("cross_values_mma_kernel");
   }
+#if RHOSCAN_QUAD_READBACK_VERSION == 3
+  auto qr = quad_readback_mma_v3_kernel<kLo>;
+#else
   auto qr = quad_readback_mma_kernel<kLo>;
+#endif
   constexpr int qr_smem = quad_readback_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
   qr<<<grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads, qr_smem, stream>>>(d, Mhi, Mlo, o.Kq, o.Xq,

@@ -4,7 +4,7 @@
 // chunk_states_mma_kernel (forward with bf16 and with float32 stored states, and reverse),
 // chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel, the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel and quadratic_output_mma_kernel,
-// the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 3 (readback path), cut out
+// the quadratic backward's kernels, and bwd_local_kernel's versions 2, 3 and 4 (readback path), cut out
 // of src/cuda by extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async
 // emulated with their PTX fragment layouts; see the top of shim.h for what is and is not emulated).
 // Each is
@@ -633,21 +633,36 @@ bool cross_values_case(const Problem& p) {
          check("M diagonal (float32)", doubles(m.diag), rdiag, 1e-4);
 }
 
+// quad_readback_mma_kernel (kVersion 1) or quad_readback_mma_v3_kernel (3), with launch_quadratic_backward's
+// block size and shared memory
+template <bool kKeyLo, int kVersion>
+void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W, std::vector<float>& U,
+                       std::vector<float>& HdH) {
+  const Dims& d = p.d;
+  const int64_t items = d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT);
+  emu::launch(small_grid(items), kQrThreads, quad_readback_smem<kKeyLo>(), [&] {
+    if constexpr (kVersion == 3)
+      quad_readback_mma_v3_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
+                                          W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
+    else
+      quad_readback_mma_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(),
+                                       U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
+  });
+}
+
 // quad_readback: W, U and HdH' against float64 loops over explicit chunk states built from the
 // same bf16 operands, H_c = sum_{J<c} a^((c-1-J)C) Kq_J^T v_J and A_end_c = sum_{I>c} a^((I-c-1)C)
 // Xq_I^T G_I: W_t = H_c[l,:]·G_t, U_t = A_end_c[l,:]·v_t (1e-4: M's hi + lo keep float32
 // accuracy), and per (bh, l) the weighted sum that bwd_local takes, sum_c f(Cn_c) HdH[c] against
 // sum_c f(Cn_c) <H_c, A_end_c>, f(n) = n a^(n-1); slot nC-1 must hold 0. M from cross_values.
 // Magnitudes: the sums of |terms| down to single products of q-, v-, G-derived operands.
+template <int kVersion = 1>
 bool quad_readback_case(const Problem& p) {
   const Dims& d = p.d;
-  const int64_t L = d.L, E = d.E, C = d.C, nC = d.nC, items = d.nbh * nC * ((d.Lp + kQrLT - 1) / kQrLT);
+  const int64_t L = d.L, E = d.E, C = d.C, nC = d.nC;
   const CrossM m = run_cross_values(p);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
-  emu::launch(small_grid(items), kQrThreads, quad_readback_smem<false>(), [&] {
-    quad_readback_mma_kernel<false>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(),
-                                    U.data(), HdH.data());
-  });
+  run_quad_readback<false, kVersion>(p, m, W, U, HdH);
   std::vector<Acc> rW(W.size()), rU(U.size());
   std::vector<Acc> rH(d.nbh * L);  // sum_c f(Cn_c) <H_c, A_end_c>
   bool last_zero = true;
@@ -714,16 +729,13 @@ bool quad_readback_case(const Problem& p) {
 // and, for split keys, the third pass M_hi Kq_lo,
 //   W_K = sum_{J<K} a^((K-1-J)C) (M_KJ Kq_J [+ M_hi,KJ Kq_lo,J]),  U_K = sum_{I>K} a^((I-K-1)C) M_IK^T Xq_I,
 //   HdH[K-1] = sum_{J<=K-2} (K-J-1) a^((K-J-2)C) sum_i Xq_K[i] (M_KJ Kq_J [+ ...])[i],  HdH[nC-1] = 0.
-template <bool kKeyLo>
+template <bool kKeyLo, int kVersion = 1>
 bool quad_readback_slots_case(const Problem& p) {
   const Dims& d = p.d;
-  const int64_t L = d.L, C = d.C, nC = d.nC, items = d.nbh * nC * ((d.Lp + kQrLT - 1) / kQrLT);
+  const int64_t L = d.L, C = d.C, nC = d.nC;
   const CrossM m = run_cross_values<kKeyLo>(p);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
-  emu::launch(small_grid(items), kQrThreads, quad_readback_smem<kKeyLo>(), [&] {
-    quad_readback_mma_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(),
-                                     U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
-  });
+  run_quad_readback<kKeyLo, kVersion>(p, m, W, U, HdH);
   std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t h = p.h_of(bh);
@@ -766,6 +778,27 @@ bool quad_readback_slots_case(const Problem& p) {
   return check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) & check("HdH slots", doubles(HdH), rH, 1e-4);
 }
 
+// quad_readback version 3 against version 1, bit for bit (NaN patterns included: the outputs are
+// NaN-initialised, so a slot one version writes and the other not shows too), on the same M.
+template <bool kKeyLo>
+bool quad_readback_bitwise_case(const Problem& p) {
+  const Dims& d = p.d;
+  const CrossM m = run_cross_values<kKeyLo>(p);
+  auto W1 = nans<float>(d.nbh * d.T * d.L), U1 = W1, H1 = nans<float>(d.nbh * d.nC * d.L);
+  auto W3 = W1, U3 = U1, H3 = H1;
+  run_quad_readback<kKeyLo, 1>(p, m, W1, U1, H1);
+  run_quad_readback<kKeyLo, 3>(p, m, W3, U3, H3);
+  bool ok = true;
+  auto same = [&](const char* what, const std::vector<float>& a, const std::vector<float>& b) {
+    size_t n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    std::printf("    %-10s %zu of %zu differ%s\n", what, n, a.size(), n ? "  <-- FAIL" : "");
+    ok &= n == 0;
+  };
+  same("W", W1, W3), same("U", U1, U3), same("HdH", H1, H3);
+  return ok;
+}
+
 // quad_dv: dv_J = sum_{I>J} Pcross_IJ^T G_I + sum_{k>j} P[k][j] G_k. Pcross's blocks J >= I, and
 // its rows past Cn_I, are NaN (must not be read), as are P's upper triangle and splits past 0.
 template <bool kLo = false>
@@ -804,7 +837,8 @@ bool quad_dv_case(const Problem& p) {
 }
 
 // ---- bwd_local version 3 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
-//      in three passes) and version 2 (every pair by FFMA in float32), readback instantiation with
+//      in three passes), version 4 (version 3 with the scans split over the warps, see
+//      backward.cu; the same tolerance) and version 2 (every pair by FFMA in float32), readback instantiation with
 //      bf16 q, against a float64 loop of bwd_local's formulas (the comments of backward.cu): every
 //      output (gcp, dqp, dap, Bsum, Zs), element by element, |x - ref| <= tol · (sum of the
 //      absolute values of ref's terms), tol = 5e-5 for both. Version 3's split operands x = hi + lo
@@ -886,7 +920,7 @@ bool bwd_local_v3_case(const LocalShape& c) {
       }
     }
   bool ok = true;
-  for (int v : {2, 3}) {
+  for (int v : {2, 3, 4}) {
     struct {
       std::vector<float> gcp, dqp, dap, Bsum, Zs;
     } o = {nans<float>(nbh * T * nlt), nans<float>(nbh * T * L), nans<float>(nbh * nC * L), nans<float>(nbh * nC * L),
@@ -899,9 +933,11 @@ bool bwd_local_v3_case(const LocalShape& c) {
     };
     if (v == 2)
       go(bwd_local_kernel<bf16, true, 2>, sizeof(LocalSmemOf<2>));
-    else
+    else if (v == 3)
       go(bwd_local_kernel<bf16, true, 3>, sizeof(LocalSmemOf<3>));
-    const std::string n = v == 2 ? " v2" : " v3";
+    else
+      go(bwd_local_kernel<bf16, true, 4>, sizeof(LocalSmemOf<4>));
+    const std::string n = " v" + std::to_string(v);
     constexpr double tol = 5e-5;
     ok &= check("gcp" + n, doubles(o.gcp), rg, tol) & check("dqp" + n, doubles(o.dqp), rq, tol) &
           check("dap" + n, doubles(o.dap), rd, tol) & check("Bsum" + n, doubles(o.Bsum), rb, tol) &
@@ -996,12 +1032,18 @@ int main(int argc, char** argv) {
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
       // the quadratic backward
       {"cross_values_mma", cross_values_case<false>, true, true},
-      {"quad_readback_mma", quad_readback_case, true, true},
+      {"quad_readback_mma", quad_readback_case<1>, true, true},
       {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, false, true},
+      // version 3 (not the default: with EMU_QUICK on the smaller problems only)
+      {"quad_readback_mma v3", quad_readback_case<3>, false, true},
+      {"quad_readback_mma v3 slot by slot", quad_readback_slots_case<false, 3>, false, true},
+      {"quad_readback_mma v3 bitwise v1", quad_readback_bitwise_case<false>, false, true},
       {"quad_dv_mma", quad_dv_case<false>, true, true},
       // the quadratic backward, float16 (split values and keys)
       {"cross_values_mma, split values", cross_values_case<true>, false, true},
       {"quad_readback_mma slot by slot, split keys", quad_readback_slots_case<true>, false, true},
+      {"quad_readback_mma v3 slot by slot, split keys", quad_readback_slots_case<true, 3>, false, true},
+      {"quad_readback_mma v3 bitwise v1, split keys", quad_readback_bitwise_case<true>, false, true},
       {"quad_dv_mma, split values", quad_dv_case<true>, false, true},
       {"chunk_states_mma reverse, bf16, no chunk states stored (quadratic backward's dR_0)",
        [](const Problem& p) { return states_case<bf16, true>(p, false, false); }, false, true},
@@ -1036,8 +1078,10 @@ int main(int argc, char** argv) {
       {"H1 pairs2 T100 L70 C48 (48, 48, tail 4)", 1, 2, 100, 70, 48, 3},
   };
   for (size_t i = 0; i < local_shapes.size(); ++i)
-    if ((only.empty() || std::string("bwd_local v3").find(only) != std::string::npos) && !(quick && i >= 4)) {
-      std::printf("bwd_local v2 and v3  [%s]\n", local_shapes[i].name);
+    if ((only.empty() || std::string("bwd_local v3").find(only) != std::string::npos ||
+         std::string("bwd_local v4").find(only) != std::string::npos) &&
+        !(quick && i >= 4)) {
+      std::printf("bwd_local v2, v3 and v4  [%s]\n", local_shapes[i].name);
       std::fflush(stdout);
       if (!bwd_local_v3_case(local_shapes[i])) {
         ++failures;

@@ -12,7 +12,7 @@ cp "$root/dev/cuda/host_emulation/shim.h" "$dir/"
 # name | file | text | replacement | EMU_CP_ASYNC mode | expected (caught, or missed where the
 # mutant is known to pass: a missing cp.async wait with eager copies shows why the default defers)
 # [| extra compiler flags, e.g. to build a kernel version that is not the default, so that a
-# mutant's text lands in compiled code]
+# mutant's text lands in compiled code [| the emulation's kernel substring: only those cases run]]
 mutants=(
   "A rows of ldmatrix (warp_mma_32x32)|src/cuda/mma.cuh|ldsm_x4(a[mt], As + (m + (lane & 15)) * lda + k0 + (lane >> 4) * 8)|ldsm_x4(a[mt], As + (m + (lane & 7)) * lda + k0 + (lane >> 4) * 8)|deferred|caught"
   "B trans column half (warp_mma_32x32)|src/cuda/mma.cuh|ldsm_x4_trans(b[np], Bs + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ldb + n + (lane >> 4) * 8)|ldsm_x4_trans(b[np], Bs + (k0 + (lane >> 4) * 8 + (lane & 7)) * ldb + n + ((lane >> 3) & 1) * 8)|deferred|caught"
@@ -66,6 +66,20 @@ mutants=(
   "quad readback: HdH' without the decay of its running sum|src/cuda/quadratic_backward.cuh|dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x;|dp[mt][hf] = dp[mt][hf] + x;|deferred|caught"
   "quad readback: HdH' into slot K instead of K-1|src/cuda/quadratic_backward.cuh|(K >= 1 ? K - 1 : d.nC - 1)|(K >= 1 ? K : d.nC - 1)|deferred|caught"
   "quad readback: split keys' third pass dropped|src/cuda/quadratic_backward.cuh|if constexpr (kKeyLo) warp_mma_32x32<true, true>(acc, op + 64 * kQrOS|if constexpr (false) warp_mma_32x32<true, true>(acc, op + 64 * kQrOS|deferred|caught"
+  "quad readback v3: the operand fragments' precomputed address 8 latents on|src/cuda/quadratic_backward.cuh|const uint32_t a_op = s0 + kOpB + 2 * a_lane;|const uint32_t a_op = s0 + kOpB + 2 * (a_lane + 8);|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: fetch into the stage being read (stage offset swapped)|src/cuda/quadratic_backward.cuh|const uint32_t so = st ? kStageB : 0u;\n      cp_async16_u32(m_dst|const uint32_t so = st ? 0u : kStageB;\n      cp_async16_u32(m_dst|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: M lo's tile at the hi tile's stage offset|src/cuda/quadratic_backward.cuh|cp_async16_u32(m_dst + so + kLoB, Mlo + blk);|cp_async16_u32(m_dst + so, Mlo + blk);|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: the operand's chunk one on (the pointer advance off by a chunk)|src/cuda/quadratic_backward.cuh|const int64_t oo = tile0 + c * cstride;|const int64_t oo = tile0 + (c + 1) * cstride;|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: the U steps' M block from the W steps' order (I ascending)|src/cuda/quadratic_backward.cuh|const int I = w ? K : nC - 1 - (s - K), J = w ? s : K;|const int I = w ? K : K + 1 + (s - K), J = w ? s : K;|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: the tail chunk's row limit on every chunk (the hoisted predicate)|src/cuda/quadratic_backward.cuh|const int lim = c == nC - 1 ? lim_last : lim_full;|const int lim = lim_last;|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: HdH' dot with the bf16 pair's halves swapped|src/cuda/quadratic_backward.cuh|x += __uint_as_float(r << 16) * acc[mt][nt][2 * hf];|x += __uint_as_float(r \& 0xffff0000u) * acc[mt][nt][2 * hf];|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: HdH' dot with the fragment's row and token halves swapped|src/cuda/quadratic_backward.cuh|const uint32_t r = xf[mt][nt / 2][hf + 2 * (nt % 2)];|const uint32_t r = xf[mt][nt / 2][2 * hf + (nt % 2)];|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: HdH' fragments of the first token half in both warp columns|src/cuda/quadratic_backward.cuh|const uint32_t a_xk = s0 + kXkB + 2 * (a_lane + wn * kQrOS);|const uint32_t a_xk = s0 + kXkB + 2 * a_lane;|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: no wait for the step's tiles|src/cuda/quadratic_backward.cuh|fetch(s + 1, st ^ 1);  // into the stage that step s - 1 consumed\n        cp_async_wait<1>();|fetch(s + 1, st ^ 1);  // into the stage that step s - 1 consumed|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: U's lo pass from M's hi plane|src/cuda/quadratic_backward.cuh|warp_mma_32x32_u32<true, false, kQrOS, kQrMS, 64>(acc, a_op + so, b_u + so + kLoB);|warp_mma_32x32_u32<true, false, kQrOS, kQrMS, 64>(acc, a_op + so, b_u + so);|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: W and U stores' row pointer one row per (nt, c)|src/cuda/quadratic_backward.cuh|p += c == 0 ? d.L : 7 * d.L;|p += d.L;|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3: split keys' tile at the operand's offset|src/cuda/quadratic_backward.cuh|cp_async16_u32(o_dst + so + (kOpLoB - kOpB) + 2 * 16 * kQrOS * k, ol + k * o_step, src_bytes(lim, k));|cp_async16_u32(o_dst + so + 2 * 16 * kQrOS * k, ol + k * o_step, src_bytes(lim, k));|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
+  "quad readback v3 (warp_mma_32x32_u32): B's k halves of the transposing load swapped|src/cuda/mma.cuh|ldsm_x4_trans_u32(bf[np], b + 2 * (k0 * kLdb + 16 * np));|ldsm_x4_trans_u32(bf[np], b + 2 * ((k0 ^ 16) * kLdb + 16 * np));|deferred|caught|-DRHOSCAN_QUAD_READBACK_VERSION=3|quad_readback_mma v3"
   "quad dv: the intra-chunk step reads all of P (its upper triangle)|src/cuda/quadratic_backward.cuh|(s > 0 |(s >= 0 |deferred|caught"
   "bwd_local v3: Y's Horner step without a^16 (every earlier sub-block at distance 0)|src/cuda/backward.cu|        y0[r] = u * y0[r];|        y0[r] = y0[r];|deferred|caught"
   "bwd_local v3: Y1's Horner step without f(16) y0 (da's cross term)|src/cuda/backward.cu|y1[r] = u * y1[r] + fu * y0[r];|y1[r] = u * y1[r];|deferred|caught"
@@ -75,10 +89,22 @@ mutants=(
   "bwd_local v3: no barrier between the products and the N walk (red, the tables in ns)|src/cuda/backward.cu|      __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed\n|\n|deferred|caught"
   "bwd_local v3: the FFMA loop from j = 0 (the products' pairs counted twice)|src/cuda/backward.cu|kV3 ? i0 \& ~15 : 0;|kV3 ? 0 : 0;|deferred|caught"
   "bwd_local v3: M's rows past Cn not masked (stale rows of ms for C < 64, NaN in the emulation)|src/cuda/backward.cu|    const bool ok = i < Cn;\n    uint32_t hi, lo;|    const bool ok = true;\n    uint32_t hi, lo;|deferred|caught"
+  "bwd_local v4: M's tile by cp.async from the wrong offsets (rows 32-63 from rows 0-31)|src/cuda/backward.cu|cp_async16(&ms[idx / 16][4 * (idx % 16)], Mc + 4 * idx);|cp_async16(&ms[idx / 16][4 * (idx % 16)], Mc + 4 * (idx % 512));|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: 1/s of the group's first row for all four|src/cuda/backward.cu|if constexpr (kV4) rs = ms[i][LT];|if constexpr (kV4) rs = ms[i0][LT];|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: N walk, a segment's start without the first segment (the wrong start)|src/cuda/backward.cu|for (int v = 0; v < warp; ++v) {|for (int v = 1; v < warp; ++v) {|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: no barrier between the segments' z and their use (segment starts)|src/cuda/backward.cu|    if constexpr (kV4) __syncthreads();  // the segments' z\n|\n|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: reverse scan, a segment's carry without its decay power a^8|src/cuda/backward.cu|cy[0] = xv.x + a8[0] * cy[0];\n          cy[1] = xv.y + a8[1] * cy[1];|cy[0] = xv.x + cy[0];\n          cy[1] = xv.y + cy[1];|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: reverse scan, the carry into ib without a^(e0-1-i)|src/cuda/backward.cu|ib = make_float2(ib.x + pw[0] * cy[0], ib.y + pw[1] * cy[1]);|ib = make_float2(ib.x + cy[0], ib.y + cy[1]);|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: no barrier between the segments' x and the carries|src/cuda/backward.cu|      __syncthreads();  // the segments' x\n|\n|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: ibn without the carry term|src/cuda/backward.cu|make_float2(il.x + cy[0] * y.x, il.y + cy[1] * y.y)|make_float2(il.x, il.y)|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: bsum without the later segments' carry|src/cuda/backward.cu|bsum[0] = x.x + a8[0] * cy[0];|bsum[0] = x.x;|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: zsum, the last segment's length taken as 8 at a tail chunk|src/cuda/backward.cu|aT = ipow64(a[u], Cn - 8 * (nseg - 1))|aT = ipow64(a[u], 8)|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: gc reduce-scatter, xor 8 keeps the partner's row (lane mix-up)|src/cuda/backward.cu|float gc = b3 ? k1 : k0;|float gc = b3 ? k0 : k1;|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "bwd_local v4: gc reduce-scatter, a lane stores its neighbour row's total|src/cuda/backward.cu|const int i = i0 + lane / 8;|const int i = i0 + (lane / 8 ^ 1);|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
 )
 missed=0
 for m in "${mutants[@]}"; do
-  IFS='|' read -r name file from to mode expect flags <<<"$m"
+  IFS='|' read -r name file from to mode expect flags only <<<"$m"
   [[ "$name" == *"${1:-}"* ]] || continue
   rm -rf "$dir/src" && mkdir -p "$dir/src" && cp -r "$root/src/cuda" "$dir/src/"
   if ! python3 - "$dir/$file" "$from" "$to" <<'PY'
@@ -94,7 +120,7 @@ PY
     g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w ${EMU_CXXFLAGS:-} ${flags:-} -I "$dir" "$root/dev/cuda/host_emulation/emulate_mma.cpp" -o "$dir/emu" || exit 2
   # (the limit covers a whole run: a mutant expected to be missed runs every kernel on every
   # problem, about 6 minutes on two busy cores since the quadratic forward's cases came in)
-  if EMU_CP_ASYNC=$mode EMU_STOP_AT_FIRST=1 timeout 1200 "$dir/emu" >"$dir/log" 2>&1; then
+  if EMU_CP_ASYNC=$mode EMU_STOP_AT_FIRST=1 timeout 1200 "$dir/emu" ${only:+"$only"} >"$dir/log" 2>&1; then
     got=missed
   else
     got=caught

@@ -97,6 +97,11 @@ inline float __bfloat162float(__nv_bfloat16 b) {
   return f;
 }
 inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)}; }
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 inline float __low2float(__nv_bfloat162 v) { return __bfloat162float(v.x); }
 inline float __high2float(__nv_bfloat162 v) { return __bfloat162float(v.y); }
 
@@ -258,6 +263,9 @@ inline void ldsm_x4(uint32_t (&r)[4], const void* p) {
 }  // namespace emu
 inline void ldsm_x4(uint32_t (&r)[4], const void* p) { emu::ldsm_x4<false>(r, p); }
 inline void ldsm_x4_trans(uint32_t (&r)[4], const void* p) { emu::ldsm_x4<true>(r, p); }
+// mma.cuh's 32-bit shared-memory address forms: the address is smem_addr's, an offset into emu::smem.
+inline void ldsm_x4_u32(uint32_t (&r)[4], uint32_t a) { emu::ldsm_x4<false>(r, emu::smem + a); }
+inline void ldsm_x4_trans_u32(uint32_t (&r)[4], uint32_t a) { emu::ldsm_x4<true>(r, emu::smem + a); }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, c += A·B with (g = lane / 4, q = lane % 4)
 //   A 16×16: a[0] (row g, k 2q..2q+1), a[1] (row g+8), a[2] (row g, k+8), a[3] (row g+8, k+8)
@@ -310,4 +318,9 @@ inline void cp_async_wait() {
     for (const auto& c : emu::copy_groups.front()) emu::do_copy(c);
     emu::copy_groups.pop_front();
   }
+}
+// cp.async to a 32-bit shared-memory address (smem_addr's); src_bytes 16, or 0 for a zero fill.
+inline void cp_async16_u32(uint32_t dst, const void* src, uint32_t src_bytes = 16) {
+  if (src_bytes != 0 && src_bytes != 16) emu::fail("cp.async src size other than 0 or 16", src);
+  cp_async16(emu::smem + dst, src, src_bytes == 16);
 }
