@@ -609,12 +609,15 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
 
 // ---- launchers (quadratic) -----------------------------------------------------------------------
 // L splits of cross_scores for a call of `pairs` (b, h) pairs in all: enough items to fill the GPU
-// (about 4 blocks per multiprocessor on 132, as score_splits), at most 16, at most one per
+// (RHOSCAN_CROSS_SPLIT_ITEMS), at most 16, at most one per
 // 64-latent tile. From the call's pairs, not a batch's: the sums do not depend on the batching
 // (a workspace cap changes no bit of the context).
-// RHOSCAN_CROSS_SPLIT_ITEMS (default 528) is the item count aimed at (an A/B switch).
+// RHOSCAN_CROSS_SPLIT_ITEMS is the item count aimed at: 264 (one block per slot of 132
+// multiprocessors × 2) since two A/Bs on the H200 (389f245, 4af9530): at BDH-8k it means one split
+// (256 items, no cross_reduce) against two with the earlier 528, forward 1.43 against 1.47 ms both
+// times, forward+backward 6.47 / 6.49 and 6.08 / 6.17 ms.
 #ifndef RHOSCAN_CROSS_SPLIT_ITEMS
-#define RHOSCAN_CROSS_SPLIT_ITEMS 528
+#define RHOSCAN_CROSS_SPLIT_ITEMS 264
 #endif
 inline int64_t cross_splits(int64_t pairs, const Dims& d) {
   const int64_t items = pairs * cross_groups(d.nC);
