@@ -419,6 +419,13 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
 // versions and A/B switches in between were measured and removed (docs/CUDA.md).
 // 128-latent items, 64-token steps over 2 stages: 256-latent items and 32-token steps / 3-4 stages
 // were measured no faster (docs/CUDA.md).
+// final_state_mma's version: 3 (final_state_mma_kernel, the default) or 4 (final_state_mma_v4_kernel,
+// below: the same sums bit for bit with less integer work; emulated, not yet measured on the GPU).
+#ifndef RHOSCAN_FINAL_STATE_VERSION
+#define RHOSCAN_FINAL_STATE_VERSION 3
+#endif
+static_assert(RHOSCAN_FINAL_STATE_VERSION == 3 || RHOSCAN_FINAL_STATE_VERSION == 4,
+              "RHOSCAN_FINAL_STATE_VERSION: 3 or 4");
 constexpr int kFsLT = 128, kFsET = kMmaET, kFsTT = 64, kFsNS = 2;
 constexpr int kFsThreads = kFsLT / 64 * (kFsET / 64) * 32;  // a warp per 64×64 block of the tile
 constexpr int kFsMinBlocks = 2;                             // blocks per SM the registers are budgeted for
@@ -607,6 +614,237 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
   cp_async_wait<0>();  // (only empty groups are left)
 }
 
+// Version 4 (-DRHOSCAN_FINAL_STATE_VERSION=4; the default stays version 3, the kernel above, until
+// an A/B on the GPU): the same items, steps, stages, fragments and mma sequence as version 3 (so
+// rho_T is version 3's, bit for bit: emulate_mma.cpp's "final_state_mma v4 bitwise v3"), with less
+// integer work around the mma. Version 3's source-level Nsight Compute profile on the H200 (BDH-8k,
+// bench/results/ncu-h200-c0d0bdc): 0.36 instructions issued per cycle with 0.46 eligible warps of 2
+// per scheduler; IMAD 16.9 %, FMUL 14.5, ISETP 8.7, LEA 7.8, VIADD 4.6, IADD3 4.2 % against HMMA
+// 16.1 %; the item start (a 64-bit division decoding the item, the accumulators zeroed, a barrier)
+// ~21 % of the stall samples, the store epilogue (a compare and branch per element) ~15 %. Version 4
+// (quad_readback version 3's playbook):
+//   - ldmatrix rows as 32-bit shared addresses computed once per thread: a fragment load is the
+//     lane's base plus the stage's offset plus an immediate (k16, mt / np, the lo pass);
+//   - fetch: the thread's pieces are fixed (rows tid / 16 + 8 r, r < 8, columns 8 (tid % 16), of K
+//     and of V), their shared destinations precomputed; the global sources from a running token row
+//     that moves by one chunk per step and is set once per item; the zero fill of rows past
+//     the chunk's tokens from a per-step row limit (full chunk or the last one), the rows not clamped
+//     (a zero-filled piece reads nothing); one step per chunk (C <= 64 = kFsTT);
+//   - items decoded by a running decomposition (bh, latent tile, column tile) advanced by gridDim.x
+//     (the grid's own decomposition once per thread) instead of 64-bit divisions per item, and b, h of
+//     bh by one 32-bit division (bh, b, h as int: the launcher takes version 4 where bh0 + nbh < 2^30,
+//     else version 3);
+//   - the store epilogue: where rho's strides allow float2 and the warp's 64 latents and 64 columns
+//     are all inside L and E (a full tile), float2 stores through a running row pointer (8 rows on
+//     per (mt, hf)) at immediate column offsets, no per-element check; else version 3's checked
+//     stores.
+// ptxas (sm_90a): 228 registers (float16 224; version 3 238 / 232), no spills, the same shared
+// memory, 2 blocks per SM. PTX of a step (bfloat16, an active warp after chunk 0, nvcc 13): the
+// first sub-step with its fetch 127 + 61 instructions (version 3: 214 + 123), the factor block 148
+// (153), the other sub-steps 130 (130); a full tile's stores 82 instructions for 64 st.global.v2 at
+// immediate offsets (version 3's float2 path: 9 per pair, a compare and a branch each).
+// Emulated (emulate_mma.cpp: against float64 and bit for bit against version 3); not yet measured
+// on the GPU.
+template <bool kLo>
+static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
+    final_state_mma_v4_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
+  constexpr int LT = kFsLT, ET = kFsET, TT = kFsTT, NS = kFsNS, KS = kFsKS, VS = kFsVS, NT = kFsThreads;
+  constexpr int kStage = final_state_stage<kLo>();
+  static_assert(NS == 2 && NT == 128 && LT == 128 && ET == 128 && TT == 64,
+                "two stages; fixed fetch pieces: rows tid / 16 + 8 r (r < 8), columns 8 (tid % 16)");
+  constexpr uint32_t kStageB = 2 * kStage, kVB = 2 * TT * KS, kVloB = 2 * TT * VS;  // bytes: a stage, V's tile, V_lo's
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* tiles = reinterpret_cast<bf16*>(smem_raw);                  // [NS][TT K rows, TT V rows (, TT V_lo rows)]
+  float* decay_s = reinterpret_cast<float*>(tiles + NS * kStage);  // [2][LT]: a^C, a^(Cn of the last chunk)
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int wm = 64 * (warp % (LT / 64)), wn = 64 * (warp / (LT / 64));  // the warp's latents and columns in the tile
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC);
+  const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
+  const int last_off = CnLast == C ? 0 : LT;  // the last chunk's factor in decay_s
+  const int nlt = static_cast<int>((d.Lp + LT - 1) / LT), net = static_cast<int>(d.Ep / ET);
+  if (nlt == 0 || net == 0) return;  // no items (and no divisions by zero below)
+  const uint32_t s0 = smem_addr(smem_raw);
+  // the lane's ldmatrix addresses in stage 0 (k16 = 0, mt = np = 0, the hi pass)
+  const uint32_t a_ln = s0 + 2 * (((lane >> 4) * 8 + (lane & 7)) * KS + wm + ((lane >> 3) & 1) * 8);
+  const uint32_t b_ln = s0 + kVB + 2 * ((((lane >> 3) & 1) * 8 + (lane & 7)) * VS + wn + (lane >> 4) * 8);
+  // the thread's fetch pieces: rows row0 + 8 r, columns p .. p + 7 (of K's and V's tiles)
+  const int row0 = tid / 16, p = 8 * (tid % 16);
+  const uint32_t k_dst = s0 + 2 * (row0 * KS + p), v_dst = s0 + kVB + 2 * (row0 * VS + p);
+  // items (bh, latent tile lt, column tile et), item = (bh nlt + lt) net + et, advanced by the grid
+  const int64_t grid = gridDim.x;
+  const int det = static_cast<int>(grid % net), dlt = static_cast<int>(grid / net % nlt);
+  const int dbh = static_cast<int>(grid / (int64_t{net} * nlt));
+  auto advance = [&](int& bh, int& lt, int& et) {  // (bh as int: bh0 + nbh < 2^30, the launcher's condition)
+    et += det;
+    const int c1 = et >= net;
+    et -= c1 ? net : 0;
+    lt += dlt + c1;
+    const int c2 = lt >= nlt;
+    lt -= c2 ? nlt : 0;
+    bh += dbh + c2;
+  };
+  // The fetch cursor runs NS - 1 steps ahead of the multiplication, across the block's items (version
+  // 3's pipeline): one commit group per step, empty past the block's last item.
+  int fbh = static_cast<int>(blockIdx.x / (net * nlt));
+  int flt = static_cast<int>(blockIdx.x / net % nlt), fet = static_cast<int>(blockIdx.x % net), fstep = 0;
+  int64_t ft = int64_t{fbh} * d.T + row0;  // the token row of the thread's first piece in the fetch step's chunk
+  auto fetch_next = [&](uint32_t so) {  // so: the stage's byte offset
+    if (fbh < d.nbh && nC > 0) {
+      const int lim = (fstep == nC - 1 ? CnLast : C) - row0;  // piece r holds a token where 8 r < lim
+      const bf16* ksrc = Kq + ft * d.Lp + flt * LT + p;
+      const int64_t voff = ft * d.Ep + fet * ET + p;
+      if (flt * LT + p < d.Lp) {  // the piece's latents inside Lp (else not fetched, as in version 3)
+#pragma unroll
+        for (int r = 0; r < 8; ++r) cp_async16_u32(k_dst + so + 2 * 8 * KS * r, ksrc + r * 8 * d.Lp, 8 * r < lim ? 16u : 0u);
+      }
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        const uint32_t n = 8 * r < lim ? 16u : 0u;
+        cp_async16_u32(v_dst + so + 2 * 8 * VS * r, V + voff + r * 8 * d.Ep, n);
+        if constexpr (kLo) cp_async16_u32(v_dst + so + kVloB + 2 * 8 * VS * r, V_lo + voff + r * 8 * d.Ep, n);
+      }
+      if (++fstep == nC) {
+        fstep = 0;
+        advance(fbh, flt, fet);
+        ft = int64_t{fbh} * d.T + row0;
+      } else {
+        ft += d.C;
+      }
+    }
+    cp_async_commit();
+  };
+  fetch_next(0);
+  uint32_t so = 0;  // the current step's stage (byte offset)
+  float* out_p = static_cast<float*>(const_cast<void*>(out.p));
+  int bh = static_cast<int>(blockIdx.x / (net * nlt));
+  int lt = static_cast<int>(blockIdx.x / net % nlt), et = static_cast<int>(blockIdx.x % net);
+  for (; bh < d.nbh; advance(bh, lt, et)) {
+    const int l0 = lt * LT, e0 = et * ET;
+    int b, h;  // b, h of bh in 32-bit arithmetic (bh0 + nbh < 2^30)
+    {
+      const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), q = x / H;
+      b = q, h = x - q * H;
+    }
+    const bool active = l0 + wm < d.Lp;  // false: the warp's latents are past Lp (an odd last tile)
+    // acc[mt][nt][r]: latent l0 + wm + 16 mt + g + 8 (r / 2), column e0 + wn + 8 nt + 2 tq + r % 2
+    float acc[4][8][4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
+    for (int c = 0; c < nC; ++c) {  // step c: chunk c
+      cp_async_wait<NS - 2>();  // this step's tiles have landed (this thread's copies) ...
+      __syncthreads();          // ... everyone's (and the stage fetch_next refills was read at the last step)
+      const uint32_t refill = kStageB - so;  // the stage read at the last step
+      if (c == 0) {  // the previous item's factors were last read before this barrier; these first after the next
+        const int l = l0 + tid;
+        const float a = l < d.L ? __ldg(a32 + h * d.L + l) : 0.0f;
+        decay_s[tid] = ipow(a, C);
+        decay_s[LT + tid] = ipow(a, CnLast);
+      }
+      if (!active) {
+        fetch_next(refill);
+        so = refill;
+        continue;
+      }
+      if (c > 0) {  // S <- a^Cn_c S before chunk c's first tokens (chunk 0 starts from S = 0)
+        const float* f = decay_s + (c == nC - 1 ? last_off : 0) + wm + g;
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const float x = f[16 * mt + 8 * hf];
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) acc[mt][nt][2 * hf] *= x, acc[mt][nt][2 * hf + 1] *= x;
+          }
+      }
+      // S[l][e] += sum_i K[i][l] V[i][e]: sub-steps j = (k16, pass) as in version 3
+      constexpr int kPasses = kLo ? 2 : 1, kSub = TT / 16 * kPasses;
+      const uint32_t a_st = a_ln + so, b_st = b_ln + so;
+      auto frag_a = [&](uint32_t(&fa)[4][4], int k16) {
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) ldsm_x4_trans_u32(fa[mt], a_st + 2 * (16 * k16 * KS + 16 * mt));
+      };
+      auto frag_b = [&](uint32_t(&fb)[4][4], int k16, int pass) {  // fb[np]: {0,1} columns 16 np + 0..7, {2,3} + 8..15
+#pragma unroll
+        for (int np = 0; np < 4; ++np)
+          ldsm_x4_trans_u32(fb[np], b_st + pass * kVloB + 2 * (16 * k16 * VS + 16 * np));
+      };
+      uint32_t fa[2][4][4], fb[2][4][4];
+      frag_a(fa[0], 0);
+      frag_b(fb[0], 0, 0);
+#pragma unroll
+      for (int j = 0; j < kSub; ++j) {
+        if (j + 1 < kSub) {
+          if ((j + 1) % kPasses == 0) frag_a(fa[((j + 1) / kPasses) % 2], (j + 1) / kPasses);
+          frag_b(fb[(j + 1) % 2], (j + 1) / kPasses, (j + 1) % kPasses);
+        }
+        const uint32_t(&a)[4][4] = fa[(j / kPasses) % 2];
+        const uint32_t(&bb)[4][4] = fb[j % 2];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+            mma_bf16_16816(acc[mt][nt], a[mt], bb[nt / 2][2 * (nt % 2)], bb[nt / 2][2 * (nt % 2) + 1]);
+        if (j == 0) fetch_next(refill);  // (its address arithmetic under the first sub-step's mma)
+      }
+      so = refill;
+    }
+    if (!active) continue;
+    const int64_t o0 = out.at(b, h, 0, 0);
+    // float2 pairs (columns 2 tq, 2 tq + 1: e even) where every pair is 8-byte aligned
+    const bool pairs = out.s[3] == 1 && (o0 | out.s[2]) % 2 == 0 && reinterpret_cast<uintptr_t>(out_p) % 8 == 0;
+    if (pairs && l0 + wm + 64 <= d.L && e0 + wn + 64 <= d.E) {  // a full tile: no checks
+      float* row = out_p + o0 + (l0 + wm + g) * out.s[2] + e0 + wn + 2 * tq;
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+            *reinterpret_cast<float2*>(row + 8 * nt) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+          row += 8 * out.s[2];
+        }
+      continue;
+    }
+    auto for_each_row = [&](auto&& f) {  // f(mt, hf, l) for the thread's accumulator rows l inside L
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int l = l0 + wm + 16 * mt + 8 * hf + g;
+          if (l < d.L) f(mt, hf, l);
+        }
+    };
+    if (pairs) {
+      for_each_row([&](int mt, int hf, int l) {
+        float* row = out_p + o0 + l * out.s[2];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int e = e0 + wn + 8 * nt + 2 * tq;
+          if (e + 1 < d.E)
+            *reinterpret_cast<float2*>(row + e) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+          else if (e < d.E)  // (odd E: the last column alone)
+            row[e] = acc[mt][nt][2 * hf];
+        }
+      });
+    } else {  // scalar stores at rho's strides
+      for_each_row([&](int mt, int hf, int l) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int e = e0 + wn + 8 * nt + 2 * tq + r;
+            if (e < d.E) out_p[o0 + l * out.s[2] + e * out.s[3]] = acc[mt][nt][2 * hf + r];
+          }
+      });
+    }
+  }
+  cp_async_wait<0>();  // (only empty groups are left)
+}
+
 // ---- launchers (quadratic) -----------------------------------------------------------------------
 // L splits of cross_scores for a call of `pairs` (b, h) pairs in all: enough items to fill the GPU
 // (RHOSCAN_CROSS_SPLIT_ITEMS), at most 16, at most one per
@@ -662,7 +900,11 @@ template <typename T>
 void launch_final_state(const Dims& d, const float* a32, const Operands16& o, Str4 out, cudaStream_t stream) {
   if (out.p == nullptr) return;
   constexpr bool kLo = kSplitValues<T>;
+#if RHOSCAN_FINAL_STATE_VERSION == 4  // (where bh0 + nbh < 2^30: its 32-bit item cursor; else version 3)
+  auto kernel = d.bh0 + d.nbh < (int64_t{1} << 30) ? final_state_mma_v4_kernel<kLo> : final_state_mma_kernel<kLo>;
+#else
   auto kernel = final_state_mma_kernel<kLo>;
+#endif
   constexpr int smem = final_state_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int dev = 0, sms = 0, per_sm = 0;

@@ -450,23 +450,41 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
 //      `grid` blocks (fewer than the items: the pipeline across items), the output NaN outside L, E.
 //      padded: rho's rows E + 1 or E + 2 floats apart (even: the float2 stores with an odd E, whose
 //      last column is stored alone).
-template <bool kLo>
-bool final_state_case(const Problem& p, unsigned grid, bool padded = false) {
-  const Dims& d = p.d;
-  const int64_t L = d.L, E = d.E;
-  Str4 rs = p.init_s;  // rho's strides
-  size_t size = p.init.size();
+// rho's strides (padded: rows E + 1 or E + 2 floats apart) and its size in floats
+Str4 final_state_strides(const Problem& p, bool padded, size_t& size) {
+  const int64_t L = p.d.L, E = p.d.E;
+  Str4 rs = p.init_s;
+  size = p.init.size();
   if (padded) {
     const int64_t Es = E + (E % 2 ? 1 : 2), H = p.init_s.s[0] / p.init_s.s[1];
     rs.s[3] = 1, rs.s[2] = Es, rs.s[1] = L * Es, rs.s[0] = H * L * Es;
     size = p.init.size() / static_cast<size_t>(L * E) * static_cast<size_t>(L * Es);
   }
+  return rs;
+}
+// final_state_mma version kVersion (3: final_state_mma_kernel, 4: final_state_mma_v4_kernel) into
+// a NaN-initialised rho at strides rs
+template <bool kLo, int kVersion>
+std::vector<float> run_final_state(const Problem& p, unsigned grid, Str4 rs, size_t size) {
+  const Dims& d = p.d;
   auto out = nans<float>(size);
   Str4 outs = rs;
   outs.p = out.data();
   emu::launch(grid, kFsThreads, final_state_smem<kLo>(), [&] {
-    final_state_mma_kernel<kLo>(d, p.Kq.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, p.a32.data(), outs);
+    if constexpr (kVersion == 4)
+      final_state_mma_v4_kernel<kLo>(d, p.Kq.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, p.a32.data(), outs);
+    else
+      final_state_mma_kernel<kLo>(d, p.Kq.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, p.a32.data(), outs);
   });
+  return out;
+}
+template <bool kLo, int kVersion = 3>
+bool final_state_case(const Problem& p, unsigned grid, bool padded = false) {
+  const Dims& d = p.d;
+  const int64_t L = d.L, E = d.E;
+  size_t size = 0;
+  const Str4 rs = final_state_strides(p, padded, size);  // rho's strides
+  const auto out = run_final_state<kLo, kVersion>(p, grid, rs, size);
   std::vector<Acc> ref(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t b = p.b_of(bh), h = p.h_of(bh);
@@ -481,6 +499,26 @@ bool final_state_case(const Problem& p, unsigned grid, bool padded = false) {
       }
   }
   return check("rho_T", doubles(out), ref, 1e-2);
+}
+
+// final_state_mma version 4 against version 3, bit for bit (NaN patterns included: rho is
+// NaN-initialised, so an element one version writes and the other not shows too), on the same
+// inputs, at rho's own strides (odd E or [B,T,H,x]: the scalar stores) and padded to even rows
+// (float2: the full-tile path where the warp's 64 latents and columns are inside L and E, the
+// checked one elsewhere), with `grid` blocks.
+template <bool kLo>
+bool final_state_bitwise_case(const Problem& p, unsigned grid) {
+  bool ok = true;
+  for (bool padded : {false, true}) {
+    size_t size = 0;
+    const Str4 rs = final_state_strides(p, padded, size);
+    const auto o3 = run_final_state<kLo, 3>(p, grid, rs, size), o4 = run_final_state<kLo, 4>(p, grid, rs, size);
+    size_t n = 0;
+    for (size_t i = 0; i < o3.size(); ++i) n += std::memcmp(&o3[i], &o4[i], sizeof(float)) != 0;
+    std::printf("    rho_T %-7s %zu of %zu differ%s\n", padded ? "padded" : "", n, o3.size(), n ? "  <-- FAIL" : "");
+    ok &= n == 0;
+  }
+  return ok;
 }
 
 // ---- chunk outputs: out_i = sum_l X_i[l] S[l,:] + sum_j Pm[i][j] Y_j, forward (X = Xq, S = H_c
@@ -1027,6 +1065,16 @@ int main(int argc, char** argv) {
        [](const Problem& p) { return final_state_case<true>(p, 1); }, false, true},
       {"final_state_mma, rho rows padded to an even stride, 2 blocks",
        [](const Problem& p) { return final_state_case<false>(p, small_grid(final_state_items(p.d)), true); }, false, true},
+      {"final_state_mma v4, 2 blocks",
+       [](const Problem& p) { return final_state_case<false, 4>(p, small_grid(final_state_items(p.d))); }, true, true},
+      {"final_state_mma v4, split values, 1 block",
+       [](const Problem& p) { return final_state_case<true, 4>(p, 1); }, false, true},
+      {"final_state_mma v4, rho rows padded to an even stride, 3 blocks",
+       [](const Problem& p) { return final_state_case<false, 4>(p, 3, true); }, false, true},
+      {"final_state_mma v4 bitwise v3, 2 blocks",
+       [](const Problem& p) { return final_state_bitwise_case<false>(p, small_grid(final_state_items(p.d))); }, false, true},
+      {"final_state_mma v4 bitwise v3, split values, 5 blocks",
+       [](const Problem& p) { return final_state_bitwise_case<true>(p, 5); }, false, true},
       {"quadratic_output_mma", quadratic_output_case<false>, true, true},
       {"quadratic_output_mma, split values", quadratic_output_case<true>, false, true},
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},

@@ -101,6 +101,15 @@ mutants=(
   "bwd_local v4: zsum, the last segment's length taken as 8 at a tail chunk|src/cuda/backward.cu|aT = ipow64(a[u], Cn - 8 * (nseg - 1))|aT = ipow64(a[u], 8)|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
   "bwd_local v4: gc reduce-scatter, xor 8 keeps the partner's row (lane mix-up)|src/cuda/backward.cu|float gc = b3 ? k1 : k0;|float gc = b3 ? k0 : k1;|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
   "bwd_local v4: gc reduce-scatter, a lane stores its neighbour row's total|src/cuda/backward.cu|const int i = i0 + lane / 8;|const int i = i0 + (lane / 8 ^ 1);|deferred|caught|-DRHOSCAN_BWD_LOCAL_VERSION=4"
+  "final state v4: the full-tile fast path at a partial tile (its condition on Lp, Ep instead of L, E)|src/cuda/quadratic.cuh|if (pairs && l0 + wm + 64 <= d.L && e0 + wn + 64 <= d.E) {|if (pairs && l0 + wm + 64 <= d.Lp && e0 + wn + 64 <= d.Ep) {|deferred|caught|-DRHOSCAN_FINAL_STATE_VERSION=4|final_state_mma v4"
+  "final state v4: the running item decode drops the column tiles' carry|src/cuda/quadratic.cuh|lt += dlt + c1;|lt += dlt;|deferred|caught|-DRHOSCAN_FINAL_STATE_VERSION=4|final_state_mma v4"
+  "final state v4: a full tile's float2 stores at the wrong column immediate|src/cuda/quadratic.cuh|*reinterpret_cast<float2*>(row + 8 * nt)|*reinterpret_cast<float2*>(row + 8 * (nt ^ 1))|deferred|caught|-DRHOSCAN_FINAL_STATE_VERSION=4|final_state_mma v4"
+  "final state v4: the hoisted row limit from the wrong chunk (the short last one at chunk 0)|src/cuda/quadratic.cuh|const int lim = (fstep == nC - 1 ? CnLast : C) - row0;|const int lim = (fstep == 0 ? CnLast : C) - row0;|deferred|caught|-DRHOSCAN_FINAL_STATE_VERSION=4|final_state_mma v4"
+  "final state v4: the A fragments from stage 0 at every step|src/cuda/quadratic.cuh|const uint32_t a_st = a_ln + so, b_st = b_ln + so;|const uint32_t a_st = a_ln, b_st = b_ln + so;|deferred|caught|-DRHOSCAN_FINAL_STATE_VERSION=4|final_state_mma v4"
+  "final state v4: the lo pass's B fragments from the hi plane (split values)|src/cuda/quadratic.cuh|b_st + pass * kVloB|b_st|deferred|caught|-DRHOSCAN_FINAL_STATE_VERSION=4|final_state_mma v4"
+  "final state v4: the fetch's running token row one short per chunk|src/cuda/quadratic.cuh|        ft += d.C;|        ft += d.C - 1;|deferred|caught|-DRHOSCAN_FINAL_STATE_VERSION=4|final_state_mma v4"
+  "final state v4: h of bh in 32-bit without the quotient's multiple of H|src/cuda/quadratic.cuh|b = q, h = x - q * H;|b = q, h = x - q;|deferred|caught|-DRHOSCAN_FINAL_STATE_VERSION=4|final_state_mma v4"
+  "final state v4: a full tile's row pointer one row per (mt, hf) instead of 8|src/cuda/quadratic.cuh|row += 8 * out.s[2];|row += out.s[2];|deferred|caught|-DRHOSCAN_FINAL_STATE_VERSION=4|final_state_mma v4"
 )
 missed=0
 for m in "${mutants[@]}"; do
