@@ -382,6 +382,129 @@ TEST_F(Cuda, ForwardPathQuadraticNeedsNoInitialRho) {
   EXPECT_LE(rms_rel(p.rho_out.values(), ref.rho_out.values()), forward_tolerance(s.dtype)) << "rho";
 }
 
+// The forward's saved buffer (core/saved.h): a backward that reads it gives gradients within the
+// tolerance of the float64 reference and of the backward that recomputes, bitwise the same on a
+// second run; the header says which sections the forward filled (the scores only where both
+// directions take the quadratic path), and the token sums are the forward's.
+TEST_F(Cuda, SavedBufferReplacesTheRecomputation) {
+  struct Case {
+    ProblemSpec s;
+    bool scores;   // whether the forward fills P and Pcross (its quadratic path)
+    bool bitwise;  // whether the backward reads only s and Nc, bitwise its own: the same gradients
+  };
+  std::vector<Case> cases;
+  auto add = [&](ProblemSpec s, bool scores, bool bitwise, auto&& tweak) {
+    tweak(s);
+    cases.push_back({s, scores, bitwise});
+  };
+  add(spec(2, 2, 1, 200, 1600, 64, DType::bfloat16), true, false, [](ProblemSpec& s) {  // 200 = 3 · 64 + 8
+    s.q_zero_fraction = 0.9;
+    s.initial_rho_norm = true;
+  });
+  add(spec(1, 2, 2, 130, 1100, 40, DType::float16), true, false, [](ProblemSpec& s) {
+    s.q_zero_fraction = 0.0;
+    s.initial_rho_norm = true;
+    s.decay = DecayKind::with_zeros_and_ones;
+  });
+  add(spec(2, 3, 1, 1, 70, 20, DType::bfloat16), true, false, [](ProblemSpec& s) { s.zero_q_rows = true; });
+  add(spec(1, 2, 1, 70, 600, 36, DType::bfloat16), false, true, [](ProblemSpec& s) {  // initial rho: chunked
+    s.initial_rho = s.initial_rho_norm = s.grad_rho_out = true;
+  });
+  add(spec(2, 2, 1, 100, 96, 40, DType::float32), false, true, [](ProblemSpec& s) {  // FFMA, chunked
+    s.initial_rho_norm = s.grad_rho_norm_out = true;
+    s.decay = DecayKind::all_one;
+  });
+  // grad_rho_out: the forward is quadratic (fills the scores), the backward chunked (reads s, Nc)
+  add(spec(1, 2, 1, 130, 1100, 24, DType::bfloat16), true, true, [](ProblemSpec& s) { s.grad_rho_out = true; });
+  for (const Case& c : cases) {
+    const ProblemSpec& s = c.s;
+    SCOPED_TRACE(s.name() + " " + dtype_name(s.dtype));
+    Problem ref = Problem(s).reference_solution();
+    Problem plain(s), with(s), again(s);
+    {
+      MirroredProblem m(plain, Device::cuda);
+      forward(m.forward_args(), cuda());
+      backward(m.backward_args(), cuda());
+      m.copy_outputs_to_host();
+    }
+    const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho);
+    ASSERT_GT(n, 64);
+    HostTensor saved(DType::float32, {n});
+    for (Problem* p : {&with, &again}) {
+      MirroredProblem m(*p, Device::cuda);
+      ForwardArgs f = m.forward_args();
+      f.saved = m.mirror(saved);
+      forward(f, cuda());
+      BackwardArgs b = m.backward_args();
+      b.saved = f.saved;
+      backward(b, cuda());
+      m.copy_outputs_to_host();
+      m.copy_back(saved);
+    }
+    const std::vector<double> words = saved.values();
+    uint32_t magic, filled;
+    std::memcpy(&magic, saved.data(), 4);
+    std::memcpy(&filled, static_cast<const char*>(saved.data()) + 56, 4);  // SavedHeader::filled
+    EXPECT_EQ(magic, 0x53564852u);
+    EXPECT_EQ(filled, c.scores ? 3u : 1u) << "the sections the forward filled";
+    // s (at float 64): the token sums of q, as float32 sums of the stored values
+    const std::vector<double> q = plain.q.values();
+    for (int64_t bt : {int64_t{0}, s.B * s.H * s.T - 1}) {
+      double sum = 0;
+      for (int64_t l = 0; l < s.L; ++l) sum += q[bt * s.L + l];
+      EXPECT_NEAR(words[64 + bt], sum, 1e-5 * std::abs(sum) + 1e-6) << "token sum " << bt;
+    }
+    EXPECT_EQ(with.context.values(), plain.context.values()) << "the forward's outputs do not change";
+    const double gt = gradient_tolerance(s.dtype);
+    for (auto [name, a, b, r] :
+         {std::tuple{"grad_q", &with.grad_q, &plain.grad_q, &ref.grad_q}, {"grad_v", &with.grad_v, &plain.grad_v, &ref.grad_v},
+          {"grad_decay", &with.grad_decay, &plain.grad_decay, &ref.grad_decay},
+          {"grad_rho", &with.grad_rho, &plain.grad_rho, &ref.grad_rho},
+          {"grad_rho_norm", &with.grad_rho_norm, &plain.grad_rho_norm, &ref.grad_rho_norm}}) {
+      EXPECT_LE(rms_rel(a->values(), r->values()), gt) << name << " with saved, against the reference";
+      EXPECT_LE(rms_rel(b->values(), r->values()), gt) << name << " recomputed, against the reference";
+      EXPECT_LE(rms_rel(a->values(), b->values()), gt) << name << " with saved, against recomputed";
+    }
+    if (c.bitwise) expect_same_gradients(with, plain);
+    expect_same_gradients(with, again);
+  }
+}
+
+// The backward checks the header the forward wrote: a buffer no forward filled, or one from a
+// forward with another initial normaliser, is an error naming `saved`, before anything is written.
+TEST_F(Cuda, SavedBufferHeaderIsChecked) {
+  ProblemSpec s = spec(1, 2, 1, 70, 600, 16, DType::bfloat16);
+  s.initial_rho_norm = true;
+  Problem p(s);
+  const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, false);
+  HostTensor zeros(DType::float32, {n});
+  MirroredProblem m(p, Device::cuda);
+  BackwardArgs b = m.backward_args();
+  b.saved = m.mirror(zeros);
+  try {
+    backward(b, cuda());
+    FAIL() << "a zero saved buffer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("saved: its header was not written"), std::string::npos) << e.what();
+  }
+  ForwardArgs f = m.forward_args();
+  f.saved = m.mirror(zeros);
+  forward(f, cuda());
+  b = m.backward_args();
+  b.saved = f.saved;
+  b.rho_norm.reset();  // the forward had one
+  try {
+    backward(b, cuda());
+    FAIL() << "a saved buffer of another initial normaliser was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("with an initial rho_norm, but this backward has"), std::string::npos)
+        << e.what();
+  }
+  Options other = cuda(32);  // another chunk: another length
+  b.rho_norm = m.mirror(*p.rho_norm);
+  EXPECT_THROW(backward(b, other), Error);
+}
+
 TEST_F(Cuda, Float64InputsAreUnsupported) {
   Problem p(spec(1, 1, 1, 4, 8, 4, DType::float64));
   MirroredProblem m(p, Device::cuda);

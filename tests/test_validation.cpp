@@ -295,6 +295,81 @@ TEST(Validation, StepShapes) {
   EXPECT_NO_THROW(step({q.view(), v.view(), d.view(), rho.view(), norm.view(), c.view()}));
 }
 
+// The saved buffer's length is a function of the shapes (core/saved.h): header 64, then s, Nc and,
+// where the CUDA forward's quadratic path applies by default, P and Pcross, each section rounded up
+// to 64 floats.
+TEST(Validation, SavedNumelFollowsTheShapes) {
+  // T = 64, L = 512 = 8 T, bfloat16, no rho: 64 + s 64 + Nc 2·512 + P 64² + Pcross 64².
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, false), 64 + 64 + 1024 + 4096 + 4096);
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::float16, false, 64), 64 + 64 + 1024 + 4096 + 4096);
+  // no scores: an initial rho, float32, L < 8 T, a chunk other than 64, T > 1024
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, true), 64 + 64 + 1024);
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::float32, false), 64 + 64 + 1024);
+  EXPECT_EQ(saved_numel(1, 1, 64, 511, DType::bfloat16, false), 64 + 64 + 1024);  // Nc 1022 -> 1024
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, false, 32), 64 + 64 + 3 * 512);
+  EXPECT_EQ(saved_numel(1, 1, 1025, 1 << 14, DType::bfloat16, false), 64 + 1088 + 18 * (1 << 14));
+  // two pairs, a tail chunk: T = 100 (nC = 2), L = 800
+  EXPECT_EQ(saved_numel(2, 1, 100, 800, DType::bfloat16, false), 64 + 256 + 4800 + 2 * 2 * 4096 + 2 * 4 * 4096);
+  EXPECT_EQ(saved_numel(2, 3, 0, 800, DType::bfloat16, false), 0);
+  EXPECT_EQ(saved_numel(0, 3, 10, 800, DType::bfloat16, false), 0);
+  expect_error([] { saved_numel(1, 1, -1, 5, DType::float32, false); }, ErrorKind::invalid_argument,
+               {"saved_numel", "T=-1"});
+  expect_error([] { saved_numel(1, 1, 4, 5, DType::float32, false, -2); }, ErrorKind::invalid_argument,
+               {"saved_numel", "chunk_size=-2"});
+  expect_error([] { saved_numel(int64_t{1} << 40, 1 << 20, 1 << 10, 1 << 10, DType::float32, false); },
+               ErrorKind::invalid_argument, {"saved_numel", "overflows"});
+}
+
+// base_spec (float32, B·H = 6, T = 4, L = 5, an initial rho): 64 + 64 (s: 24) + 64 (Nc: 60) floats.
+TEST(Validation, SavedBufferOfWrongShapeDtypeOrStride) {
+  ASSERT_EQ(saved_numel(2, 3, 4, 5, DType::float32, true), 192);
+  HostTensor right(DType::float32, {192}), long_one(DType::float32, {193}), f64(DType::float64, {192}),
+      strided(DType::float32, {384});
+  TensorView strided_view = strided.view();
+  strided_view.shape[0] = 192;
+  strided_view.strides[0] = 2;
+  expect_rejected([&](auto& a) { a.saved = long_one.view(); }, {"saved", "expected shape [192]", "[193]", "float32"});
+  expect_rejected([&](auto& a) { a.saved = f64.view(); }, {"saved", "dtype float64", "float32"});
+  expect_rejected([&](auto& a) { a.saved = strided_view; }, {"saved", "contiguous", "stride 2"});
+  HostTensor matrix(DType::float32, {2, 96});
+  expect_rejected([&](auto& a) { a.saved = matrix.view(); }, {"saved", "rank 1", "[2, 96]"});
+  // an output over the saved buffer: context (144 floats) inside its 192
+  Problem p(base_spec());
+  ForwardArgs f = p.forward_args();
+  HostTensor shared(DType::float32, {192});
+  f.context.data = shared.data();
+  f.saved = shared.view();
+  expect_error([&] { forward(f); }, ErrorKind::invalid_argument, {"saved", "overlaps"});
+}
+
+// Backends other than CUDA neither write nor read the saved buffer: their results are bitwise the
+// same with or without it, and it stays as it was.
+TEST(Validation, HostBackendsIgnoreTheSavedBuffer) {
+  for (Backend backend : available_backends()) {
+    if (backend == Backend::cuda) continue;
+    SCOPED_TRACE(backend_name(backend));
+    Options o;
+    o.backend = backend;
+    ProblemSpec s = base_spec();
+    Problem plain(s), with(s);
+    HostTensor saved(DType::float32, {saved_numel(2, 3, 4, 5, DType::float32, true)});
+    saved.fill(kSentinel);
+    forward(plain.forward_args(), o);
+    backward(plain.backward_args(), o);
+    ForwardArgs f = with.forward_args();
+    f.saved = saved.view();
+    forward(f, o);
+    BackwardArgs b = with.backward_args();
+    b.saved = saved.view();
+    backward(b, o);
+    for (double x : saved.values()) ASSERT_EQ(x, kSentinel);
+    for (auto [x, y] : {std::pair{&plain.context, &with.context}, {&plain.grad_q, &with.grad_q},
+                        {&plain.grad_v, &with.grad_v}, {&plain.grad_decay, &with.grad_decay},
+                        {&plain.grad_rho, &with.grad_rho}})
+      EXPECT_EQ(x->values(), y->values());
+  }
+}
+
 TEST(Validation, TensorViewHelpers) {
   float x[24];
   TensorView t = TensorView::contiguous(x, DType::float32, {2, 3, 4});

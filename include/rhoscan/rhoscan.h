@@ -127,6 +127,10 @@ struct ForwardArgs {
   std::optional<TensorView> rho, rho_norm;  // initial state; zeros when absent
   TensorView context;                       // out [B, H, T, E]
   TensorView rho_out, rho_norm_out;         // out: final state [B,H,L,E], [B,H,L]
+  // Optional out: what the backward would recompute (float32, contiguous, [saved_numel(...)]).
+  // The CUDA backend fills it; the other backends leave it as it is. Pass it to the backward of
+  // the same q, decay and rho_norm (BackwardArgs::saved).
+  std::optional<TensorView> saved;
 };
 
 struct BackwardArgs {
@@ -141,6 +145,11 @@ struct BackwardArgs {
   // was passed: the gradient with respect to a zero initial state).
   TensorView grad_q, grad_v, grad_decay;
   std::optional<TensorView> grad_rho, grad_rho_norm;
+  // Optional in: the `saved` buffer a CUDA forward of the same q, decay and rho_norm filled. The
+  // CUDA backward checks its header (shapes, chunk, dtype, initial rho_norm) and then uses what it
+  // holds instead of recomputing it; the other backends ignore it. Its values cannot be checked:
+  // a buffer from another forward gives wrong gradients.
+  std::optional<TensorView> saved;
 };
 
 struct StepArgs {
@@ -151,6 +160,11 @@ struct StepArgs {
   TensorView rho_norm;  // [B, H, L]   state, updated in place
   TensorView context;   // out [B, H, E]: the read of the state before this token
 };
+
+// The float32 element count of ForwardArgs::saved for q [B, H, T, L] of `dtype`, with or without an
+// initial rho, at options.chunk_size `chunk_size` (0: the default). A function of the shapes
+// only (docs/API.md, "Saved for the backward"): 0 when there is nothing to save (B·H·T = 0).
+int64_t saved_numel(int64_t B, int64_t H, int64_t T, int64_t L, DType dtype, bool has_rho, int64_t chunk_size = 0);
 
 void forward(const ForwardArgs& args, const Options& options = {});
 void backward(const BackwardArgs& args, const Options& options = {});

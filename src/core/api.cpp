@@ -1,7 +1,9 @@
 // The public entry points: validate, pick the backend, run. And the backend registry.
+#include <algorithm>
 #include <cmath>
 
 #include "core/dtype.h"
+#include "core/saved.h"
 #include "core/validate.h"
 #include "rhoscan/rhoscan.h"
 
@@ -71,6 +73,25 @@ std::string backend_unavailable_reason(Backend backend) {
   const detail::BackendImpl* impl = detail::find_backend(backend);
   if (impl == nullptr) return std::string("backend ") + backend_name(backend) + " is not compiled into this build";
   return impl->unavailable_reason();
+}
+
+int64_t saved_numel(int64_t B, int64_t H, int64_t T, int64_t L, DType dtype, bool has_rho, int64_t chunk_size) {
+  if (B < 0 || H < 0 || T < 0 || L < 1 || chunk_size < 0)
+    throw Error(ErrorKind::invalid_argument,
+                "rhoscan.saved_numel: expected B, H, T >= 0, L >= 1 and chunk_size >= 0, got B=" + std::to_string(B) +
+                    ", H=" + std::to_string(H) + ", T=" + std::to_string(T) + ", L=" + std::to_string(L) +
+                    ", chunk_size=" + std::to_string(chunk_size));
+  if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) > 3)
+    throw Error(ErrorKind::invalid_argument,
+                "rhoscan.saved_numel: unsupported dtype code " + std::to_string(static_cast<int>(dtype)));
+  // The sections are at most about 2 B·H·T·L + B·H·T floats (Nc when T = 1): refuse what overflows.
+  int64_t bound = 4;
+  for (int64_t x : {B, H, std::max<int64_t>(T, 1), L})
+    if (__builtin_mul_overflow(bound, x, &bound))
+      throw Error(ErrorKind::invalid_argument, "rhoscan.saved_numel: B·H·T·L = " + std::to_string(B) + "·" +
+                                                   std::to_string(H) + "·" + std::to_string(T) + "·" +
+                                                   std::to_string(L) + " overflows a 64-bit count");
+  return detail::saved_layout(B, H, T, L, dtype, has_rho, chunk_size).total;
 }
 
 void forward(const ForwardArgs& args, const Options& options) {

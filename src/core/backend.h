@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/params.h"
+#include "core/saved.h"
 #include "rhoscan/rhoscan.h"
 
 namespace rhoscan::detail {
@@ -32,6 +33,11 @@ class BackendImpl {
   // host memory; backends whose tensors live on a device override them.
   enum class ValueRule { finite, unit_interval };
   virtual bool values_satisfy(const TensorView& view, ValueRule rule) const;
+
+  // Whether the backend fills and reads the forward's saved buffer (core/saved.h); if so, its
+  // header, copied from wherever the buffer lives (validation checks it before the backward).
+  virtual bool reads_saved() const { return false; }
+  virtual SavedHeader saved_header(const TensorView& /*saved*/, const Options& /*options*/) const { return {}; }
 
   virtual void forward(const ForwardParams& params) const = 0;
   virtual void backward(const BackwardParams& params) const = 0;

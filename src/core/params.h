@@ -32,6 +32,7 @@ struct ForwardParams {
   void* context = nullptr;         int64_t context_stride[4] = {};   // b, h, t, e
   void* rho = nullptr;             int64_t rho_stride[4] = {};       // b, h, l, e  (may == rho0)
   void* rho_norm = nullptr;        int64_t rho_norm_stride[3] = {};  // b, h, l     (may == rho_norm0)
+  float* saved = nullptr;  // null, or contiguous with saved_layout(...).total floats (core/saved.h)
   Options options;
 };
 
@@ -50,6 +51,10 @@ struct BackwardParams {
   void* grad_decay = nullptr;      int64_t grad_decay_stride[2] = {};
   void* grad_rho0 = nullptr;       int64_t grad_rho0_stride[4] = {};       // null: not wanted
   void* grad_rho_norm0 = nullptr;  int64_t grad_rho_norm0_stride[3] = {};  // null: not wanted
+  // The forward's saved buffer, given only to a backend that reads it (its header checked against
+  // this problem); saved_filled: the header's kSaved* flags (core/saved.h).
+  const float* saved = nullptr;
+  uint32_t saved_filled = 0;
   Options options;
 };
 

@@ -263,6 +263,44 @@ void check_supported(Validator& check, const BackendImpl& backend, const Problem
                ErrorKind::unsupported);
 }
 
+// ForwardArgs::saved, BackwardArgs::saved: float32, rank 1, contiguous, saved_numel's length.
+void check_saved_view(Validator& check, const TensorView& t, const Problem& p, bool has_rho,
+                      const Options& options) {
+  check.check_view("saved", t, 1, 1);
+  const SavedLayout g = saved_layout(p.B, p.H, p.T, p.L, p.dtype, has_rho, options.chunk_size);
+  if (t.dtype != DType::float32)
+    check.fail(std::string("saved: dtype ") + dtype_name(t.dtype) + " is not allowed: the saved buffer is float32");
+  if (t.shape[0] != g.total)
+    check.fail("saved: expected shape [" + str(g.total) + "] (rhoscan::saved_numel for q [" + str(p.B) + ", " +
+               str(p.H) + ", " + str(p.T) + ", " + str(p.L) + "] " + dtype_name(p.dtype) + ", " +
+               (has_rho ? "with" : "without") + " an initial rho, chunk_size " + str(options.chunk_size) +
+               "), got " + t.shape_string());
+  if (t.shape[0] > 1 && t.strides[0] != 1)
+    check.fail("saved: must be contiguous (stride 1), got stride " + str(t.strides[0]) + " for shape " +
+               t.shape_string());
+}
+
+// The backward's saved buffer against the header its forward wrote: the same shapes, chunk,
+// dtype and initial normaliser (the values themselves cannot be checked).
+uint32_t check_saved_header(Validator& check, const SavedHeader& h, const Problem& p, bool has_rho_norm,
+                            const Options& options) {
+  if (h.magic != kSavedMagic || h.version != kSavedVersion)
+    check.fail("saved: its header was not written by this version's CUDA forward (magic " + str(h.magic) +
+               ", version " + str(h.version) + "; expected " + str(kSavedMagic) + ", " + str(kSavedVersion) +
+               "): pass the `saved` that rhoscan::forward filled");
+  const int64_t C = saved_chunk(options.chunk_size);
+  auto q_text = [](int64_t B, int64_t H, int64_t T, int64_t L, int dtype, int64_t C, bool n0) {
+    return "q [" + str(B) + ", " + str(H) + ", " + str(T) + ", " + str(L) + "] " +
+           dtype_name(static_cast<DType>(dtype)) + ", chunk " + str(C) + ", " + (n0 ? "with" : "without") +
+           " an initial rho_norm";
+  };
+  if (h.B != p.B || h.H != p.H || h.T != p.T || h.L != p.L || h.C != C || h.dtype != static_cast<int>(p.dtype) ||
+      (h.has_rho_norm != 0) != has_rho_norm)
+    check.fail("saved: written by a forward of " + q_text(h.B, h.H, h.T, h.L, h.dtype, h.C, h.has_rho_norm != 0) +
+               ", but this backward has " + q_text(p.B, p.H, p.T, p.L, static_cast<int>(p.dtype), C, has_rho_norm));
+  return h.filled;
+}
+
 }  // namespace
 
 const BackendImpl& select_backend(const char* op, Backend requested, Device device) {
@@ -315,10 +353,12 @@ ValidatedForward validate_forward(const ForwardArgs& a, const Options& options) 
   if (a.rho_norm) check.check_dtype_state("rho_norm", *a.rho_norm, state_dtype);
   check.check_dtype_state("rho_out", a.rho_out, state_dtype);
   check.check_dtype_state("rho_norm_out", a.rho_norm_out, state_dtype);
+  if (a.saved) check_saved_view(check, *a.saved, p0, a.rho.has_value(), options);
   check.check_devices();
   for (auto [name, out] : {std::pair{"context", &a.context}, {"rho_out", &a.rho_out},
                            {"rho_norm_out", &a.rho_norm_out}})
     check.check_no_self_overlap(name, *out);
+  if (a.saved) check.check_no_overlap("saved", *a.saved, {});
   check.check_no_overlap("context", a.context, {});
   check.check_no_overlap("rho_out", a.rho_out, {a.rho ? &*a.rho : nullptr});
   check.check_no_overlap("rho_norm_out", a.rho_norm_out, {a.rho_norm ? &*a.rho_norm : nullptr});
@@ -347,6 +387,7 @@ ValidatedForward validate_forward(const ForwardArgs& a, const Options& options) 
   f.context = a.context.data;     copy_strides(f.context_stride, a.context);
   f.rho = a.rho_out.data;         copy_strides(f.rho_stride, a.rho_out);
   f.rho_norm = a.rho_norm_out.data; copy_strides(f.rho_norm_stride, a.rho_norm_out);
+  if (a.saved && a.saved->numel() > 0 && backend.reads_saved()) f.saved = static_cast<float*>(a.saved->data);
   f.options = options;
   out.backend = &backend;
   return out;
@@ -391,6 +432,7 @@ ValidatedBackward validate_backward(const BackwardArgs& a, const Options& option
                  "] or [1, H, L], got " + g.shape_string());
     check.check_dtype_data("grad_decay", g, p0.decay_dtype, "decay");
   }
+  if (a.saved) check_saved_view(check, *a.saved, p0, a.rho.has_value(), options);
   check.check_devices();
   std::vector<std::pair<const char*, const TensorView*>> outputs = {
       {"grad_q", &a.grad_q}, {"grad_v", &a.grad_v}, {"grad_decay", &a.grad_decay}};
@@ -442,6 +484,10 @@ ValidatedBackward validate_backward(const BackwardArgs& a, const Options& option
   }
   if (a.grad_rho) { b.grad_rho0 = a.grad_rho->data; copy_strides(b.grad_rho0_stride, *a.grad_rho); }
   if (a.grad_rho_norm) { b.grad_rho_norm0 = a.grad_rho_norm->data; copy_strides(b.grad_rho_norm0_stride, *a.grad_rho_norm); }
+  if (a.saved && a.saved->numel() > 0 && backend.reads_saved()) {
+    b.saved_filled = check_saved_header(check, backend.saved_header(*a.saved, options), b.p, a.rho_norm.has_value(), options);
+    b.saved = static_cast<const float*>(a.saved->data);
+  }
   b.options = options;
   out.backend = &backend;
   return out;

@@ -28,6 +28,11 @@ class CudaBackend final : public BackendImpl {
     return cuda_detail::run_values_satisfy(view, rule == ValueRule::unit_interval);
   }
 
+  bool reads_saved() const override { return true; }
+  SavedHeader saved_header(const TensorView& saved, const Options& options) const override {
+    return cuda_detail::read_saved_header(saved, options);
+  }
+
   void forward(const ForwardParams& params) const override { cuda_detail::run_forward(params); }
   void backward(const BackwardParams& params) const override { cuda_detail::run_backward(params); }
   void step(const StepParams& params) const override { cuda_detail::run_step(params); }

@@ -1211,6 +1211,15 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                     " bytes of workspace (B=" + std::to_string(p.B) + ", T=" + std::to_string(nT) +
                     ", L=" + std::to_string(L) + ", E=" + std::to_string(E) + "), over the cap of " +
                     std::to_string(cap) + " bytes: raise options.max_workspace_bytes");
+  // The forward's saved buffer (core/saved.h; its header checked by validation): s and Nc replace
+  // token_sum and the normaliser's chunk sums and carry; on the quadratic path P and Pcross replace
+  // chunk_scores and cross_scores (P has one split there, so d.nsplit = 1 and M has one split too).
+  const detail::SavedLayout saved =
+      detail::saved_layout(p.B, p.H, nT, L, p.dtype, g.rho0 != nullptr, g.options.chunk_size);
+  const bool saved_norm = g.saved != nullptr && (g.saved_filled & detail::kSavedNorm) != 0;
+  const bool saved_scores = g.saved != nullptr && (g.saved_filled & detail::kSavedScores) != 0 && quadratic;
+  if (g.saved != nullptr && saved.C != C)
+    throw Error(ErrorKind::internal, "rhoscan.backward (cuda): the saved layout's chunk differs from the kernels'");
   const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
   Workspace ws(shared + per_batch * per_bh, stream);
   float* a32 = ws.take_floats(p.H * L);
@@ -1235,14 +1244,16 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     ws.take_floats(p.B * p.Hv * nT * E);
     d.bh0 = bh0;
     d.nbh = std::min(per_batch, BH - bh0);
-    d.nsplit = score_splits(d.nbh, nC, L);
+    d.nsplit = saved_scores ? 1 : score_splits(d.nbh, nC, L);
     const int64_t n = d.nbh;
-    float* s = ws.take_floats(n * nT);
+    // (the saved sections are only read: the kernels that would write them do not run)
+    float* saved_at = const_cast<float*>(g.saved);
+    float* s = saved_norm ? saved_at + saved.s + bh0 * saved.s_pair : ws.take_floats(n * nT);
     float* gc = ws.take_floats(n * nT);
     float* Qp = ws.take_floats(n * nT * L);
     float* dqp = ws.take_floats(n * nT * L);
-    float* Nc = ws.take_floats(n * (nC + 1) * L);
-    float* P = ws.take_floats(n * nC * d.nsplit * C * C);
+    float* Nc = saved_norm ? saved_at + saved.Nc + bh0 * saved.Nc_pair : ws.take_floats(n * (nC + 1) * L);
+    float* P = saved_scores ? saved_at + saved.P + bh0 * saved.P_pair : ws.take_floats(n * nC * d.nsplit * C * C);
     float* M = ws.take_floats(n * nC * d.nsplit * C * C);
     // chunk states H and A_end: float32 (FFMA path), or bf16 hi and lo planes (tensor-core path;
     // the same bytes), the lo plane right after the hi plane
@@ -1255,7 +1266,9 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     // quadratic path: M's cross blocks (hi, lo) and the cross scores
     bf16* Mhi = quadratic ? ws.take_array<bf16>(n * cross_pairs(nC) * kQB * kQB) : nullptr;
     bf16* Mlo = quadratic ? ws.take_array<bf16>(n * cross_pairs(nC) * kQB * kQB) : nullptr;
-    float* Pcross = quadratic ? ws.take_floats(n * nC * nC * C * C) : nullptr;
+    float* Pcross = !quadratic     ? nullptr
+                    : saved_scores ? saved_at + saved.Pcross + bh0 * saved.Pcross_pair
+                                   : ws.take_floats(n * nC * nC * C * C);
     float* cross_parts = quadratic ? ws.take_floats((cross_nsplit - 1) * n * nC * nC * C * C) : nullptr;
     const Operands16 o = take_operands<kTC, T>(ws, d, true);
     float* gcp = ws.take_floats(n * nT * nlt);
@@ -1268,17 +1281,19 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* Ur = kTC ? ws.take_floats(n * nT * L) : nullptr;  // W lives in dqp (see bwd_local_kernel)
     float* HdHr = kTC ? ws.take_floats(n * nC * L) : nullptr;
 
-    token_sum_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, q, s);
-    RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
-    launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, Str3{}, o.Xq, o.Kq, stream);
+    if (!saved_norm) {
+      token_sum_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, q, s);
+      RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
+    }
+    launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, Str3{}, o.Xq, o.Kq, stream, saved_norm);
     make_key_remainders<kTC, T>(d, q, a32, o, stream);
     // (the quadratic path's M comes from cross_values_mma's diagonal items, on tensor cores)
-    launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, quadratic && kTC ? nullptr : M, stream);
+    if (!saved_scores) launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, quadratic && kTC ? nullptr : M, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     pack_values<kTC, T>(d, gctx, o.gb, o.glo, stream);
     if (quadratic) {
       if constexpr (kTC) {
-        launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
+        if (!saved_scores) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
         launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream);
       }
       // dR_0 = A_0: the reverse recurrence's final state, no chunk states stored (GR is zero here)

@@ -390,14 +390,14 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
 // The three passes of the normaliser scan (see above) on `stream`: launch_norm_scan, through
 // launch_norm_apply for norm_apply's instantiations (pairs or single latents; Xq, Kq given or not).
 template <typename T, typename QpT, int V, bool kXq, bool kKq>
-void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, QpT* Qp, float* Nc,
+void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, QpT* Qp, const float* Nc,
                        __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream) {
   norm_apply_kernel<T, QpT, V, kXq, kKq>
       <<<grid_for(d.nbh * d.nC * (kXq ? d.Lp : d.L) / V, 256), 256, 0, stream>>>(d, q, a32, s, Nc, Qp, Xq, Kq);
   RHOSCAN_CUDA_LAUNCHED("norm_apply_kernel");
 }
 template <typename T, typename QpT, int V>
-void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, QpT* Qp, float* Nc,
+void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, QpT* Qp, const float* Nc,
                        __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream) {
   if (Xq && Kq)
     launch_norm_apply<T, QpT, V, true, true>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
@@ -406,18 +406,23 @@ void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, 
   else
     launch_norm_apply<T, QpT, V, false, false>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
 }
+// sums_ready: s and Nc already hold the token sums and the carried chunk-start normalisers (the
+// forward's saved buffer, core/saved.h), so only norm_apply runs; Nc is then only read.
 template <typename T, typename QpT>
 void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, const float* s, QpT* Qp, float* Nc,
-                      Str3 n_out, __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream) {
+                      Str3 n_out, __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream, bool sums_ready = false) {
   // Pairs need q's pairs aligned (norm_pairs_ok) and Lp even (a multiple of 64, or L).
   const bool pairs = norm_pairs_ok<T>(d, q) && (!Xq || d.Lp % 2 == 0);
-  if (pairs)
-    norm_chunk_sums_kernel<T, kNormVec><<<grid_for(d.nbh * d.nC * d.L / kNormVec, 256), 256, 0, stream>>>(d, q, a32, Nc);
-  else
-    norm_chunk_sums_kernel<T, 1><<<grid_for(d.nbh * d.nC * d.L, 256), 256, 0, stream>>>(d, q, a32, Nc);
-  RHOSCAN_CUDA_LAUNCHED("norm_chunk_sums_kernel");
-  norm_carry_kernel<<<grid_for(d.nbh * d.L, 256), 256, 0, stream>>>(d, a32, n0, Nc, n_out);
-  RHOSCAN_CUDA_LAUNCHED("norm_carry_kernel");
+  if (!sums_ready) {
+    if (pairs)
+      norm_chunk_sums_kernel<T, kNormVec><<<grid_for(d.nbh * d.nC * d.L / kNormVec, 256), 256, 0, stream>>>(d, q, a32,
+                                                                                                           Nc);
+    else
+      norm_chunk_sums_kernel<T, 1><<<grid_for(d.nbh * d.nC * d.L, 256), 256, 0, stream>>>(d, q, a32, Nc);
+    RHOSCAN_CUDA_LAUNCHED("norm_chunk_sums_kernel");
+    norm_carry_kernel<<<grid_for(d.nbh * d.L, 256), 256, 0, stream>>>(d, a32, n0, Nc, n_out);
+    RHOSCAN_CUDA_LAUNCHED("norm_carry_kernel");
+  }
   if (pairs)
     launch_norm_apply<T, QpT, kNormVec>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
   else

@@ -72,6 +72,22 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
                     " bytes of chunk workspace (T=" + std::to_string(p.T) + ", L=" + std::to_string(p.L) +
                     ", E=" + std::to_string(p.E) + "), over the cap of " + std::to_string(cap) +
                     " bytes: raise options.max_workspace_bytes");
+  // The saved buffer (core/saved.h): s and Nc always, the scores where its layout reserved them
+  // and this call took the quadratic path. The kernels write those sections in place of the
+  // workspace's; only P is copied (the workspace holds its L-split partials).
+  const detail::SavedLayout saved = detail::saved_layout(p.B, p.H, p.T, p.L, p.dtype, f.rho0 != nullptr, f.options.chunk_size);
+  const bool save = f.saved != nullptr, save_scores = save && quadratic && saved.scores;
+  if (save) {
+    if (saved.C != d.C)
+      throw Error(ErrorKind::internal, "rhoscan.forward (cuda): the saved layout's chunk differs from the kernels'");
+    detail::SavedHeader header;
+    header.magic = detail::kSavedMagic, header.version = detail::kSavedVersion;
+    header.B = p.B, header.H = p.H, header.T = p.T, header.L = p.L, header.C = d.C;
+    header.dtype = static_cast<int32_t>(p.dtype);
+    header.has_rho_norm = f.rho_norm0 != nullptr;
+    header.filled = detail::kSavedNorm | (save_scores ? detail::kSavedScores : 0u);
+    write_saved_header(f.saved, header, stream);
+  }
   const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
   Workspace ws(shared + per_batch * per_bh, stream);
   float* a32 = ws.take_floats(p.H * p.L);
@@ -87,18 +103,25 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     d.bh0 = bh0;
     d.nbh = std::min(per_batch, BH - bh0);
     d.nsplit = score_splits(d.nbh, d.nC, p.L);
-    float* s = ws.take_floats(d.nbh * p.T);
+    float* s = save ? f.saved + saved.s + bh0 * saved.s_pair : ws.take_floats(d.nbh * p.T);
     QpT* Qp = ws.take_array<QpT>(d.nbh * p.T * p.L);
-    float* Nc = ws.take_floats(d.nbh * (d.nC + 1) * p.L);
+    float* Nc = save ? f.saved + saved.Nc + bh0 * saved.Nc_pair : ws.take_floats(d.nbh * (d.nC + 1) * p.L);
     float* P = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
     StateT<kTC>* Hs = quadratic ? nullptr : ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
-    float* Pcross = quadratic ? ws.take_floats(d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
+    float* Pcross = !quadratic  ? nullptr
+                    : save_scores ? f.saved + saved.Pcross + bh0 * saved.Pcross_pair
+                                  : ws.take_floats(d.nbh * d.nC * d.nC * d.C * d.C);
     float* Pparts = quadratic ? ws.take_floats((cross_nsplit - 1) * d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
     const Operands16 o = take_operands<kTC, T>(ws, d, false);
     token_sum_kernel<T><<<grid_for(d.nbh * p.T, 8), 256, 0, stream>>>(d, q, s);
     RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
     launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, n_out, o.Xq, o.Kq, stream);
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
+    if (save_scores) {  // split 0 of each [nsplit][C][C] slot holds the sum
+      const size_t CC = static_cast<size_t>(d.C * d.C) * sizeof(float);
+      RHOSCAN_CUDA_CHECK(cudaMemcpy2DAsync(f.saved + saved.P + bh0 * saved.P_pair, CC, P, d.nsplit * CC, CC,
+                                           static_cast<size_t>(d.nbh * d.nC), cudaMemcpyDeviceToDevice, stream));
+    }
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     // quadratic (rho0 is null there: quadratic_forward): only the final state, by final_state_mma
     // (it has no init term); chunked: the chunk states and the final state by the states kernel

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/params.h"
+#include "core/saved.h"
 
 namespace rhoscan::cuda_detail {
 
@@ -13,6 +14,10 @@ void run_backward(const detail::BackwardParams& params);
 void run_step(const detail::StepParams& params);
 // Whether every element of a device tensor is finite (and in [0, 1] when unit_interval).
 bool run_values_satisfy(const TensorView& view, bool unit_interval);
+// The saved buffer's header (saved.cu): written on `stream` (a cudaStream_t) by the forward, read
+// back on options.stream for the backward's validation.
+void write_saved_header(float* saved, const detail::SavedHeader& header, void* stream);
+detail::SavedHeader read_saved_header(const TensorView& saved, const Options& options);
 // Why the kernels cannot run here ("" when they can): no driver, no device, no kernel image
 // for this device's architecture.
 std::string runtime_unavailable_reason();

@@ -40,6 +40,16 @@ def test_opcheck_backward(device):
 
 
 @needs_opcheck
+def test_opcheck_forward_with_saved_and_backward_reading_it(device):
+    q, v, decay, rho, rho_norm = float_problem(device)
+    torch.library.opcheck(torch.ops.rhoscan.rho_attention_with_saved.default, (q, v, decay, None, rho_norm, "bhtl", 0))
+    context, r, n, saved = torch.ops.rhoscan.rho_attention_with_saved(q, v, decay, None, rho_norm, "bhtl", 0)
+    torch.library.opcheck(torch.ops.rhoscan.rho_attention_backward.default,
+                          (q, v, decay, None, rho_norm, torch.randn_like(context), None, None, "bhtl", 0, True,
+                           saved))
+
+
+@needs_opcheck
 def test_opcheck_step(device):
     q, v, decay, rho, rho_norm = float_problem(device)
     args = [q[:, :, 0].contiguous(), v[:, :, 0].contiguous(), decay, rho, rho_norm]

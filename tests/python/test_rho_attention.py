@@ -211,6 +211,49 @@ def test_backward_without_rho_grad_skips_only_grad_rho(device):
         assert torch.equal(full[k], lean[k])
 
 
+def test_saved_buffer_op_and_backward(device):
+    """rho_attention_with_saved: rho_attention's outputs plus the float32 saved buffer (its length a
+    function of the shapes); the backward op gives the same gradients with it (CUDA reads it and
+    stays within tolerance, bitwise here where only the normaliser sums are kept; the CPU ignores
+    it). A saved buffer of the wrong length raises a ValueError naming it."""
+    q, v, decay, _, rho_norm = make_problem(B=2, H=2, T=70, L=600, E=8, device=device, dtype=torch.bfloat16)
+    c, r, n = rhoscan.rho_attention(q, v, decay, None, rho_norm)
+    c2, r2, n2, saved = torch.ops.rhoscan.rho_attention_with_saved(q, v, decay, None, rho_norm, "bhtl", 0)
+    assert torch.equal(c, c2) and torch.equal(r, r2) and torch.equal(n, n2)
+    # 64 header floats, s (2·2·70 = 280 -> 320), Nc (4·3·600 = 7200 -> 7232), P (4·2·64²), Pcross (4·4·64²)
+    assert saved.dtype == torch.float32 and saved.shape == (64 + 320 + 7232 + 8 * 4096 + 16 * 4096,)
+    g = torch.randn_like(c)
+    op = torch.ops.rhoscan.rho_attention_backward
+    plain = op(q, v, decay, None, rho_norm, g, None, None, "bhtl", 0)
+    kept = op(q, v, decay, None, rho_norm, g, None, None, "bhtl", 0, True, saved)
+    for k in (0, 1, 2, 4):
+        if device == "cpu":
+            assert torch.equal(plain[k], kept[k])
+        else:
+            assert rms_rel(kept[k], plain[k]) <= GRAD_TOL[torch.bfloat16], k
+    with pytest.raises(ValueError, match=r"saved: expected shape \[%d\]" % saved.numel()):
+        op(q, v, decay, None, rho_norm, g, None, None, "bhtl", 0, True, saved[1:])
+    if device == "cuda":
+        with pytest.raises(ValueError, match="saved: its header was not written"):
+            op(q, v, decay, None, rho_norm, g, None, None, "bhtl", 0, True, torch.zeros_like(saved))
+
+
+def test_autograd_keeps_the_saved_buffer_on_cuda():
+    """Autograd on CUDA runs the forward with the saved buffer and hands it to the backward: the
+    gradients match the backward op's without it, within bfloat16's tolerance."""
+    require_device("cuda")
+    q, v, decay, _, _ = make_problem(B=1, H=2, T=130, L=1100, E=16, device="cuda", dtype=torch.bfloat16)
+    for x in (q, v, decay):
+        x.requires_grad_(True)
+    c, r, n = rhoscan.rho_attention(q, v, decay)
+    g = torch.randn_like(c)
+    (c * g).sum().backward()
+    ref = torch.ops.rhoscan.rho_attention_backward(q.detach(), v.detach(), decay.detach(), None, None, g, None,
+                                                   None, "bhtl", 0, False)
+    for got, want in zip((q.grad, v.grad, decay.grad), ref[:3]):
+        assert rms_rel(got, want) <= GRAD_TOL[torch.bfloat16]
+
+
 def test_empty_sequence_returns_the_state_unchanged(device):
     q, v, decay, rho, rho_norm = make_problem(B=1, H=2, T=0, L=3, E=2, device=device, dtype=torch.float32)
     c, r, n = rhoscan.rho_attention(q, v, decay, rho, rho_norm)

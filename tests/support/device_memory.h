@@ -21,11 +21,12 @@ class MirroredProblem {
   BackwardArgs backward_args() const;
   // Copies every output tensor back into the host Problem.
   void copy_outputs_to_host();
-  // Copies the latest device mirror of `t` (one of the Problem's tensors) back into it.
+  // Copies the latest device mirror of `t` back into it.
   void copy_back(const HostTensor& t);
+  // A device copy of any host tensor (a new one per call; the host tensor itself on the CPU).
+  TensorView mirror(const HostTensor& t) const;
 
  private:
-  TensorView mirror(const HostTensor& t) const;
   Problem& host_;
   Device device_;
   struct Buffer {

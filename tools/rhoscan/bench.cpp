@@ -432,7 +432,7 @@ std::string json_escape(const std::string& s) {
 const char* bench_help() {
   return "usage: rhoscan bench [--device cpu|cuda] [--backward] [--cases NAME,...] [--repeats N]\n"
          "                     [--json FILE] [--dtype f32|bf16|f16] [--threads N] [--chunk N]\n"
-         "                     [--workspace-mib N] [--commit HASH] [--no-naive] [--list]\n"
+         "                     [--workspace-mib N] [--commit HASH] [--no-naive] [--no-saved] [--list]\n"
          "                     [--shape B,H,Hv,T,L,E ...]\n\n"
          "Times the operator on the cases of the project's issues and prints, per case: the median\n"
          "time, GFLOP/s (FLOPs = B*H*(4*T*L*E + T*C*L + T*C*E) at C = 64; 3x for forward+backward),\n"
@@ -453,6 +453,7 @@ const char* bench_help() {
          "  --workspace-mib N  options.max_workspace_bytes in MiB (default: the backend's cap)\n"
          "  --commit HASH  recorded in the JSON (default: $RHOSCAN_COMMIT, else git rev-parse)\n"
          "  --no-naive     skip the per-token loop comparison\n"
+         "  --no-saved     forward+backward without the forward's saved buffer (the backward recomputes)\n"
          "  --list         print the case table and exit\n"
          "A progress line per case goes to stderr.\n";
 }
@@ -535,11 +536,11 @@ Result run_case(BenchDevice& dev, const BenchCase& c, Direction d, DType dtype, 
   opt.chunk_size = s.chunk_size;
   opt.max_workspace_bytes = s.max_workspace_bytes;
   std::function<void()> call;
-  std::unique_ptr<DeviceTensor> g, gq, gv, ga;
+  std::unique_ptr<DeviceTensor> g, gq, gv, ga, saved;
   int64_t tensor_bytes = static_cast<int64_t>(q->bytes + v->bytes + a->bytes + rho->bytes + norm->bytes + ctx->bytes);
   ForwardArgs fa{view(*q, dtype, {c.B, c.H, T, c.L}), view(*v, dtype, {c.B, c.Hv, T, c.E}),
                  view(*a, sd, {c.H, c.L}), std::nullopt, std::nullopt, view(*ctx, dtype, {c.B, c.H, T, c.E}),
-                 view(*rho, sd, {c.B, c.H, c.L, c.E}), view(*norm, sd, {c.B, c.H, c.L})};
+                 view(*rho, sd, {c.B, c.H, c.L, c.E}), view(*norm, sd, {c.B, c.H, c.L}), std::nullopt};
   BackwardArgs ba;
   if (d == Direction::step) {
     // a state that has seen a sequence: N of order 1
@@ -559,6 +560,13 @@ Result run_case(BenchDevice& dev, const BenchCase& c, Direction d, DType dtype, 
     ba.grad_q = view(*gq, dtype, {c.B, c.H, T, c.L});
     ba.grad_v = view(*gv, dtype, {c.B, c.Hv, T, c.E});
     ba.grad_decay = view(*ga, sd, {c.H, c.L});
+    // What a training step does: the forward keeps what the backward would recompute (docs/API.md).
+    const int64_t n_saved = s.saved ? saved_numel(c.B, c.H, T, c.L, dtype, false, s.chunk_size) : 0;
+    if (n_saved > 0) {
+      saved = std::make_unique<DeviceTensor>(dev, n_saved * 4);
+      tensor_bytes += static_cast<int64_t>(saved->bytes);
+      fa.saved = ba.saved = view(*saved, DType::float32, {n_saved});
+    }
     call = [fa, ba, opt] {
       forward(fa, opt);
       backward(ba, opt);
@@ -640,6 +648,8 @@ int bench_main(const std::vector<std::string>& args) {
       commit = value();
     } else if (a == "--no-naive") {
       with_naive = false;
+    } else if (a == "--no-saved") {
+      s.saved = false;
     } else if (a == "--list") {
       list = true;
     } else {
@@ -727,7 +737,7 @@ int bench_main(const std::vector<std::string>& args) {
                      "\"median_cpu_ms\":%.3f,\"limit_fraction_cpu_time\":%.4f,\"speedup_vs_naive_cpu_time\":%.2f,"
                      "\"naive_vectorised_ms\":%.2f,\"speedup_vs_naive_vectorised\":%.2f,"
                      "\"speedup_vs_naive_vectorised_cpu_time\":%.2f,\"median_wall_ms_all\":\"%s\","
-                     "\"max_workspace_bytes\":%lld}\n",
+                     "\"max_workspace_bytes\":%lld,\"saved\":%s}\n",
                      c.name, (long long)c.B, (long long)c.H, (long long)c.Hv, (long long)(d == Direction::step ? 1 : c.T),
                      (long long)c.L, (long long)c.E, dtype_name(dt), device_name(device), direction_name(d), r.median_ms,
                      r.gflops / 1000.0, r.limit_fraction, (long long)r.peak_bytes, json_escape(commit).c_str(),
@@ -736,7 +746,8 @@ int bench_main(const std::vector<std::string>& args) {
                      (long long)s.chunk_size, json_escape(r.limit.description).c_str(), r.naive_ms, speedup,
                      json_escape(r.naive.description).c_str(), json_escape(dev->description()).c_str(), load[0],
                      r.median_cpu_ms, r.limit_fraction_cpu, speedup_cpu, r.naive_simd.time_ms, speedup_simd,
-                     speedup_simd_cpu, r.all_times.c_str(), (long long)s.max_workspace_bytes);
+                     speedup_simd_cpu, r.all_times.c_str(), (long long)s.max_workspace_bytes,
+                     d == Direction::forward_backward && s.saved ? "true" : "false");
         std::fflush(json);
       }
     }

@@ -39,6 +39,7 @@ struct BenchSettings {
   int num_threads = 0;  // 0: all hardware threads
   int64_t chunk_size = 0;
   int64_t max_workspace_bytes = 0;  // 0: the backend's default cap
+  bool saved = true;  // forward+backward: the forward fills ForwardArgs::saved, the backward reads it
 };
 
 // What a device measures for limit_fraction: the time a case would take at the device's limit.

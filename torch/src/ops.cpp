@@ -3,9 +3,12 @@
 //   rho_attention           forward: (q, v, decay, rho?, rho_norm?, layout, chunk_size)
 //                           -> (context, rho, rho_norm)
 //   rho_attention_backward  the forward's inputs + grad_context?, grad_rho_out?, grad_rho_norm_out?,
-//                           layout, chunk_size, rho_grad
+//                           layout, chunk_size, rho_grad, saved?
 //                           -> (grad_q, grad_v, grad_decay, grad_rho, grad_rho_norm); grad_rho is
 //                           empty (shape [0]) when rho_grad is false (autograd: no initial rho)
+//   rho_attention_with_saved  the forward, also returning `saved` (float32 [n], n from
+//                           rhoscan::saved_numel): what the CUDA backward would recompute; the
+//                           autograd wrapper uses it for CUDA tensors that need gradients
 //   rho_attention_step      one token, functional: (q, v, decay, rho?, rho_norm?)
 //                           -> (context, new rho, new rho_norm)
 //   available_backends      the rhoscan backends usable in this process
@@ -41,6 +44,7 @@ namespace {
 using at::Tensor;
 using OptTensor = c10::optional<Tensor>;
 using Triple = std::tuple<Tensor, Tensor, Tensor>;
+using Quad = std::tuple<Tensor, Tensor, Tensor, Tensor>;
 using Grads = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
 
 bool present(const OptTensor& t) { return t.has_value() && t->defined(); }
@@ -184,6 +188,16 @@ Triple allocate_forward(const Tensor& q, const Tensor& v, const OptTensor& rho,
           at::empty_symint({s.B, s.H, s.L}, state)};
 }
 
+// A concrete size (the saved buffer's length is a function of the sizes, not a symbolic
+// expression: under torch.compile with dynamic shapes this specialises on them).
+int64_t concrete(const c10::SymInt& s) {
+#if TORCH_VERSION_MAJOR >= 2
+  return s.guard_int(__FILE__, __LINE__);
+#else
+  return s.as_int_unchecked();
+#endif
+}
+
 // grad_rho is [B,H,L,E], or empty (shape [0]) when rho_grad is false: the autograd wrapper asks for
 // it only when an initial rho was given, since on CUDA it costs a pass over T·L·E (the reverse
 // state recurrence) that nothing would use.
@@ -252,6 +266,18 @@ void call_rhoscan(F&& run) {
   }
 }
 
+// The forward's saved buffer: float32 [rhoscan::saved_numel(...)], zeros (so that what a backend
+// leaves unwritten is defined; the CUDA forward fills it).
+Tensor allocate_saved(const Tensor& q, const Tensor& v, const OptTensor& rho, Layout layout, int64_t chunk_size) {
+  const Sizes s = sizes_of(q, v, layout, false);
+  int64_t n = 0;
+  call_rhoscan([&] {
+    n = saved_numel(concrete(s.B), concrete(s.H), concrete(s.T), concrete(s.L), *rhoscan_dtype(q.scalar_type()),
+                    present(rho), chunk_size);
+  });
+  return at::zeros({n}, q.options().dtype(at::kFloat));
+}
+
 // ---- device kernels (CPU and CUDA) and Meta kernels ----------------------------------------
 
 Triple forward_meta(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
@@ -261,8 +287,9 @@ Triple forward_meta(const Tensor& q, const Tensor& v, const Tensor& decay, const
   return allocate_forward(q, v, rho, rho_norm, l, false);
 }
 
-Triple forward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
-                      const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
+// The forward on the device; `saved`, when given, is filled as well (rhoscan::ForwardArgs::saved).
+Triple run_forward(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                   const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size, const Tensor* saved) {
   const Layout l = parse_layout(layout, "forward");
   const bool seq_first = l == Layout::bthl;
   check_inputs("forward", q, v, decay, rho, rho_norm, false);
@@ -277,16 +304,36 @@ Triple forward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, con
   args.context = view_of(op, "context", context, seq_first);
   args.rho_out = view_of(op, "rho_out", rho_out);
   args.rho_norm_out = view_of(op, "rho_norm_out", rho_norm_out);
+  if (saved != nullptr) args.saved = view_of(op, "saved", *saved);
   const at::OptionalDeviceGuard guard(at::device_of(q));
   const Options options = options_for(q, chunk_size);
   call_rhoscan([&] { rhoscan::forward(args, options); });
   return {context, rho_out, rho_norm_out};
 }
 
+Triple forward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                      const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
+  return run_forward(q, v, decay, rho, rho_norm, layout, chunk_size, nullptr);
+}
+
+Quad forward_with_saved_meta(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                             const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
+  auto [context, rho_out, rho_norm_out] = forward_meta(q, v, decay, rho, rho_norm, layout, chunk_size);
+  return {context, rho_out, rho_norm_out, allocate_saved(q, v, rho, parse_layout(layout, "forward"), chunk_size)};
+}
+
+Quad forward_with_saved_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
+                               const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
+  check_inputs("forward", q, v, decay, rho, rho_norm, false);
+  const Tensor saved = allocate_saved(q, v, rho, parse_layout(layout, "forward"), chunk_size);
+  auto [context, rho_out, rho_norm_out] = run_forward(q, v, decay, rho, rho_norm, layout, chunk_size, &saved);
+  return {context, rho_out, rho_norm_out, saved};
+}
+
 Grads backward_meta(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
                     const OptTensor& rho_norm, const OptTensor& grad_context,
                     const OptTensor& grad_rho_out, const OptTensor& grad_rho_norm_out,
-                    c10::string_view layout, int64_t chunk_size, bool rho_grad) {
+                    c10::string_view layout, int64_t chunk_size, bool rho_grad, const OptTensor& saved) {
   const Layout l = parse_layout(layout, "backward");
   check_inputs("backward", q, v, decay, rho, rho_norm, false);
   return allocate_backward(q, v, decay, rho, rho_norm, grad_rho_out, grad_rho_norm_out, l, rho_grad);
@@ -295,7 +342,7 @@ Grads backward_meta(const Tensor& q, const Tensor& v, const Tensor& decay, const
 Grads backward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
                       const OptTensor& rho_norm, const OptTensor& grad_context,
                       const OptTensor& grad_rho_out, const OptTensor& grad_rho_norm_out,
-                      c10::string_view layout, int64_t chunk_size, bool rho_grad) {
+                      c10::string_view layout, int64_t chunk_size, bool rho_grad, const OptTensor& saved) {
   const Layout l = parse_layout(layout, "backward");
   const bool seq_first = l == Layout::bthl;
   const char* op = "backward";
@@ -323,6 +370,12 @@ Grads backward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, con
   args.grad_decay = view_of(op, "grad_decay", grad_decay);
   if (rho_grad) args.grad_rho = view_of(op, "grad_rho", grad_rho);
   args.grad_rho_norm = view_of(op, "grad_rho_norm", grad_rho_norm);
+  if (present(saved)) {
+    RHOSCAN_CHECK(ValueError, saved->layout() == at::kStrided && saved->dim() == 1 && saved->scalar_type() == at::kFloat,
+                  "rhoscan.backward: saved must be the float32 rank-1 tensor that rho_attention_with_saved returned, got ",
+                  saved->scalar_type(), " with shape ", shape_string(*saved));
+    args.saved = view_of(op, "saved", *saved);
+  }
   const at::OptionalDeviceGuard guard(at::device_of(q));
   const Options options = options_for(q, chunk_size);
   call_rhoscan([&] { rhoscan::backward(args, options); });
@@ -393,6 +446,12 @@ const auto& backward_op() {
                        .typed<decltype(backward_kernel)>();
   return op;
 }
+const auto& forward_with_saved_op() {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("rhoscan::rho_attention_with_saved", "")
+                       .typed<decltype(forward_with_saved_kernel)>();
+  return op;
+}
 const auto& step_op() {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("rhoscan::rho_attention_step", "")
@@ -404,18 +463,28 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // context, rho and rho_norm are differentiable with respect to q, v, decay, rho and rho_norm.
-// The backward recomputes what it needs from the inputs (nothing of size T·L·E is saved).
+// Nothing of size T·L·E is saved. keep_saved (CUDA tensors that need gradients): the forward also
+// fills the `saved` buffer (rho_attention_with_saved; about 1/60 of q's bytes, up to a quarter of
+// them at long L), which spares the backward recomputing the normaliser and the scores.
 class RhoAttentionFunction : public torch::autograd::Function<RhoAttentionFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& v,
                                const Tensor& decay, const OptTensor& rho, const OptTensor& rho_norm,
-                               c10::string_view layout, int64_t chunk_size) {
+                               c10::string_view layout, int64_t chunk_size, bool keep_saved) {
     Triple out;
+    Tensor saved;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
-      out = forward_op().call(q, v, decay, rho, rho_norm, layout, chunk_size);
+      if (keep_saved) {
+        auto [context, rho_out, rho_norm_out, kept] =
+            forward_with_saved_op().call(q, v, decay, rho, rho_norm, layout, chunk_size);
+        out = {context, rho_out, rho_norm_out};
+        saved = kept;
+      } else {
+        out = forward_op().call(q, v, decay, rho, rho_norm, layout, chunk_size);
+      }
     }
-    ctx->save_for_backward({q, v, decay, rho.value_or(Tensor()), rho_norm.value_or(Tensor())});
+    ctx->save_for_backward({q, v, decay, rho.value_or(Tensor()), rho_norm.value_or(Tensor()), saved});
     ctx->saved_data["layout"] = std::string(layout.data(), layout.size());
     ctx->saved_data["chunk_size"] = chunk_size;
     ctx->set_materialize_grads(false);  // absent upstream gradients stay absent (cheaper)
@@ -424,16 +493,16 @@ class RhoAttentionFunction : public torch::autograd::Function<RhoAttentionFuncti
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const int64_t n_inputs = 7;
+    const int64_t n_inputs = 8;
     if (!grads[0].defined() && !grads[1].defined() && !grads[2].defined())
       return variable_list(n_inputs);
     const std::string layout = ctx->saved_data["layout"].toStringRef();
     auto [gq, gv, gd, gr, gn] = backward_op().call(
         saved[0], saved[1], saved[2], optional_of(saved[3]), optional_of(saved[4]),
         optional_of(grads[0]), optional_of(grads[1]), optional_of(grads[2]), layout,
-        ctx->saved_data["chunk_size"].toInt(), /*rho_grad=*/saved[3].defined());
+        ctx->saved_data["chunk_size"].toInt(), /*rho_grad=*/saved[3].defined(), optional_of(saved[5]));
     return {gq, gv, gd, saved[3].defined() ? gr : Tensor(), saved[4].defined() ? gn : Tensor(),
-            Tensor(), Tensor()};
+            Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -460,7 +529,7 @@ class RhoAttentionStepFunction : public torch::autograd::Function<RhoAttentionSt
     auto [gq, gv, gd, gr, gn] = backward_op().call(
         saved[0].unsqueeze(2), saved[1].unsqueeze(2), saved[2], optional_of(saved[3]),
         optional_of(saved[4]), grad_context, optional_of(grads[1]), optional_of(grads[2]), "bhtl", 0,
-        /*rho_grad=*/saved[3].defined());
+        /*rho_grad=*/saved[3].defined(), /*saved=*/OptTensor());
     return {gq.squeeze(2), gv.squeeze(2), gd, saved[3].defined() ? gr : Tensor(),
             saved[4].defined() ? gn : Tensor()};
   }
@@ -468,7 +537,12 @@ class RhoAttentionStepFunction : public torch::autograd::Function<RhoAttentionSt
 
 Triple forward_autograd(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
                         const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
-  auto out = RhoAttentionFunction::apply(q, v, decay, rho, rho_norm, layout, chunk_size);
+  // Whether a backward can follow (inside Function::forward grad mode is off, so decide here).
+  auto needs_grad = [](const Tensor& t) { return t.defined() && t.requires_grad(); };
+  const bool keep_saved = q.is_cuda() && torch::autograd::GradMode::is_enabled() &&
+                          (needs_grad(q) || needs_grad(v) || needs_grad(decay) || needs_grad(rho.value_or(Tensor())) ||
+                           needs_grad(rho_norm.value_or(Tensor())));
+  auto out = RhoAttentionFunction::apply(q, v, decay, rho, rho_norm, layout, chunk_size, keep_saved);
   return {out[0], out[1], out[2]};
 }
 
@@ -486,25 +560,31 @@ TORCH_LIBRARY(rhoscan, m) {
         "str layout=\"bhtl\", int chunk_size=0) -> (Tensor, Tensor, Tensor)");
   m.def("rho_attention_backward(Tensor q, Tensor v, Tensor decay, Tensor? rho, Tensor? rho_norm, "
         "Tensor? grad_context, Tensor? grad_rho_out, Tensor? grad_rho_norm_out, "
-        "str layout=\"bhtl\", int chunk_size=0, bool rho_grad=True) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+        "str layout=\"bhtl\", int chunk_size=0, bool rho_grad=True, Tensor? saved=None) "
+        "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("rho_attention_with_saved(Tensor q, Tensor v, Tensor decay, Tensor? rho=None, Tensor? rho_norm=None, "
+        "str layout=\"bhtl\", int chunk_size=0) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("rho_attention_step(Tensor q, Tensor v, Tensor decay, Tensor? rho=None, "
         "Tensor? rho_norm=None) -> (Tensor, Tensor, Tensor)");
   m.def("available_backends() -> str[]", &rhoscan::pt::available_backends_op);
 }
 
 TORCH_LIBRARY_IMPL(rhoscan, CPU, m) {
+  m.impl("rho_attention_with_saved", &rhoscan::pt::forward_with_saved_kernel);
   m.impl("rho_attention", &rhoscan::pt::forward_kernel);
   m.impl("rho_attention_backward", &rhoscan::pt::backward_kernel);
   m.impl("rho_attention_step", &rhoscan::pt::step_kernel);
 }
 
 TORCH_LIBRARY_IMPL(rhoscan, CUDA, m) {
+  m.impl("rho_attention_with_saved", &rhoscan::pt::forward_with_saved_kernel);
   m.impl("rho_attention", &rhoscan::pt::forward_kernel);
   m.impl("rho_attention_backward", &rhoscan::pt::backward_kernel);
   m.impl("rho_attention_step", &rhoscan::pt::step_kernel);
 }
 
 TORCH_LIBRARY_IMPL(rhoscan, Meta, m) {
+  m.impl("rho_attention_with_saved", &rhoscan::pt::forward_with_saved_meta);
   m.impl("rho_attention", &rhoscan::pt::forward_meta);
   m.impl("rho_attention_backward", &rhoscan::pt::backward_meta);
   m.impl("rho_attention_step", &rhoscan::pt::step_meta);
@@ -515,4 +595,7 @@ TORCH_LIBRARY_IMPL(rhoscan, Autograd, m) {
   m.impl("rho_attention_step", &rhoscan::pt::step_autograd);
   // Differentiating the backward (double backward) raises a clear error instead of a wrong zero.
   m.impl("rho_attention_backward", torch::autograd::autogradNotImplementedFallback());
+  // Internal to the forward's autograd (it runs below it); called directly with inputs that need
+  // gradients it raises instead of returning outputs without a graph.
+  m.impl("rho_attention_with_saved", torch::autograd::autogradNotImplementedFallback());
 }

@@ -1,0 +1,45 @@
+// The forward's saved buffer on the device (core/saved.h): its header, written by the forward on
+// the caller's stream, and read back by validation before a backward uses the buffer.
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "cuda/ops.h"
+#include "cuda/workspace.h"
+
+namespace rhoscan::cuda_detail {
+namespace {
+
+// The header travels as a kernel argument, so the write is ordered on the stream like the
+// sections' kernels (no host buffer that must outlive an asynchronous copy).
+struct HeaderWords {
+  uint32_t w[detail::kSavedHeaderFloats];
+};
+
+__global__ void write_saved_header_kernel(float* saved, HeaderWords header) {
+  const int i = threadIdx.x;
+  if (i < detail::kSavedHeaderFloats) reinterpret_cast<uint32_t*>(saved)[i] = header.w[i];
+}
+
+}  // namespace
+
+void write_saved_header(float* saved, const detail::SavedHeader& header, void* stream) {
+  HeaderWords words{};
+  std::memcpy(words.w, &header, sizeof header);
+  write_saved_header_kernel<<<1, detail::kSavedHeaderFloats, 0, static_cast<cudaStream_t>(stream)>>>(saved, words);
+  RHOSCAN_CUDA_LAUNCHED("write_saved_header_kernel");
+}
+
+// On the caller's stream (the forward that wrote it may still be queued there), then a wait: the
+// backward's validation needs the header on the host. CUDA validation already waits for its
+// decay range check, so this adds a copy, not a new synchronisation point.
+detail::SavedHeader read_saved_header(const TensorView& saved, const Options& options) {
+  DeviceGuard guard(saved.device_index);
+  const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
+  detail::SavedHeader header;
+  RHOSCAN_CUDA_CHECK(cudaMemcpyAsync(&header, saved.data, sizeof header, cudaMemcpyDeviceToHost, stream));
+  RHOSCAN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return header;
+}
+
+}  // namespace rhoscan::cuda_detail
