@@ -671,20 +671,15 @@ bool cross_values_case(const Problem& p) {
          check("M diagonal (float32)", doubles(m.diag), rdiag, 1e-4);
 }
 
-// quad_readback_mma_kernel (kVersion 1) or quad_readback_mma_v3_kernel (3), with launch_quadratic_backward's
-// block size and shared memory
-template <bool kKeyLo, int kVersion>
+// quad_readback_mma_kernel, with launch_quadratic_backward's block size and shared memory
+template <bool kKeyLo>
 void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W, std::vector<float>& U,
                        std::vector<float>& HdH) {
   const Dims& d = p.d;
   const int64_t items = d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT);
   emu::launch(small_grid(items), kQrThreads, quad_readback_smem<kKeyLo>(), [&] {
-    if constexpr (kVersion == 3)
-      quad_readback_mma_v3_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
-                                          W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
-    else
-      quad_readback_mma_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(),
-                                       U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
+    quad_readback_mma_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(),
+                                     U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
   });
 }
 
@@ -694,13 +689,12 @@ void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W,
 // accuracy), and per (bh, l) the weighted sum that bwd_local takes, sum_c f(Cn_c) HdH[c] against
 // sum_c f(Cn_c) <H_c, A_end_c>, f(n) = n a^(n-1); slot nC-1 must hold 0. M from cross_values.
 // Magnitudes: the sums of |terms| down to single products of q-, v-, G-derived operands.
-template <int kVersion = 1>
 bool quad_readback_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E, C = d.C, nC = d.nC;
   const CrossM m = run_cross_values(p);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
-  run_quad_readback<false, kVersion>(p, m, W, U, HdH);
+  run_quad_readback<false>(p, m, W, U, HdH);
   std::vector<Acc> rW(W.size()), rU(U.size());
   std::vector<Acc> rH(d.nbh * L);  // sum_c f(Cn_c) <H_c, A_end_c>
   bool last_zero = true;
@@ -767,13 +761,13 @@ bool quad_readback_case(const Problem& p) {
 // and, for split keys, the third pass M_hi Kq_lo,
 //   W_K = sum_{J<K} a^((K-1-J)C) (M_KJ Kq_J [+ M_hi,KJ Kq_lo,J]),  U_K = sum_{I>K} a^((I-K-1)C) M_IK^T Xq_I,
 //   HdH[K-1] = sum_{J<=K-2} (K-J-1) a^((K-J-2)C) sum_i Xq_K[i] (M_KJ Kq_J [+ ...])[i],  HdH[nC-1] = 0.
-template <bool kKeyLo, int kVersion = 1>
+template <bool kKeyLo>
 bool quad_readback_slots_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t L = d.L, C = d.C, nC = d.nC;
   const CrossM m = run_cross_values<kKeyLo>(p);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
-  run_quad_readback<kKeyLo, kVersion>(p, m, W, U, HdH);
+  run_quad_readback<kKeyLo>(p, m, W, U, HdH);
   std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t h = p.h_of(bh);
@@ -814,27 +808,6 @@ bool quad_readback_slots_case(const Problem& p) {
       }
   }
   return check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) & check("HdH slots", doubles(HdH), rH, 1e-4);
-}
-
-// quad_readback version 3 against version 1, bit for bit (NaN patterns included: the outputs are
-// NaN-initialised, so a slot one version writes and the other not shows too), on the same M.
-template <bool kKeyLo>
-bool quad_readback_bitwise_case(const Problem& p) {
-  const Dims& d = p.d;
-  const CrossM m = run_cross_values<kKeyLo>(p);
-  auto W1 = nans<float>(d.nbh * d.T * d.L), U1 = W1, H1 = nans<float>(d.nbh * d.nC * d.L);
-  auto W3 = W1, U3 = U1, H3 = H1;
-  run_quad_readback<kKeyLo, 1>(p, m, W1, U1, H1);
-  run_quad_readback<kKeyLo, 3>(p, m, W3, U3, H3);
-  bool ok = true;
-  auto same = [&](const char* what, const std::vector<float>& a, const std::vector<float>& b) {
-    size_t n = 0;
-    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    std::printf("    %-10s %zu of %zu differ%s\n", what, n, a.size(), n ? "  <-- FAIL" : "");
-    ok &= n == 0;
-  };
-  same("W", W1, W3), same("U", U1, U3), same("HdH", H1, H3);
-  return ok;
 }
 
 // quad_dv: dv_J = sum_{I>J} Pcross_IJ^T G_I + sum_{k>j} P[k][j] G_k. Pcross's blocks J >= I, and
@@ -1080,18 +1053,12 @@ int main(int argc, char** argv) {
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
       // the quadratic backward
       {"cross_values_mma", cross_values_case<false>, true, true},
-      {"quad_readback_mma", quad_readback_case<1>, false, true},
+      {"quad_readback_mma", quad_readback_case, true, true},
       {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, false, true},
-      // version 3 (the default since 778d902; version 1 above with EMU_QUICK on the smaller problems only)
-      {"quad_readback_mma v3", quad_readback_case<3>, true, true},
-      {"quad_readback_mma v3 slot by slot", quad_readback_slots_case<false, 3>, false, true},
-      {"quad_readback_mma v3 bitwise v1", quad_readback_bitwise_case<false>, false, true},
       {"quad_dv_mma", quad_dv_case<false>, true, true},
       // the quadratic backward, float16 (split values and keys)
       {"cross_values_mma, split values", cross_values_case<true>, false, true},
       {"quad_readback_mma slot by slot, split keys", quad_readback_slots_case<true>, false, true},
-      {"quad_readback_mma v3 slot by slot, split keys", quad_readback_slots_case<true, 3>, false, true},
-      {"quad_readback_mma v3 bitwise v1, split keys", quad_readback_bitwise_case<true>, false, true},
       {"quad_dv_mma, split values", quad_dv_case<true>, false, true},
       {"chunk_states_mma reverse, bf16, no chunk states stored (quadratic backward's dR_0)",
        [](const Problem& p) { return states_case<bf16, true>(p, false, false); }, false, true},
