@@ -4,7 +4,7 @@
 // chunk_states_mma_kernel (forward with bf16 and with float32 stored states, and reverse),
 // chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel, the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel and quadratic_output_mma_kernel,
-// the quadratic backward's kernels, and bwd_local_kernel's versions 2, 3 and 4 (readback path), cut out
+// the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 4 (readback path), cut out
 // of src/cuda by extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async
 // emulated with their PTX fragment layouts; see the top of shim.h for what is and is not emulated).
 // Each is
@@ -847,12 +847,12 @@ bool quad_dv_case(const Problem& p) {
   return check("dv", doubles(dv), ref, 1e-2);
 }
 
-// ---- bwd_local version 3 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
-//      in three passes), version 4 (version 3 with the scans split over the warps, see
-//      backward.cu; the same tolerance) and version 2 (every pair by FFMA in float32), readback instantiation with
+// ---- bwd_local version 4 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
+//      in three passes, and the scans split over the warps, see backward.cu) and version 2
+//      (every pair by FFMA in float32), readback instantiation with
 //      bf16 q, against a float64 loop of bwd_local's formulas (the comments of backward.cu): every
 //      output (gcp, dqp, dap, Bsum, Zs), element by element, |x - ref| <= tol · (sum of the
-//      absolute values of ref's terms), tol = 5e-5 for both. Version 3's split operands x = hi + lo
+//      absolute values of ref's terms), tol = 5e-5 for both. Version 4's split operands x = hi + lo
 //      are within 2^-16 of x (lo is x - hi rounded to bf16: 8 significant bits of a remainder below
 //      2^-8 |x|), and the three passes drop lo·lo (2^-16 of the term), so a cross term errs by at
 //      most ~3 · 2^-16 = 4.6e-5 of it (seen: up to 1.3e-5); version 2 by a few 2^-24 (seen: up to
@@ -864,7 +864,7 @@ struct LocalShape {
   int64_t H, nbh, T, L, C;
   unsigned grid;
 };
-bool bwd_local_v3_case(const LocalShape& c) {
+bool bwd_local_case(const LocalShape& c) {
   Dims d;
   d.H = c.H, d.T = c.T, d.L = c.L, d.E = 8, d.C = c.C, d.nC = (c.T + c.C - 1) / c.C, d.bh0 = 0, d.nbh = c.nbh;
   d.nsplit = 2, d.Lp = c.L, d.Ep = 8;
@@ -931,7 +931,7 @@ bool bwd_local_v3_case(const LocalShape& c) {
       }
     }
   bool ok = true;
-  for (int v : {2, 3, 4}) {
+  for (int v : {2, 4}) {
     struct {
       std::vector<float> gcp, dqp, dap, Bsum, Zs;
     } o = {nans<float>(nbh * T * nlt), nans<float>(nbh * T * L), nans<float>(nbh * nC * L), nans<float>(nbh * nC * L),
@@ -944,8 +944,6 @@ bool bwd_local_v3_case(const LocalShape& c) {
     };
     if (v == 2)
       go(bwd_local_kernel<bf16, true, 2>, sizeof(LocalSmemOf<2>));
-    else if (v == 3)
-      go(bwd_local_kernel<bf16, true, 3>, sizeof(LocalSmemOf<3>));
     else
       go(bwd_local_kernel<bf16, true, 4>, sizeof(LocalSmemOf<4>));
     const std::string n = " v" + std::to_string(v);
@@ -1077,7 +1075,7 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv, split values", output_case<float, float, true, true>},
       {"chunk_readback_mma, split values", readback_case<true>},
   };
-  // bwd_local's versions 2 and 3 against float64, on their own shapes: full chunks of 64 and tails of 17,
+  // bwd_local's versions 2 and 4 against float64, on their own shapes: full chunks of 64 and tails of 17,
   // 33, 50, 48 and 1 rows, chunks of 48, 32, 17 and 1, L past a 64-latent tile (70, 130), several
   // pairs, grids smaller than the work. EMU_QUICK: the first four.
   const std::vector<LocalShape> local_shapes = {
@@ -1093,12 +1091,12 @@ int main(int argc, char** argv) {
       {"H1 pairs2 T100 L70 C48 (48, 48, tail 4)", 1, 2, 100, 70, 48, 3},
   };
   for (size_t i = 0; i < local_shapes.size(); ++i)
-    if ((only.empty() || std::string("bwd_local v3").find(only) != std::string::npos ||
+    if ((only.empty() || std::string("bwd_local v2").find(only) != std::string::npos ||
          std::string("bwd_local v4").find(only) != std::string::npos) &&
         !(quick && i >= 4)) {
-      std::printf("bwd_local v2, v3 and v4  [%s]\n", local_shapes[i].name);
+      std::printf("bwd_local v2 and v4  [%s]\n", local_shapes[i].name);
       std::fflush(stdout);
-      if (!bwd_local_v3_case(local_shapes[i])) {
+      if (!bwd_local_case(local_shapes[i])) {
         ++failures;
         if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
       }
