@@ -3,7 +3,8 @@
 // What it runs: the working tree's pack_bf16_kernel, chunk_scores_mma_kernel,
 // chunk_states_mma_kernel (forward with bf16 and with float32 stored states, and reverse),
 // chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel, the quadratic forward's
-// cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel and quadratic_output_mma_kernel,
+// cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel (and launch_final_state's
+// sub-batches) and quadratic_output_mma_kernel,
 // the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 4 (readback path), cut out
 // of src/cuda by extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async
 // emulated with their PTX fragment layouts; see the top of shim.h for what is and is not emulated).
@@ -462,29 +463,30 @@ Str4 final_state_strides(const Problem& p, bool padded, size_t& size) {
   }
   return rs;
 }
-// final_state_mma version kVersion (3: final_state_mma_kernel, 4: final_state_mma_v4_kernel) into
-// a NaN-initialised rho at strides rs
-template <bool kLo, int kVersion>
-std::vector<float> run_final_state(const Problem& p, unsigned grid, Str4 rs, size_t size) {
-  const Dims& d = p.d;
+// final_state_mma_kernel into a NaN-initialised rho at strides rs, launched as launch_final_state
+// does (final_state_batches) with its pair limit `limit` (the launcher's 2^30: one launch; a small
+// one: the sub-batches that the launcher takes past 2^30 pairs)
+template <bool kLo>
+std::vector<float> run_final_state(const Problem& p, unsigned grid, Str4 rs, size_t size, int64_t limit) {
   auto out = nans<float>(size);
   Str4 outs = rs;
   outs.p = out.data();
-  emu::launch(grid, kFsThreads, final_state_smem<kLo>(), [&] {
-    if constexpr (kVersion == 4)
-      final_state_mma_v4_kernel<kLo>(d, p.Kq.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, p.a32.data(), outs);
-    else
-      final_state_mma_kernel<kLo>(d, p.Kq.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, p.a32.data(), outs);
+  final_state_batches(p.d, p.a32.data(), outs, limit, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
+    const int64_t kv = first * p.d.T;
+    emu::launch(grid, kFsThreads, final_state_smem<kLo>(), [&] {
+      final_state_mma_kernel<kLo>(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + kv * p.d.Ep,
+                                  kLo ? p.vlo.data() + kv * p.d.Ep : nullptr, as, os);
+    });
   });
   return out;
 }
-template <bool kLo, int kVersion = 3>
-bool final_state_case(const Problem& p, unsigned grid, bool padded = false) {
+template <bool kLo>
+bool final_state_case(const Problem& p, unsigned grid, bool padded = false, int64_t limit = int64_t{1} << 30) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E;
   size_t size = 0;
   const Str4 rs = final_state_strides(p, padded, size);  // rho's strides
-  const auto out = run_final_state<kLo, kVersion>(p, grid, rs, size);
+  const auto out = run_final_state<kLo>(p, grid, rs, size, limit);
   std::vector<Acc> ref(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t b = p.b_of(bh), h = p.h_of(bh);
@@ -499,26 +501,6 @@ bool final_state_case(const Problem& p, unsigned grid, bool padded = false) {
       }
   }
   return check("rho_T", doubles(out), ref, 1e-2);
-}
-
-// final_state_mma version 4 against version 3, bit for bit (NaN patterns included: rho is
-// NaN-initialised, so an element one version writes and the other not shows too), on the same
-// inputs, at rho's own strides (odd E or [B,T,H,x]: the scalar stores) and padded to even rows
-// (float2: the full-tile path where the warp's 64 latents and columns are inside L and E, the
-// checked one elsewhere), with `grid` blocks.
-template <bool kLo>
-bool final_state_bitwise_case(const Problem& p, unsigned grid) {
-  bool ok = true;
-  for (bool padded : {false, true}) {
-    size_t size = 0;
-    const Str4 rs = final_state_strides(p, padded, size);
-    const auto o3 = run_final_state<kLo, 3>(p, grid, rs, size), o4 = run_final_state<kLo, 4>(p, grid, rs, size);
-    size_t n = 0;
-    for (size_t i = 0; i < o3.size(); ++i) n += std::memcmp(&o3[i], &o4[i], sizeof(float)) != 0;
-    std::printf("    rho_T %-7s %zu of %zu differ%s\n", padded ? "padded" : "", n, o3.size(), n ? "  <-- FAIL" : "");
-    ok &= n == 0;
-  }
-  return ok;
 }
 
 // ---- chunk outputs: out_i = sum_l X_i[l] S[l,:] + sum_j Pm[i][j] Y_j, forward (X = Xq, S = H_c
@@ -1034,18 +1016,16 @@ int main(int argc, char** argv) {
        [](const Problem& p) { return final_state_case<false>(p, small_grid(final_state_items(p.d))); }, true, true},
       {"final_state_mma, split values, 1 block",
        [](const Problem& p) { return final_state_case<true>(p, 1); }, false, true},
-      {"final_state_mma, rho rows padded to an even stride, 2 blocks",
-       [](const Problem& p) { return final_state_case<false>(p, small_grid(final_state_items(p.d)), true); }, false, true},
-      {"final_state_mma v4, 2 blocks",
-       [](const Problem& p) { return final_state_case<false, 4>(p, small_grid(final_state_items(p.d))); }, true, true},
-      {"final_state_mma v4, split values, 1 block",
-       [](const Problem& p) { return final_state_case<true, 4>(p, 1); }, false, true},
-      {"final_state_mma v4, rho rows padded to an even stride, 3 blocks",
-       [](const Problem& p) { return final_state_case<false, 4>(p, 3, true); }, false, true},
-      {"final_state_mma v4 bitwise v3, 2 blocks",
-       [](const Problem& p) { return final_state_bitwise_case<false>(p, small_grid(final_state_items(p.d))); }, false, true},
-      {"final_state_mma v4 bitwise v3, split values, 5 blocks",
-       [](const Problem& p) { return final_state_bitwise_case<true>(p, 5); }, false, true},
+      {"final_state_mma, rho rows padded to an even stride, 3 blocks",
+       [](const Problem& p) { return final_state_case<false>(p, 3, true); }, false, true},
+      {"final_state_mma, split values, rho rows padded to an even stride, 5 blocks",
+       [](const Problem& p) { return final_state_case<true>(p, 5, true); }, false, true},
+      // the launcher's sub-batches (past 2^30 pairs) at a limit of 3: at most 2 pairs a launch,
+      // rebased to the first pair's b and h (bh0 > 0 and H > 1 in several problems)
+      {"final_state_mma, sub-batches of at most 2 pairs, 2 blocks",
+       [](const Problem& p) { return final_state_case<false>(p, 2, false, 3); }, false, true},
+      {"final_state_mma, sub-batches of at most 2 pairs, split values, rho rows padded, 3 blocks",
+       [](const Problem& p) { return final_state_case<true>(p, 3, true, 3); }, false, true},
       {"quadratic_output_mma", quadratic_output_case<false>, true, true},
       {"quadratic_output_mma, split values", quadratic_output_case<true>, false, true},
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
