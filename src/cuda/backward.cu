@@ -192,7 +192,7 @@ __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
 // red[warp][latent] and are summed in warp order: every sum in a fixed order, no atomics.
 // The E loop (float32 / float16: no readback) computes W and U into the same shared arrays that
 // the readback path fills from Wr, Ur, with its tiles in the space of the row phase's arrays.
-// kPad: floats of padding per row (version 3: 8, see there; version 2: 0).
+// kPad: floats of padding per row (version 4: 8, see there; version 2: 0).
 template <int kPad>
 struct LocalRowTiles {
   float qs[64][kLocalLT + kPad], qps[64][kLocalLT + kPad], ns[64][kLocalLT + kPad];
@@ -216,14 +216,14 @@ struct LocalSmemP {
 using LocalSmem = LocalSmemP<0>;
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
 
-// Three versions of the 16-bit (kReadback) instantiation, chosen at compile time
-// (-DRHOSCAN_BWD_LOCAL_VERSION=2|3|4, default 4 since its A/B at 778d902); float32 (no readback) is
-// always version 2.
+// Two versions, chosen by kReadback: version 2 without the readback (float32), version 4 with it
+// (the 16-bit types; version 4 since its A/B at 778d902). Version 2 with the readback is built
+// only by the host emulation, which checks its FFMA row phase against float64.
 //   2: every (i, j) pair of the triangular loops by FFMA (above).
-//   3: the pairs between different 16-row sub-blocks of the chunk on tensor cores, FFMA only for
-//      the four 16×16 diagonal sub-blocks' triangles (480 of the 2016 pairs of a 64-row chunk).
-//      Measured below (2.12 ms at BDH-8k, the default until version 4).
-// Version 3's split. With s(i) = i / 16 and i' = i % 16, for j in an earlier sub-block J < I = s(i):
+//   4: the pairs between different 16-row sub-blocks of the chunk on tensor cores, FFMA only for
+//      the four 16×16 diagonal sub-blocks' triangles (480 of the 2016 pairs of a 64-row chunk),
+//      and the changes 1-5 below.
+// The products' split. With s(i) = i / 16 and i' = i % 16, for j in an earlier sub-block J < I = s(i):
 //   i-1-j = i' + m_j,  m_j = 16 D + (15 - j') >= 0,  D = I - J - 1,
 // so p_i's cross part is a^(i') Y0_i and dp_i's is f(i') Y0_i + a^(i') Y1_i (f(x + m) =
 // f(x) a^m + a^x f(m)), with Y0_i = sum_j M[i][j] q_j a^(m_j), Y1_i = sum_j M[i][j] q_j f(m_j):
@@ -255,13 +255,12 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 // R = Cn - 16 (I + 1) (a^(Cn-1-i) = a^(15-i') a^R) by ipow64. The row phase then runs the FFMA
 // loops over the row's own sub-block only (j from 16 s(i), k up to 16 s(i) + 15) and
 // gw = (w + p) / (N + eps), av = u + avs, da += Qp dp.
-// Measured on the H200 (2db6e6c, BDH-8k bfloat16, one backward of 32 pairs; Nsight Compute):
-// version 3 2.12 ms against version 2's 2.30, forward+backward 7.21 against 7.41 ms (long-T8192:
-// 5.23 against 5.33), so version 3 is the default on the 16-bit path. It issues 32.8k warp
-// instructions per item (1.08 G per launch; the estimate was 26k) at 0.53 per scheduler and cycle
-// with 0.98 of 3.87 warps eligible (bench/results/ncu-h200-2db6e6c/): it stays latency-bound.
-// -DRHOSCAN_BWD_LOCAL_VERSION=2 builds version 2.
-//   4: version 3 plus five changes aimed at a source-level Nsight Compute profile of version 3 on
+// History: the products alone were version 3 (until a5227ea). Measured on the H200 (2db6e6c,
+// BDH-8k bfloat16, one backward of 32 pairs; Nsight Compute): version 3 2.12 ms against version
+// 2's 2.30, forward+backward 7.21 against 7.41 ms (long-T8192: 5.23 against 5.33). It issued 32.8k
+// warp instructions per item (1.08 G per launch; the estimate was 26k) at 0.53 per scheduler and
+// cycle with 0.98 of 3.87 warps eligible (bench/results/ncu-h200-2db6e6c/): latency-bound.
+//   Version 4 adds five changes aimed at a source-level Nsight Compute profile of version 3 on
 //      the H200 (BDH-8k bfloat16; fractions of all warp stall samples): 13.4 % barrier stalls of
 //      warps 1-7 while warp 0 alone ran the two serial 64-step scans (the N walk and the reverse
 //      ib scan; ~4 % more barrier stalls elsewhere), ~10 % long-scoreboard stalls at the item's
@@ -291,30 +290,27 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 //         exchanging 2 of the 4 values, xor 8 one, then xor 4, 2, 1: 6 shuffles against 20), lane
 //         8r storing row r.
 //      ptxas (sm_90a): 128 registers, no spills, as version 3; shared memory unchanged
-//      (LocalSmemV3, 110.25 KiB). Measured on the H200 (778d902, BDH-8k bfloat16): 2.03 ms against
+//      (LocalSmemV4, 110.25 KiB). Measured on the H200 (778d902, BDH-8k bfloat16): 2.03 ms against
 //      version 3's 2.13 (Nsight Compute durations), forward+backward 6.19 against 6.34 ms; the CUDA
-//      suite passed with version 4 as the default.
-#ifndef RHOSCAN_BWD_LOCAL_VERSION
-#define RHOSCAN_BWD_LOCAL_VERSION 4
-#endif
-// Version 3's shared memory: rows padded by 8 floats (row stride 72: the accumulator layout's
+//      suite passed with version 4 as the default, and version 3 was then removed.
+// Version 4's shared memory: rows padded by 8 floats (row stride 72: the accumulator layout's
 // float2 accesses, rows g = lane / 4 and latent pairs 2 (lane % 4), reach 16 distinct 8-byte bank
 // pairs per half-warp, where a stride of 64 put the 8 rows on the same banks: 8-way conflicts),
 // 110.25 KiB against version 2's 98.25 (two blocks per SM still fit: 2 × (110.25 + 1) <= 228).
-constexpr int kLocalPadV3 = 8;
-using LocalSmemV3 = LocalSmemP<kLocalPadV3>;
+constexpr int kLocalPadV4 = 8;
+using LocalSmemV4 = LocalSmemP<kLocalPadV4>;
 template <int kVersion>
-using LocalSmemOf = std::conditional_t<kVersion >= 3, LocalSmemV3, LocalSmem>;
+using LocalSmemOf = std::conditional_t<kVersion == 4, LocalSmemV4, LocalSmem>;
 struct LocalPowTables {
-  static constexpr int W = kLocalLT + kLocalPadV3;
+  static constexpr int W = kLocalLT + kLocalPadV4;
   float pt[17][W], ft[17][W];  // a^n, f(n), n = 0..16
   float a16[4][W], f16[4][W];  // a^(16 I), f(16 I)
   float ar[4][W], fr[4][W];    // a^R, f(R), R = Cn - 16 (I + 1) (0 where R < 0)
 };
-static_assert(sizeof(LocalPowTables) <= sizeof(LocalRowTiles<kLocalPadV3>::ns), "version 3's tables live in ns");
+static_assert(sizeof(LocalPowTables) <= sizeof(LocalRowTiles<kLocalPadV4>::ns), "version 4's tables live in ns");
 
 // x0, x1 -> bf16 pairs hi (x0 in the low half) and lo = the remainders x - hi, rounded. (A
-// template, as the functions below: no unused-function warning where version 3 is not built.)
+// template, as the functions below: no unused-function warning where version 4 is not built.)
 template <typename F = float>
 __device__ __forceinline__ void split_pair(F x0, F x1, uint32_t& hi, uint32_t& lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
@@ -323,12 +319,12 @@ __device__ __forceinline__ void split_pair(F x0, F x1, uint32_t& hi, uint32_t& l
   lo = *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// Version 3: M's six blocks below the diagonal of 16×16 blocks, (I, J) with J < I, as bf16 hi + lo,
+// Version 4: M's six blocks below the diagonal of 16×16 blocks, (I, J) with J < I, as bf16 hi + lo,
 // each into the unused upper triangle at block (J, I): row r of the tile at &ms[16 J + r][16 I],
 // 16 hi then 16 lo values (32 + 32 bytes, 16-byte aligned: ldmatrix rows). Rows and columns past
 // Cn are not the chunk's (stale for C < 64): zeros (only the rows matter below the diagonal: a
 // column j < 16 I <= i is < Cn wherever row i is). Blocks past Cn are not used: skipped.
-// (A template on the shared memory's type, LocalSmemV3, as bwd_local_cross.)
+// (A template on the shared memory's type, LocalSmemV4, as bwd_local_cross.)
 template <typename Smem>
 __device__ __forceinline__ void bwd_local_split_m(Smem& S, int Cn) {
   auto& ms = S.r.ms;
@@ -348,7 +344,7 @@ __device__ __forceinline__ void bwd_local_split_m(Smem& S, int Cn) {
   }
 }
 
-// Version 3's products between sub-blocks and their epilogue (see above); warp-uniform branches.
+// Version 4's products between sub-blocks and their epilogue (see above); warp-uniform branches.
 template <typename Smem>
 __device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P, int Cn) {
   auto& qs = S.r.qs;
@@ -503,16 +499,15 @@ __device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.
 // Wr, Ur, HdHr (kReadback): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
 // alias dqp (the block copies its W[t][l] to shared memory before it writes dqp[t][l]).
 // Without kReadback the block computes them from Hs, dHs, g, v (its E loop).
-// kVersion: 2, 3 or 4 (see RHOSCAN_BWD_LOCAL_VERSION above; 3 and 4 only with kReadback).
-template <typename T, bool kReadback, int kVersion = kReadback ? RHOSCAN_BWD_LOCAL_VERSION : 2>
+// kVersion: 2 or 4 (see above; 4 only with kReadback), by default 4 with kReadback, else 2.
+template <typename T, bool kReadback, int kVersion = kReadback ? 4 : 2>
 __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
   constexpr int LT = kLocalLT, ET = kLocalET;
-  constexpr bool kV3 = kVersion >= 3, kV4 = kVersion == 4;  // (version 4 is version 3 and more)
-  static_assert(kVersion == 2 || ((kVersion == 3 || kVersion == 4) && kReadback),
-                "bwd_local: version 2, or 3 or 4 with the readback");
+  constexpr bool kV4 = kVersion == 4;
+  static_assert(kVersion == 2 || (kVersion == 4 && kReadback), "bwd_local: version 2, or 4 with the readback");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   LocalSmemOf<kVersion>& S = *reinterpret_cast<LocalSmemOf<kVersion>*>(smem_raw);
   auto& qs = S.r.qs;
@@ -653,7 +648,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       }
     }
     cp_async_commit();
-    auto pow_tables = [&] {  // version 3's power tables (in ns: the previous item's reads of it are done)
+    if constexpr (kV4) {  // the power tables (in ns: the previous item's reads of it are done)
       LocalPowTables& P = *reinterpret_cast<LocalPowTables*>(&ns[0][0]);
       const int I = threadIdx.x / LT, R = Cn - 16 * (I + 1);
       const float al = xok ? a32[h * d.L + l0 + xc] : 0.0f;
@@ -671,8 +666,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
       P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
       P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
-    };
-    if constexpr (kV4) pow_tables();
+    }
     if (four) {
 #pragma unroll
       for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
@@ -700,16 +694,15 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     } else {
       for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
     }
-    if constexpr (kV3 && !kV4) pow_tables();
-    // version 4: 1/s of the chunk's rows, once per item, in ms's padding column LT (no version
-    // reads or writes ms's columns >= 64 otherwise: M's tiles, its hi / lo split, the loops)
+    // version 4: 1/s of the chunk's rows, once per item, in ms's padding column LT (nothing else
+    // reads or writes ms's columns >= 64: M's tiles, its hi / lo split, the loops)
     if constexpr (kV4) {
-      static_assert(kLocalPadV3 >= 1);
+      static_assert(kLocalPadV4 >= 1);
       if (threadIdx.x < LT) ms[threadIdx.x][LT] = threadIdx.x < Cn ? 1.0f / s[bh * d.T + t0 + threadIdx.x] : 0.0f;
     }
     cp_async_wait<0>();
     __syncthreads();
-    if constexpr (kV3) {
+    if constexpr (kV4) {
       bwd_local_split_m(S, Cn);
       __syncthreads();  // M's hi / lo tiles complete
       bwd_local_cross(S, *reinterpret_cast<const LocalPowTables*>(&ns[0][0]), Cn);
@@ -781,10 +774,6 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         N[0] = a[0] * N[0] + qi.x;
         N[1] = a[1] * N[1] + qi.y;
       }
-      if constexpr (kV3) {  // the products' shares of da (red is rewritten only after the row phase)
-#pragma unroll
-        for (int u = 0; u < 2; ++u) da[u] = S.red[0][x0 + u];
-      }
     }
     __syncthreads();  // ns complete
 #pragma unroll 1
@@ -801,8 +790,8 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         dp[r][1] = dp[r][1] * a[1] + p[r][1];
         p[r][1] = p[r][1] * a[1] + qj.y * m;
       };
-      // (version 3: only the row's own sub-block, from 16 s(i); the products took the rest)
-      for (int j0 = kV3 ? i0 & ~15 : 0; j0 < i0; j0 += 4) {  // i0 is a multiple of 4: no remainder
+      // (version 4: only the row's own sub-block, from 16 s(i); the products took the rest)
+      for (int j0 = kV4 ? i0 & ~15 : 0; j0 < i0; j0 += 4) {  // i0 is a multiple of 4: no remainder
         float4 m[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) m[r] = *reinterpret_cast<const float4*>(&ms[i0 + r][j0]);
@@ -825,7 +814,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
         avs[r][0] = avs[r][0] * a[0] + qk.x * m;
         avs[r][1] = avs[r][1] * a[1] + qk.y * m;
       };
-      int k = kV3 ? min(Cn - 1, i0 | 15) : Cn - 1;  // (version 3: up to the sub-block's end)
+      int k = kV4 ? min(Cn - 1, i0 | 15) : Cn - 1;  // (version 4: up to the sub-block's end)
       for (; k >= i0 + 7; k -= 4) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -851,7 +840,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
       }
       // Row results. pa: powers a^(i0-1+k), pd: a^(Cn-5-i0+k) (row r's Cn-1-i is Cn-4-i0+3-r).
       float pa[2][5], pd[2][5];
-      if constexpr (!kV3) {  // (version 3: the state terms are in w, u and red already)
+      if constexpr (!kV4) {  // (version 4: the state terms are in w, u and red already)
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           pow_run(a[u], i0, pa[u]);
@@ -878,7 +867,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           float gw, av;
-          if constexpr (kV3) {
+          if constexpr (kV4) {
             gw = (Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
             av = Uv[u] + avs[r][u];
             da[u] += qp[u] * dp[r][u];
@@ -1304,7 +1293,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream, dHs_lo);
       launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
     }
-    constexpr int local_smem = static_cast<int>(sizeof(LocalSmemOf<kTC ? RHOSCAN_BWD_LOCAL_VERSION : 2>));
+    constexpr int local_smem = static_cast<int>(sizeof(LocalSmemOf<kTC ? 4 : 2>));
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, kTC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             local_smem));
     if constexpr (kTC) {

@@ -399,9 +399,9 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
 //   - a persistent grid (as many blocks as fit at once) whose pipeline runs across items: the first
 //     tiles of the block's next item are fetched during its current item's last steps;
 //   - a step's cp.async (for the stage NS - 1 steps ahead) issued after its first sub-step's mma,
-//     not right after the barrier, so that the fetch's address arithmetic (a division, 64-bit
-//     products) runs while the tensor cores work rather than between the barrier and the first
-//     ldmatrix (the copies then have one sub-step less to land);
+//     not right after the barrier, so that the fetch's address arithmetic runs while the tensor
+//     cores work rather than between the barrier and the first ldmatrix (the copies then have one
+//     sub-step less to land);
 //   - double-buffered fragments (CUTLASS-style): the fragments of a step's next k16 (and, float16,
 //     of its lo pass) loaded into a second register set before this sub-step's mma are issued, so
 //     that the mma chain does not wait on ldmatrix;
@@ -413,20 +413,12 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
 // Any chunk C <= 64, any T (T = 0: zeros), odd L and E: the last latent tile may reach past Lp (its
 // upper warps then fetch, multiply and store nothing); stores only inside L and E.
 // Registers: 128 accumulators per thread; __launch_bounds__(128, 2) leaves up to 255 (ptxas sm_90a:
-// 238, float16 232, no spills); shared memory 69 KiB (float16 103): 2 blocks per SM for both.
+// 228, float16 224, no spills); shared memory 69 KiB (float16 103): 2 blocks per SM for both.
 // History (H200, BDH-8k bfloat16, the kernel alone): chunk_states_mma without stores 0.59 ms, this
 // kernel at 32-token steps over 4 stages 0.49 ms, as written ~0.3 ms (forward 2.03 -> 1.67 ms); the
 // versions and A/B switches in between were measured and removed (docs/CUDA.md).
 // 128-latent items, 64-token steps over 2 stages: 256-latent items and 32-token steps / 3-4 stages
 // were measured no faster (docs/CUDA.md).
-// final_state_mma's version: 3 (final_state_mma_kernel) or 4 (final_state_mma_v4_kernel, below: the
-// same sums bit for bit with less integer work; the default since cd8634c's A/B on the H200: 0.28
-// against 0.32 ms per forward at BDH-8k (Nsight Compute durations), forward 1.41 against 1.44 ms).
-#ifndef RHOSCAN_FINAL_STATE_VERSION
-#define RHOSCAN_FINAL_STATE_VERSION 4
-#endif
-static_assert(RHOSCAN_FINAL_STATE_VERSION == 3 || RHOSCAN_FINAL_STATE_VERSION == 4,
-              "RHOSCAN_FINAL_STATE_VERSION: 3 or 4");
 constexpr int kFsLT = 128, kFsET = kMmaET, kFsTT = 64, kFsNS = 2;
 constexpr int kFsThreads = kFsLT / 64 * (kFsET / 64) * 32;  // a warp per 64×64 block of the tile
 constexpr int kFsMinBlocks = 2;                             // blocks per SM the registers are budgeted for
@@ -443,187 +435,12 @@ static_assert(kFsMinBlocks * final_state_smem<false>() <= 227 * 1024 &&
                   kFsMinBlocks * final_state_smem<true>() <= 227 * 1024,
               "final_state_mma: shared memory past the H200's for the blocks budgeted for");
 inline int64_t final_state_items(const Dims& d) { return d.nbh * ((d.Lp + kFsLT - 1) / kFsLT) * (d.Ep / kFsET); }
-template <bool kLo>
-static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
-    final_state_mma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
-  constexpr int LT = kFsLT, ET = kFsET, TT = kFsTT, NS = kFsNS, KS = kFsKS, VS = kFsVS, NT = kFsThreads;
-  constexpr int kStage = final_state_stage<kLo>();
-  static_assert(NT == LT && NT % (LT / 8) == 0 && NT % (ET / 8) == 0, "one latent's decay per thread; whole fetch rows");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* tiles = reinterpret_cast<bf16*>(smem_raw);                  // [NS][TT K rows, TT V rows (, TT V_lo rows)]
-  float* decay_s = reinterpret_cast<float*>(tiles + NS * kStage);  // [2][LT]: a^C, a^(Cn of the last chunk)
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  const int wm = 64 * (warp % (LT / 64)), wn = 64 * (warp / (LT / 64));  // the warp's latents and columns in the tile
-  const int C = static_cast<int>(d.C);
-  const int64_t nlt = (d.Lp + LT - 1) / LT, net = d.Ep / ET, nitems = d.nbh * nlt * net;
-  const int nsub = (C + TT - 1) / TT;  // steps per full chunk (the last chunk may have fewer)
-  const int nsteps = d.nC == 0 ? 0 : static_cast<int>((d.nC - 1) * nsub + (d.chunk_len(d.nC - 1) + TT - 1) / TT);
-  auto decode = [&](int64_t it, int64_t& bh, int& l0, int& e0) {  // (l0, e0 as int: Lp, Ep far below 2^31)
-    bh = it / (nlt * net), l0 = static_cast<int>((it / net) % nlt * LT), e0 = static_cast<int>(it % net * ET);
-  };
-  // The fetch cursor runs NS - 1 steps ahead of the multiplication, across the block's items; one
-  // commit group per step (empty past the block's last item), so that cp_async_wait<NS - 2> at a
-  // step means: this step's tiles have landed.
-  int64_t fitem = blockIdx.x, fbh = 0;
-  int fl0 = 0, fe0 = 0, fstep = 0;
-  if (fitem < nitems) decode(fitem, fbh, fl0, fe0);
-  auto fetch_next = [&](int st) {
-    if (fitem < nitems && nsteps > 0) {
-      const int c = fstep / nsub, k = fstep - c * nsub;
-      const int n = min(TT, static_cast<int>(d.chunk_len(c)) - k * TT);  // the tile's tokens
-      const int64_t t0 = fbh * d.T + int64_t{c} * C + k * TT;
-      bf16* ks = tiles + st * kStage;
-      bf16* vs = ks + TT * KS;
-      const bf16* kr = Kq + t0 * d.Lp + fl0;
-      const int lw = d.Lp - fl0 < LT ? static_cast<int>(d.Lp - fl0) : LT;  // the tile's latents inside Lp
-#pragma unroll
-      for (int r = 0; r < TT * (LT / 8) / NT; ++r) {  // 16-byte piece tid % (LT / 8) of rows tid / (LT / 8) + ...
-        const int i = tid / (LT / 8) + r * (NT / (LT / 8)), p = 8 * (tid % (LT / 8));
-        if (p < lw) cp_async16(ks + i * KS + p, kr + min(i, n - 1) * d.Lp + p, i < n);
-      }
-      const int64_t vo = t0 * d.Ep + fe0;
-#pragma unroll
-      for (int r = 0; r < TT * (ET / 8) / NT; ++r) {
-        const int i = tid / (ET / 8) + r * (NT / (ET / 8)), p = 8 * (tid % (ET / 8));
-        cp_async16(vs + i * VS + p, V + vo + min(i, n - 1) * d.Ep + p, i < n);
-        if constexpr (kLo) cp_async16(vs + (TT + i) * VS + p, V_lo + vo + min(i, n - 1) * d.Ep + p, i < n);
-      }
-      if (++fstep == nsteps) {
-        fstep = 0, fitem += gridDim.x;
-        if (fitem < nitems) decode(fitem, fbh, fl0, fe0);
-      }
-    }
-    cp_async_commit();
-  };
-  for (int s = 0; s < NS - 1; ++s) fetch_next(s);
-  int stage = 0;  // the stage of the current step's tiles
-  float* out_p = static_cast<float*>(const_cast<void*>(out.p));
-  for (int64_t item = blockIdx.x; item < nitems; item += gridDim.x) {
-    int64_t bh;
-    int l0, e0;
-    decode(item, bh, l0, e0);
-    const int64_t h = d.h_of(bh);
-    const bool active = l0 + wm < d.Lp;  // false: the warp's latents are past Lp (an odd last tile)
-    // acc[mt][nt][r]: latent l0 + wm + 16 mt + g + 8 (r / 2), column e0 + wn + 8 nt + 2 tq + r % 2
-    float acc[4][8][4];
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
-    for (int step = 0; step < nsteps; ++step) {
-      cp_async_wait<NS - 2>();  // this step's tiles have landed (this thread's copies) ...
-      __syncthreads();          // ... everyone's (and the stage fetch_next refills was read at the last step)
-      const int refill = stage == 0 ? NS - 1 : stage - 1;  // the stage read at the last step
-      const int c = step / nsub, k = step - c * nsub;
-      if (step == 0) {  // the previous item's factors were last read before this barrier; these first after the next
-        const int l = l0 + tid;
-        const float a = l < d.L ? __ldg(a32 + h * d.L + l) : 0.0f;
-        decay_s[tid] = ipow(a, C);
-        decay_s[LT + tid] = ipow(a, static_cast<int>(d.chunk_len(d.nC - 1)));
-      }
-      if (!active) {
-        fetch_next(refill);
-        stage = stage + 1 == NS ? 0 : stage + 1;
-        continue;
-      }
-      if (k == 0 && c > 0) {  // S <- a^Cn_c S before chunk c's first tokens (chunk 0 starts from S = 0)
-        const float* f = decay_s + (d.chunk_len(c) == C ? 0 : LT) + wm + g;
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const float x = f[16 * mt + 8 * hf];
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) acc[mt][nt][2 * hf] *= x, acc[mt][nt][2 * hf + 1] *= x;
-          }
-      }
-      // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l], ldmatrix.trans), B = V (stored [i][e])
-      const bf16* ks = tiles + stage * kStage;
-      // sub-steps j = (k16, pass): A fragments per k16 (set k16 % 2), B per sub-step (set j % 2);
-      // sub-step j + 1's fragments are loaded before sub-step j's mma
-      constexpr int kPasses = kLo ? 2 : 1, kSub = TT / 16 * kPasses;
-      auto frag_a = [&](uint32_t(&fa)[4][4], int k16) {
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
-          ldsm_x4_trans(fa[mt], ks + (16 * k16 + (lane >> 4) * 8 + (lane & 7)) * KS + wm + 16 * mt + ((lane >> 3) & 1) * 8);
-      };
-      auto frag_b = [&](uint32_t(&fb)[4][4], int k16, int pass) {  // fb[np]: {0,1} columns 16 np + 0..7, {2,3} + 8..15
-        const bf16* vs = ks + TT * KS + pass * TT * VS;
-#pragma unroll
-        for (int np = 0; np < 4; ++np)
-          ldsm_x4_trans(fb[np], vs + (16 * k16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * VS + wn + 16 * np + (lane >> 4) * 8);
-      };
-      uint32_t fa[2][4][4], fb[2][4][4];
-      frag_a(fa[0], 0);
-      frag_b(fb[0], 0, 0);
-#pragma unroll
-      for (int j = 0; j < kSub; ++j) {
-        if (j + 1 < kSub) {
-          if ((j + 1) % kPasses == 0) frag_a(fa[((j + 1) / kPasses) % 2], (j + 1) / kPasses);
-          frag_b(fb[(j + 1) % 2], (j + 1) / kPasses, (j + 1) % kPasses);
-        }
-        const uint32_t(&a)[4][4] = fa[(j / kPasses) % 2];
-        const uint32_t(&b)[4][4] = fb[j % 2];
-#pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt)
-            mma_bf16_16816(acc[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
-        if (j == 0) fetch_next(refill);  // (its address arithmetic under the first sub-step's mma)
-      }
-      stage = stage + 1 == NS ? 0 : stage + 1;
-    }
-    if (!active) continue;
-    const int64_t o0 = out.at(d.b_of(bh), h, 0, 0);
-    auto for_each_row = [&](auto&& f) {  // f(mt, hf, l) for the thread's accumulator rows l inside L
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int l = l0 + wm + 16 * mt + 8 * hf + g;
-          if (l < d.L) f(mt, hf, l);
-        }
-    };
-    // float2 pairs (columns 2 tq, 2 tq + 1: e even) where every pair is 8-byte aligned
-    const bool pairs = out.s[3] == 1 && (o0 | out.s[2]) % 2 == 0 && reinterpret_cast<uintptr_t>(out_p) % 8 == 0;
-    if (pairs) {
-      for_each_row([&](int mt, int hf, int l) {
-        float* row = out_p + o0 + l * out.s[2];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const int e = e0 + wn + 8 * nt + 2 * tq;
-          if (e + 1 < d.E)
-            *reinterpret_cast<float2*>(row + e) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-          else if (e < d.E)  // (odd E: the last column alone)
-            row[e] = acc[mt][nt][2 * hf];
-        }
-      });
-    } else {  // scalar stores at rho's strides
-      for_each_row([&](int mt, int hf, int l) {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int e = e0 + wn + 8 * nt + 2 * tq + r;
-            if (e < d.E) out_p[o0 + l * out.s[2] + e * out.s[3]] = acc[mt][nt][2 * hf + r];
-          }
-      });
-    }
-  }
-  cp_async_wait<0>();  // (only empty groups are left)
-}
-
-// Version 4 (-DRHOSCAN_FINAL_STATE_VERSION=4; the default stays version 3, the kernel above, until
-// an A/B on the GPU): the same items, steps, stages, fragments and mma sequence as version 3 (so
-// rho_T is version 3's, bit for bit: emulate_mma.cpp's "final_state_mma v4 bitwise v3"), with less
-// integer work around the mma. Version 3's source-level Nsight Compute profile on the H200 (BDH-8k,
-// bench/results/ncu-h200-c0d0bdc): 0.36 instructions issued per cycle with 0.46 eligible warps of 2
-// per scheduler; IMAD 16.9 %, FMUL 14.5, ISETP 8.7, LEA 7.8, VIADD 4.6, IADD3 4.2 % against HMMA
-// 16.1 %; the item start (a 64-bit division decoding the item, the accumulators zeroed, a barrier)
-// ~21 % of the stall samples, the store epilogue (a compare and branch per element) ~15 %. Version 4
-// (quad_readback version 3's playbook):
+// Less integer work around the mma. A source-level Nsight Compute profile of the earlier version 3
+// on the H200 (BDH-8k, bench/results/ncu-h200-c0d0bdc): 0.36 instructions issued per cycle with 0.46
+// eligible warps of 2 per scheduler; IMAD 16.9 %, FMUL 14.5, ISETP 8.7, LEA 7.8, VIADD 4.6, IADD3
+// 4.2 % against HMMA 16.1 %; the item start (a 64-bit division decoding the item, the accumulators
+// zeroed, a barrier) ~21 % of the stall samples, the store epilogue (a compare and branch per
+// element) ~15 %. Hence (quad_readback's playbook):
 //   - ldmatrix rows as 32-bit shared addresses computed once per thread: a fragment load is the
 //     lane's base plus the stage's offset plus an immediate (k16, mt / np, the lo pass);
 //   - fetch: the thread's pieces are fixed (rows tid / 16 + 8 r, r < 8, columns 8 (tid % 16), of K
@@ -633,22 +450,23 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
 //     (a zero-filled piece reads nothing); one step per chunk (C <= 64 = kFsTT);
 //   - items decoded by a running decomposition (bh, latent tile, column tile) advanced by gridDim.x
 //     (the grid's own decomposition once per thread) instead of 64-bit divisions per item, and b, h of
-//     bh by one 32-bit division (bh, b, h as int: the launcher takes version 4 where bh0 + nbh < 2^30,
-//     else version 3);
+//     bh by one 32-bit division (bh, b, h as int: a launch needs bh0 + nbh < 2^30; launch_final_state
+//     splits larger batches, see final_state_batches);
 //   - the store epilogue: where rho's strides allow float2 and the warp's 64 latents and 64 columns
 //     are all inside L and E (a full tile), float2 stores through a running row pointer (8 rows on
-//     per (mt, hf)) at immediate column offsets, no per-element check; else version 3's checked
-//     stores.
-// ptxas (sm_90a): 228 registers (float16 224; version 3 238 / 232), no spills, the same shared
-// memory, 2 blocks per SM. PTX of a step (bfloat16, an active warp after chunk 0, nvcc 13): the
-// first sub-step with its fetch 127 + 61 instructions (version 3: 214 + 123), the factor block 148
-// (153), the other sub-steps 130 (130); a full tile's stores 82 instructions for 64 st.global.v2 at
-// immediate offsets (version 3's float2 path: 9 per pair, a compare and a branch each).
-// Emulated (emulate_mma.cpp: against float64 and bit for bit against version 3); not yet measured
-// on the GPU.
+//     per (mt, hf)) at immediate column offsets, no per-element check; else checked stores.
+// PTX of a step (bfloat16, an active warp after chunk 0, nvcc 13): the first sub-step with its
+// fetch 127 + 61 instructions, the factor block 148, the other sub-steps 130; a full tile's stores
+// 82 instructions for 64 st.global.v2 at immediate offsets.
+// History: version 3 (until a5227ea: the same items, steps, stages, fragments and mma sequence,
+// with 64-bit item decoding and address arithmetic per step and only checked stores; 238 / 232
+// registers; per step 214 + 123, 153 and 130 instructions; its checked float2 stores 9 per pair)
+// gave rho_T bit for bit as this kernel (emulated). Measured on the H200 (cd8634c's A/B, BDH-8k):
+// this kernel (then version 4) 0.28 against 0.32 ms per forward (Nsight Compute durations), forward
+// 1.41 against 1.44 ms; version 3 was then removed.
 template <bool kLo>
 static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
-    final_state_mma_v4_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
+    final_state_mma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
   constexpr int LT = kFsLT, ET = kFsET, TT = kFsTT, NS = kFsNS, KS = kFsKS, VS = kFsVS, NT = kFsThreads;
   constexpr int kStage = final_state_stage<kLo>();
   static_assert(NS == 2 && NT == 128 && LT == 128 && ET == 128 && TT == 64,
@@ -684,8 +502,8 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
     lt -= c2 ? nlt : 0;
     bh += dbh + c2;
   };
-  // The fetch cursor runs NS - 1 steps ahead of the multiplication, across the block's items (version
-  // 3's pipeline): one commit group per step, empty past the block's last item.
+  // The fetch cursor runs NS - 1 steps ahead of the multiplication, across the block's items: one
+  // commit group per step, empty past the block's last item.
   int fbh = static_cast<int>(blockIdx.x / (net * nlt));
   int flt = static_cast<int>(blockIdx.x / net % nlt), fet = static_cast<int>(blockIdx.x % net), fstep = 0;
   int64_t ft = int64_t{fbh} * d.T + row0;  // the token row of the thread's first piece in the fetch step's chunk
@@ -694,7 +512,7 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
       const int lim = (fstep == nC - 1 ? CnLast : C) - row0;  // piece r holds a token where 8 r < lim
       const bf16* ksrc = Kq + ft * d.Lp + flt * LT + p;
       const int64_t voff = ft * d.Ep + fet * ET + p;
-      if (flt * LT + p < d.Lp) {  // the piece's latents inside Lp (else not fetched, as in version 3)
+      if (flt * LT + p < d.Lp) {  // the piece's latents inside Lp (else not fetched)
 #pragma unroll
         for (int r = 0; r < 8; ++r) cp_async16_u32(k_dst + so + 2 * 8 * KS * r, ksrc + r * 8 * d.Lp, 8 * r < lim ? 16u : 0u);
       }
@@ -761,7 +579,9 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
             for (int nt = 0; nt < 8; ++nt) acc[mt][nt][2 * hf] *= x, acc[mt][nt][2 * hf + 1] *= x;
           }
       }
-      // S[l][e] += sum_i K[i][l] V[i][e]: sub-steps j = (k16, pass) as in version 3
+      // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l], ldmatrix.trans), B = V (stored [i][e]);
+      // sub-steps j = (k16, pass): A fragments per k16 (set k16 % 2), B per sub-step (set j % 2);
+      // sub-step j + 1's fragments are loaded before sub-step j's mma
       constexpr int kPasses = kLo ? 2 : 1, kSub = TT / 16 * kPasses;
       const uint32_t a_st = a_ln + so, b_st = b_ln + so;
       auto frag_a = [&](uint32_t(&fa)[4][4], int k16) {
@@ -846,6 +666,32 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
   cp_async_wait<0>();  // (only empty groups are left)
 }
 
+// final_state_mma_kernel's launches for a batch: f(s, first, a32_s, out_s) per launch, with the
+// launch's Dims s (pairs first .. first + s.nbh - 1 of the batch: its Kq and V rows from pair
+// first on), a32 and rho rebased to them. The kernel keeps bh, b and h in 32-bit registers, so a
+// launch needs s.bh0 + s.nbh < limit (2^30): one launch with d where that holds, else sub-batches
+// with s.bh0 = 0, a32 and rho moved to the sub-batch's first pair (b0, h0) and at most limit - 1
+// pairs, ending with their row of heads where h0 > 0 (so that the pair's h is h0 + its index and
+// b is b0); from h0 = 0 on, the kernel's own b, h from its index. (A parameter, not the constant,
+// so that the emulation runs the sub-batches on small problems.)
+template <typename F>
+void final_state_batches(const Dims& d, const float* a32, Str4 out, int64_t limit, F&& f) {
+  if (d.bh0 + d.nbh < limit) {
+    f(d, int64_t{0}, a32, out);
+    return;
+  }
+  for (int64_t first = 0; first < d.nbh;) {
+    const int64_t g = d.bh0 + first, b0 = g / d.H, h0 = g - b0 * d.H;
+    Dims s = d;
+    s.bh0 = 0;
+    s.nbh = std::min(d.nbh - first, h0 > 0 ? std::min(limit - 1, d.H - h0) : limit - 1);
+    Str4 o = out;
+    o.p = static_cast<const float*>(out.p) + b0 * out.s[0] + h0 * out.s[1];
+    f(s, first, a32 + h0 * d.L, o);
+    first += s.nbh;
+  }
+}
+
 // ---- launchers (quadratic) -----------------------------------------------------------------------
 // L splits of cross_scores for a call of `pairs` (b, h) pairs in all: enough items to fill the GPU
 // (RHOSCAN_CROSS_SPLIT_ITEMS), at most 16, at most one per
@@ -901,20 +747,21 @@ template <typename T>
 void launch_final_state(const Dims& d, const float* a32, const Operands16& o, Str4 out, cudaStream_t stream) {
   if (out.p == nullptr) return;
   constexpr bool kLo = kSplitValues<T>;
-#if RHOSCAN_FINAL_STATE_VERSION == 4  // (where bh0 + nbh < 2^30: its 32-bit item cursor; else version 3)
-  auto kernel = d.bh0 + d.nbh < (int64_t{1} << 30) ? final_state_mma_v4_kernel<kLo> : final_state_mma_kernel<kLo>;
-#else
   auto kernel = final_state_mma_kernel<kLo>;
-#endif
   constexpr int smem = final_state_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int dev = 0, sms = 0, per_sm = 0;
   RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
   RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFsThreads, smem));
-  const unsigned grid = grid_for(final_state_items(d), 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
-  kernel<<<grid, kFsThreads, smem, stream>>>(d, o.Kq, o.vb, o.vlo, a32, out);
-  RHOSCAN_CUDA_LAUNCHED("final_state_mma_kernel");
+  // (one launch, or sub-batches past 2^30 pairs: the kernel's 32-bit pair indices)
+  final_state_batches(d, a32, out, int64_t{1} << 30, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
+    const unsigned grid = grid_for(final_state_items(s), 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
+    const int64_t kv = first * d.T;  // the sub-batch's first token row of Kq and V
+    kernel<<<grid, kFsThreads, smem, stream>>>(s, o.Kq + kv * d.Lp, o.vb + kv * d.Ep,
+                                               o.vlo != nullptr ? o.vlo + kv * d.Ep : nullptr, as, os);
+    RHOSCAN_CUDA_LAUNCHED("final_state_mma_kernel");
+  });
 }
 
 }  // namespace rhoscan::cuda_detail

@@ -147,13 +147,6 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
 }
 
 // ---- quadratic readback: W, U and HdH' per (bh, chunk K, kQrLT latents) ------------------------
-// Version 1 (quad_readback_mma_kernel, the default) or 3 (quad_readback_mma_v3_kernel below, same
-// results bit for bit): -DRHOSCAN_QUAD_READBACK_VERSION=1|3.
-#ifndef RHOSCAN_QUAD_READBACK_VERSION
-#define RHOSCAN_QUAD_READBACK_VERSION 3
-#endif
-static_assert(RHOSCAN_QUAD_READBACK_VERSION == 1 || RHOSCAN_QUAD_READBACK_VERSION == 3,
-              "RHOSCAN_QUAD_READBACK_VERSION: 1 or 3");
 // A version 2 (64-latent warps over 256- or 128-latent items, half the ldmatrix count) measured
 // slower on the H200 (e932816, BDH-8k bfloat16, one backward of 32 pairs: 1.38 against 1.23 ms;
 // forward+backward 7.67 and 7.73 against 7.52 ms): the occupancy it cost outweighed the halved
@@ -183,180 +176,37 @@ constexpr int quad_readback_smem() {
   return (2 * quad_readback_stage<kKeyLo>() + 64 * kQrOS) * static_cast<int>(sizeof(bf16)) +
          (kQrLT + 2 * kQrLT) * static_cast<int>(sizeof(float));  // a^C, HdH partials
 }
-template <bool kKeyLo = false>
-__global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
-    quad_readback_mma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
-                             const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  constexpr int kQrStage = quad_readback_stage<kKeyLo>();
-  bf16* stages = reinterpret_cast<bf16*>(smem_raw);   // [2][kQrStage]
-  bf16* xk = stages + 2 * kQrStage;                    // [64 tokens][kQrOS]: Xq of the item's chunk
-  float* aC = reinterpret_cast<float*>(xk + 64 * kQrOS);  // [kQrLT]: a^C of the tile's latents
-  float* red = aC + kQrLT;                                // [2][kQrLT]: HdH' partials of the two token halves
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
-  const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  // the warp's latents and tokens
-  const int64_t nlt = (d.Lp + kQrLT - 1) / kQrLT, nsteps = d.nC > 0 ? d.nC - 1 : 0;
-  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
-    const int64_t bh = item / (d.nC * nlt), K = (item / nlt) % d.nC, l0 = (item % nlt) * kQrLT;
-    const int64_t h = d.h_of(bh), tK = K * d.C;
-    const int CnK = static_cast<int>(d.chunk_len(K));
-    // step s: W with J = s (s < K), or U with I = nC-1-(s-K); tiles into stage st
-    auto fetch = [&](int64_t s, int st) {
-      const bool w = s < K;
-      const int64_t I = w ? K : d.nC - 1 - (s - K), J = w ? s : K;
-      const bf16* Mh = Mhi + cross_block(bh, d.nC, I, J);
-      const bf16* Ml = Mlo + cross_block(bh, d.nC, I, J);
-      const int64_t c = w ? J : I;  // the operand's chunk
-      const int Cn = static_cast<int>(d.chunk_len(c));
-      const bf16* op = (w ? Kq : Xq) + (bh * d.T + c * d.C) * d.Lp + l0;
-      bf16* sm = stages + st * kQrStage;
-      for (int idx = threadIdx.x; idx < 64 * 8; idx += blockDim.x) {
-        const int r = idx / 8, p = 8 * (idx % 8);
-        cp_async16(sm + r * kQrMS + p, Mh + r * kQB + p);
-        cp_async16(sm + 64 * kQrMS + r * kQrMS + p, Ml + r * kQB + p);
-      }
-      for (int idx = threadIdx.x; idx < 64 * (kQrLT / 8); idx += blockDim.x) {
-        const int r = idx / (kQrLT / 8), p = 8 * (idx % (kQrLT / 8));
-        const bool ok = r < Cn && l0 + p < d.Lp;
-        cp_async16(sm + 2 * 64 * kQrMS + r * kQrOS + p, ok ? op + r * d.Lp + p : op, ok);
-        if constexpr (kKeyLo) {
-          if (w) cp_async16(sm + 2 * 64 * kQrMS + 64 * kQrOS + r * kQrOS + p, Kq_lo + (op - Kq) + (ok ? r * d.Lp + p : 0), ok);
-        }
-      }
-      cp_async_commit();
-    };
-    __syncthreads();  // the previous item's shared memory is consumed
-    if (threadIdx.x < kQrLT) {
-      const int64_t l = l0 + threadIdx.x;
-      aC[threadIdx.x] = l < d.L ? ipow(a32[h * d.L + l], static_cast<int>(d.C)) : 0.0f;
-    }
-    if (K >= 2) {  // the chunk's own Xq rows (HdH'), in the first step's commit group
-      const bf16* op = Xq + (bh * d.T + tK) * d.Lp + l0;
-      for (int idx = threadIdx.x; idx < 64 * (kQrLT / 8); idx += blockDim.x) {
-        const int r = idx / (kQrLT / 8), p = 8 * (idx % (kQrLT / 8));
-        const bool ok = r < CnK && l0 + p < d.Lp;
-        cp_async16(xk + r * kQrOS + p, ok ? op + r * d.Lp + p : op, ok);
-      }
-    }
-    if (nsteps > 0) fetch(0, 0);
-    else cp_async_commit();
-    float acc[2][4][4] = {}, dp[2][2] = {};  // dp[mt][hf]: latent row wm + 16 mt + 8 hf + g
-    auto row_scale = [&](int mt, int hf) { return aC[wm + 16 * mt + 8 * hf + g]; };
-    // W to its rows, HdH' to its slot, acc cleared for the U steps
-    auto finish_w = [&]() {
-      for_each_acc(acc, wm, wn, [&](int lr, int i, float& x) {
-        const int64_t l = l0 + lr;
-        if (l < d.L && i < CnK) W[(bh * d.T + tK + i) * d.L + l] = x;
-        x = 0.0f;
-      });
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {  // the quad's 4 lanes hold the row's other columns
-          float x = dp[mt][hf];
-          x += __shfl_xor_sync(0xffffffffu, x, 1);
-          x += __shfl_xor_sync(0xffffffffu, x, 2);
-          if (lane % 4 == 0) red[(wn / 32) * kQrLT + wm + 16 * mt + 8 * hf + g] = x;
-        }
-      __syncthreads();
-      if (threadIdx.x < kQrLT && l0 + threadIdx.x < d.L) {
-        const float x = K >= 1 ? red[threadIdx.x] + red[kQrLT + threadIdx.x] : 0.0f;
-        HdH[(bh * d.nC + (K >= 1 ? K - 1 : d.nC - 1)) * d.L + l0 + threadIdx.x] = x;
-      }
-    };
-    for (int64_t s = 0; s < nsteps; ++s) {
-      const int st = static_cast<int>(s & 1);
-      if (s + 1 < nsteps) {
-        fetch(s + 1, st ^ 1);  // into the stage consumed at s - 1
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();
-      if (s == K) finish_w();  // block-uniform
-      const bf16* sm = stages + st * kQrStage;
-      const bool w = s < K;
-      if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (this thread's columns)
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int lr = wm + 16 * mt + 8 * hf + g;
-            float x = 0.0f;
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-              for (int c = 0; c < 2; ++c) {
-                const int i = wn + 8 * nt + 2 * (lane % 4) + c;
-                x += __bfloat162float(xk[i * kQrOS + lr]) * acc[mt][nt][2 * hf + c];
-              }
-            dp[mt][hf] = row_scale(mt, hf) * dp[mt][hf] + x;
-          }
-      }
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const float f = row_scale(mt, hf);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt) acc[mt][nt][2 * hf] *= f, acc[mt][nt][2 * hf + 1] *= f;
-        }
-      const bf16* op = sm + 2 * 64 * kQrMS;
-      if (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (stored [j][l]), B = M^T (M stored [i][j])
-        warp_mma_32x32<true, true>(acc, op, kQrOS, sm, kQrMS, wm, wn, 64);
-        warp_mma_32x32<true, true>(acc, op, kQrOS, sm + 64 * kQrMS, kQrMS, wm, wn, 64);
-        if constexpr (kKeyLo) warp_mma_32x32<true, true>(acc, op + 64 * kQrOS, kQrOS, sm, kQrMS, wm, wn, 64);
-      } else {  // [l][j] += sum_i Xq_I[i][l] M[i][j]: A = Xq^T (stored [i][l]), B = M (stored [i][j])
-        warp_mma_32x32<true, false>(acc, op, kQrOS, sm, kQrMS, wm, wn, 64);
-        warp_mma_32x32<true, false>(acc, op, kQrOS, sm + 64 * kQrMS, kQrMS, wm, wn, 64);
-      }
-      __syncthreads();  // this stage is refilled by the next step's fetch
-    }
-    if (K == nsteps) {  // no U step (the last chunk): W's steps end the loop
-      cp_async_wait<0>();
-      __syncthreads();
-      finish_w();
-    }
-    for_each_acc(acc, wm, wn, [&](int lr, int j, float& x) {
-      const int64_t l = l0 + lr;
-      if (l < d.L && j < CnK) U[(bh * d.T + tK + j) * d.L + l] = x;
-    });
-  }
-}
-
-// Version 3 (-DRHOSCAN_QUAD_READBACK_VERSION=3): the same items, steps, tiles, fragments and mma
-// sequence as version 1 (so W, U and HdH' are those of version 1, bit for bit), with less work
-// around the mma. A source-level Nsight Compute profile of version 1 on the H200 (BDH-8k bfloat16,
-// 1.23 ms per backward) counted 628 M warp instructions, of which HMMA 9.4 % and LDSM 3.5 % while
-// IMAD 21.7, IADD3 8.6, ISETP 8.2, LEA 6.9, SHF 5.3, SEL 2.4, LOP3 2.4 %: half of it the integer
-// arithmetic of addresses and indices; 0.55 instructions issued per scheduler cycle with 1.04 of
-// 3.95 warps eligible, stalls mostly `wait` (fixed-latency dependencies, 29 %): issue-bound on
-// overhead. Version 3:
+// Designed against the integer work around the mma: a source-level Nsight Compute profile of the
+// earlier version 1 on the H200 (BDH-8k bfloat16, 1.23 ms per backward) counted 628 M warp
+// instructions, of which HMMA 9.4 % and LDSM 3.5 % while IMAD 21.7, IADD3 8.6, ISETP 8.2, LEA 6.9,
+// SHF 5.3, SEL 2.4, LOP3 2.4 %: half of it the integer arithmetic of addresses and indices; 0.55
+// instructions issued per scheduler cycle with 1.04 of 3.95 warps eligible, stalls mostly `wait`
+// (fixed-latency dependencies, 29 %): issue-bound on overhead. Hence:
 //   - the ldmatrix rows as 32-bit shared addresses computed once per thread (warp_mma_32x32_u32):
 //     each load is a base register plus an immediate (k0, mt / np, the M lo plane), the stage one
-//     add per step, and the k loop unrolled (version 1: per load the lane's row from lane, m0, k0
-//     and a runtime stride, and a generic-to-shared conversion);
+//     add per step, and the k loop unrolled (not per load the lane's row from lane, m0, k0 and a
+//     runtime stride, and a generic-to-shared conversion);
 //   - fetch: the thread's pieces are fixed for the kernel (M tiles: rows tid/8 and tid/8 + 32; the
 //     operand tile: rows tid/16 + 16k, k < 4, the same 8 columns), so their shared destinations and
 //     intra-tile offsets are computed once; per step only the block's base moves (the M block
 //     (I(I-1)/2 + J)·64², the operand chunk c·C·Lp) and the zero-fill sizes (rows past Cn, columns
 //     past Lp) are two packed words per item, full chunk or the last one;
 //   - HdH's running dot takes the chunk's Xq rows by ldmatrix.trans (the A fragment of Xq^T: the
-//     accumulator's own layout) instead of 32 scalar bf16 loads per step, in the same order;
-//   - a loop of W steps, finish_w, then a loop of U steps (no per-step branch on the kind; W is
-//     stored once the W steps are done instead of after step K's fetch: same values), and W's and
-//     U's stores through a running row pointer with the 4 latents of a row at immediate offsets.
+//     accumulator's own layout) instead of 32 scalar bf16 loads per step;
+//   - a loop of W steps, finish_w, then a loop of U steps (no per-step branch on the kind), and W's
+//     and U's stores through a running row pointer with the 4 latents of a row at immediate offsets.
 // Static SASS paths (sm_90a, bfloat16, decoded from the cubin without nvdisasm, so approximate):
-// a W step about 300 warp instructions (version 1: about 720-770), a U step about 220-260 (version
-// 1: about 640-690), 64 HMMA each; registers 128 (version 1: 126), no spills; the float16 variant
-// 176 (164), one block per SM as before. Emulated bit for bit against version 1 (emulate_mma.cpp).
-// Measured on the H200 (778d902, BDH-8k bfloat16): 1.00 ms against version 1's 1.23 (Nsight Compute
-// durations), forward+backward 6.19 against 6.41 ms; the default since then (the CUDA suite passed
-// with it). Version 1 stays selectable (-DRHOSCAN_QUAD_READBACK_VERSION=1) until its removal.
+// a W step about 300 warp instructions, a U step about 220-260, 64 HMMA each; registers 128, no
+// spills; the float16 variant 176, one block per SM.
+// History: version 1 (until a5227ea; the same items, steps, tiles, fragments and mma sequence,
+// with per-load index arithmetic: a W step about 720-770 warp instructions, a U step 640-690;
+// registers 126, float16 164) gave the same W, U and HdH' bit for bit (emulated). Measured on the
+// H200 (778d902, BDH-8k bfloat16): this kernel (then version 3) 1.00 ms against version 1's 1.23
+// (Nsight Compute durations), forward+backward 6.19 against 6.41 ms; version 1 was then removed.
 template <bool kKeyLo = false>
 __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
-    quad_readback_mma_v3_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
-                                const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
+    quad_readback_mma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
+                             const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
   static_assert(kQrThreads == 256 && kQrLT == 128, "the fetch's fixed pieces assume 256 threads, 128 latents");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kQrStage = quad_readback_stage<kKeyLo>();
@@ -443,8 +293,8 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     auto row_scale = [&](int mt, int hf) { return aC[wm + 16 * mt + 8 * hf + g]; };
     // W to its rows, HdH' to its slot, acc cleared for the U steps
     // acc to W's or U's rows tK + i (i < CnK), latents l0 + lr (< L): a running row pointer (one row
-    // of L on per (nt, c)), the 4 latents of a row at immediate offsets (version 1: a 64-bit index
-    // per element, ~15 instructions a store)
+    // of L on per (nt, c)), the 4 latents of a row at immediate offsets (a 64-bit index per element
+    // was ~15 instructions a store)
     // (the offsets precomputed: fewer values live across the steps)
     const int64_t out0 = (bh * d.T + tK + wn + 2 * (lane % 4)) * d.L + l0 + wm + g;
     const int nl = static_cast<int>(d.L - l0 < kQrLT ? d.L - l0 : kQrLT) - (wm + g);  // lr - wm - g < nl
@@ -486,8 +336,7 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       __syncthreads();
       if (hdh_ok) HdH[hdh0] = K >= 1 ? red[tid] + red[kQrLT + tid] : 0.0f;
     };
-    // step s of kind w (W: s < K, else U); the W steps' loop, finish_w, then the U steps' loop (version
-    // 1: one loop, finish_w at s == K after step K's fetch; the same products in the same order)
+    // step s of kind w (W: s < K, else U); the W steps' loop, finish_w, then the U steps' loop
     auto step = [&](int s, auto kind) {
       constexpr bool w = decltype(kind)::value;
       const int st = s & 1;
@@ -644,11 +493,7 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
                                                                                      o.vlo, M);
     RHOSCAN_CUDA_LAUNCHED("cross_values_mma_kernel");
   }
-#if RHOSCAN_QUAD_READBACK_VERSION == 3
-  auto qr = quad_readback_mma_v3_kernel<kLo>;
-#else
   auto qr = quad_readback_mma_kernel<kLo>;
-#endif
   constexpr int qr_smem = quad_readback_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
   qr<<<grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads, qr_smem, stream>>>(d, Mhi, Mlo, o.Kq, o.Xq,

@@ -3,8 +3,9 @@
 // What it runs: the working tree's pack_bf16_kernel, chunk_scores_mma_kernel,
 // chunk_states_mma_kernel (forward with bf16 and with float32 stored states, and reverse),
 // chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel, the quadratic forward's
-// cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel and quadratic_output_mma_kernel,
-// the quadratic backward's kernels, and bwd_local_kernel's versions 2, 3 and 4 (readback path), cut out
+// cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel (and launch_final_state's
+// sub-batches) and quadratic_output_mma_kernel,
+// the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 4 (readback path), cut out
 // of src/cuda by extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async
 // emulated with their PTX fragment layouts; see the top of shim.h for what is and is not emulated).
 // Each is
@@ -462,29 +463,30 @@ Str4 final_state_strides(const Problem& p, bool padded, size_t& size) {
   }
   return rs;
 }
-// final_state_mma version kVersion (3: final_state_mma_kernel, 4: final_state_mma_v4_kernel) into
-// a NaN-initialised rho at strides rs
-template <bool kLo, int kVersion>
-std::vector<float> run_final_state(const Problem& p, unsigned grid, Str4 rs, size_t size) {
-  const Dims& d = p.d;
+// final_state_mma_kernel into a NaN-initialised rho at strides rs, launched as launch_final_state
+// does (final_state_batches) with its pair limit `limit` (the launcher's 2^30: one launch; a small
+// one: the sub-batches that the launcher takes past 2^30 pairs)
+template <bool kLo>
+std::vector<float> run_final_state(const Problem& p, unsigned grid, Str4 rs, size_t size, int64_t limit) {
   auto out = nans<float>(size);
   Str4 outs = rs;
   outs.p = out.data();
-  emu::launch(grid, kFsThreads, final_state_smem<kLo>(), [&] {
-    if constexpr (kVersion == 4)
-      final_state_mma_v4_kernel<kLo>(d, p.Kq.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, p.a32.data(), outs);
-    else
-      final_state_mma_kernel<kLo>(d, p.Kq.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, p.a32.data(), outs);
+  final_state_batches(p.d, p.a32.data(), outs, limit, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
+    const int64_t kv = first * p.d.T;
+    emu::launch(grid, kFsThreads, final_state_smem<kLo>(), [&] {
+      final_state_mma_kernel<kLo>(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + kv * p.d.Ep,
+                                  kLo ? p.vlo.data() + kv * p.d.Ep : nullptr, as, os);
+    });
   });
   return out;
 }
-template <bool kLo, int kVersion = 3>
-bool final_state_case(const Problem& p, unsigned grid, bool padded = false) {
+template <bool kLo>
+bool final_state_case(const Problem& p, unsigned grid, bool padded = false, int64_t limit = int64_t{1} << 30) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E;
   size_t size = 0;
   const Str4 rs = final_state_strides(p, padded, size);  // rho's strides
-  const auto out = run_final_state<kLo, kVersion>(p, grid, rs, size);
+  const auto out = run_final_state<kLo>(p, grid, rs, size, limit);
   std::vector<Acc> ref(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t b = p.b_of(bh), h = p.h_of(bh);
@@ -499,26 +501,6 @@ bool final_state_case(const Problem& p, unsigned grid, bool padded = false) {
       }
   }
   return check("rho_T", doubles(out), ref, 1e-2);
-}
-
-// final_state_mma version 4 against version 3, bit for bit (NaN patterns included: rho is
-// NaN-initialised, so an element one version writes and the other not shows too), on the same
-// inputs, at rho's own strides (odd E or [B,T,H,x]: the scalar stores) and padded to even rows
-// (float2: the full-tile path where the warp's 64 latents and columns are inside L and E, the
-// checked one elsewhere), with `grid` blocks.
-template <bool kLo>
-bool final_state_bitwise_case(const Problem& p, unsigned grid) {
-  bool ok = true;
-  for (bool padded : {false, true}) {
-    size_t size = 0;
-    const Str4 rs = final_state_strides(p, padded, size);
-    const auto o3 = run_final_state<kLo, 3>(p, grid, rs, size), o4 = run_final_state<kLo, 4>(p, grid, rs, size);
-    size_t n = 0;
-    for (size_t i = 0; i < o3.size(); ++i) n += std::memcmp(&o3[i], &o4[i], sizeof(float)) != 0;
-    std::printf("    rho_T %-7s %zu of %zu differ%s\n", padded ? "padded" : "", n, o3.size(), n ? "  <-- FAIL" : "");
-    ok &= n == 0;
-  }
-  return ok;
 }
 
 // ---- chunk outputs: out_i = sum_l X_i[l] S[l,:] + sum_j Pm[i][j] Y_j, forward (X = Xq, S = H_c
@@ -671,20 +653,15 @@ bool cross_values_case(const Problem& p) {
          check("M diagonal (float32)", doubles(m.diag), rdiag, 1e-4);
 }
 
-// quad_readback_mma_kernel (kVersion 1) or quad_readback_mma_v3_kernel (3), with launch_quadratic_backward's
-// block size and shared memory
-template <bool kKeyLo, int kVersion>
+// quad_readback_mma_kernel, with launch_quadratic_backward's block size and shared memory
+template <bool kKeyLo>
 void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W, std::vector<float>& U,
                        std::vector<float>& HdH) {
   const Dims& d = p.d;
   const int64_t items = d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT);
   emu::launch(small_grid(items), kQrThreads, quad_readback_smem<kKeyLo>(), [&] {
-    if constexpr (kVersion == 3)
-      quad_readback_mma_v3_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
-                                          W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
-    else
-      quad_readback_mma_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(),
-                                       U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
+    quad_readback_mma_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(),
+                                     U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
   });
 }
 
@@ -694,13 +671,12 @@ void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W,
 // accuracy), and per (bh, l) the weighted sum that bwd_local takes, sum_c f(Cn_c) HdH[c] against
 // sum_c f(Cn_c) <H_c, A_end_c>, f(n) = n a^(n-1); slot nC-1 must hold 0. M from cross_values.
 // Magnitudes: the sums of |terms| down to single products of q-, v-, G-derived operands.
-template <int kVersion = 1>
 bool quad_readback_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E, C = d.C, nC = d.nC;
   const CrossM m = run_cross_values(p);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
-  run_quad_readback<false, kVersion>(p, m, W, U, HdH);
+  run_quad_readback<false>(p, m, W, U, HdH);
   std::vector<Acc> rW(W.size()), rU(U.size());
   std::vector<Acc> rH(d.nbh * L);  // sum_c f(Cn_c) <H_c, A_end_c>
   bool last_zero = true;
@@ -767,13 +743,13 @@ bool quad_readback_case(const Problem& p) {
 // and, for split keys, the third pass M_hi Kq_lo,
 //   W_K = sum_{J<K} a^((K-1-J)C) (M_KJ Kq_J [+ M_hi,KJ Kq_lo,J]),  U_K = sum_{I>K} a^((I-K-1)C) M_IK^T Xq_I,
 //   HdH[K-1] = sum_{J<=K-2} (K-J-1) a^((K-J-2)C) sum_i Xq_K[i] (M_KJ Kq_J [+ ...])[i],  HdH[nC-1] = 0.
-template <bool kKeyLo, int kVersion = 1>
+template <bool kKeyLo>
 bool quad_readback_slots_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t L = d.L, C = d.C, nC = d.nC;
   const CrossM m = run_cross_values<kKeyLo>(p);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
-  run_quad_readback<kKeyLo, kVersion>(p, m, W, U, HdH);
+  run_quad_readback<kKeyLo>(p, m, W, U, HdH);
   std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t h = p.h_of(bh);
@@ -816,27 +792,6 @@ bool quad_readback_slots_case(const Problem& p) {
   return check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) & check("HdH slots", doubles(HdH), rH, 1e-4);
 }
 
-// quad_readback version 3 against version 1, bit for bit (NaN patterns included: the outputs are
-// NaN-initialised, so a slot one version writes and the other not shows too), on the same M.
-template <bool kKeyLo>
-bool quad_readback_bitwise_case(const Problem& p) {
-  const Dims& d = p.d;
-  const CrossM m = run_cross_values<kKeyLo>(p);
-  auto W1 = nans<float>(d.nbh * d.T * d.L), U1 = W1, H1 = nans<float>(d.nbh * d.nC * d.L);
-  auto W3 = W1, U3 = U1, H3 = H1;
-  run_quad_readback<kKeyLo, 1>(p, m, W1, U1, H1);
-  run_quad_readback<kKeyLo, 3>(p, m, W3, U3, H3);
-  bool ok = true;
-  auto same = [&](const char* what, const std::vector<float>& a, const std::vector<float>& b) {
-    size_t n = 0;
-    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
-    std::printf("    %-10s %zu of %zu differ%s\n", what, n, a.size(), n ? "  <-- FAIL" : "");
-    ok &= n == 0;
-  };
-  same("W", W1, W3), same("U", U1, U3), same("HdH", H1, H3);
-  return ok;
-}
-
 // quad_dv: dv_J = sum_{I>J} Pcross_IJ^T G_I + sum_{k>j} P[k][j] G_k. Pcross's blocks J >= I, and
 // its rows past Cn_I, are NaN (must not be read), as are P's upper triangle and splits past 0.
 template <bool kLo = false>
@@ -874,12 +829,12 @@ bool quad_dv_case(const Problem& p) {
   return check("dv", doubles(dv), ref, 1e-2);
 }
 
-// ---- bwd_local version 3 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
-//      in three passes), version 4 (version 3 with the scans split over the warps, see
-//      backward.cu; the same tolerance) and version 2 (every pair by FFMA in float32), readback instantiation with
+// ---- bwd_local version 4 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
+//      in three passes, and the scans split over the warps, see backward.cu) and version 2
+//      (every pair by FFMA in float32), readback instantiation with
 //      bf16 q, against a float64 loop of bwd_local's formulas (the comments of backward.cu): every
 //      output (gcp, dqp, dap, Bsum, Zs), element by element, |x - ref| <= tol · (sum of the
-//      absolute values of ref's terms), tol = 5e-5 for both. Version 3's split operands x = hi + lo
+//      absolute values of ref's terms), tol = 5e-5 for both. Version 4's split operands x = hi + lo
 //      are within 2^-16 of x (lo is x - hi rounded to bf16: 8 significant bits of a remainder below
 //      2^-8 |x|), and the three passes drop lo·lo (2^-16 of the term), so a cross term errs by at
 //      most ~3 · 2^-16 = 4.6e-5 of it (seen: up to 1.3e-5); version 2 by a few 2^-24 (seen: up to
@@ -891,7 +846,7 @@ struct LocalShape {
   int64_t H, nbh, T, L, C;
   unsigned grid;
 };
-bool bwd_local_v3_case(const LocalShape& c) {
+bool bwd_local_case(const LocalShape& c) {
   Dims d;
   d.H = c.H, d.T = c.T, d.L = c.L, d.E = 8, d.C = c.C, d.nC = (c.T + c.C - 1) / c.C, d.bh0 = 0, d.nbh = c.nbh;
   d.nsplit = 2, d.Lp = c.L, d.Ep = 8;
@@ -958,7 +913,7 @@ bool bwd_local_v3_case(const LocalShape& c) {
       }
     }
   bool ok = true;
-  for (int v : {2, 3, 4}) {
+  for (int v : {2, 4}) {
     struct {
       std::vector<float> gcp, dqp, dap, Bsum, Zs;
     } o = {nans<float>(nbh * T * nlt), nans<float>(nbh * T * L), nans<float>(nbh * nC * L), nans<float>(nbh * nC * L),
@@ -971,8 +926,6 @@ bool bwd_local_v3_case(const LocalShape& c) {
     };
     if (v == 2)
       go(bwd_local_kernel<bf16, true, 2>, sizeof(LocalSmemOf<2>));
-    else if (v == 3)
-      go(bwd_local_kernel<bf16, true, 3>, sizeof(LocalSmemOf<3>));
     else
       go(bwd_local_kernel<bf16, true, 4>, sizeof(LocalSmemOf<4>));
     const std::string n = " v" + std::to_string(v);
@@ -1063,35 +1016,27 @@ int main(int argc, char** argv) {
        [](const Problem& p) { return final_state_case<false>(p, small_grid(final_state_items(p.d))); }, true, true},
       {"final_state_mma, split values, 1 block",
        [](const Problem& p) { return final_state_case<true>(p, 1); }, false, true},
-      {"final_state_mma, rho rows padded to an even stride, 2 blocks",
-       [](const Problem& p) { return final_state_case<false>(p, small_grid(final_state_items(p.d)), true); }, false, true},
-      {"final_state_mma v4, 2 blocks",
-       [](const Problem& p) { return final_state_case<false, 4>(p, small_grid(final_state_items(p.d))); }, true, true},
-      {"final_state_mma v4, split values, 1 block",
-       [](const Problem& p) { return final_state_case<true, 4>(p, 1); }, false, true},
-      {"final_state_mma v4, rho rows padded to an even stride, 3 blocks",
-       [](const Problem& p) { return final_state_case<false, 4>(p, 3, true); }, false, true},
-      {"final_state_mma v4 bitwise v3, 2 blocks",
-       [](const Problem& p) { return final_state_bitwise_case<false>(p, small_grid(final_state_items(p.d))); }, false, true},
-      {"final_state_mma v4 bitwise v3, split values, 5 blocks",
-       [](const Problem& p) { return final_state_bitwise_case<true>(p, 5); }, false, true},
+      {"final_state_mma, rho rows padded to an even stride, 3 blocks",
+       [](const Problem& p) { return final_state_case<false>(p, 3, true); }, false, true},
+      {"final_state_mma, split values, rho rows padded to an even stride, 5 blocks",
+       [](const Problem& p) { return final_state_case<true>(p, 5, true); }, false, true},
+      // the launcher's sub-batches (past 2^30 pairs) at a limit of 3: at most 2 pairs a launch,
+      // rebased to the first pair's b and h (bh0 > 0 and H > 1 in several problems)
+      {"final_state_mma, sub-batches of at most 2 pairs, 2 blocks",
+       [](const Problem& p) { return final_state_case<false>(p, 2, false, 3); }, false, true},
+      {"final_state_mma, sub-batches of at most 2 pairs, split values, rho rows padded, 3 blocks",
+       [](const Problem& p) { return final_state_case<true>(p, 3, true, 3); }, false, true},
       {"quadratic_output_mma", quadratic_output_case<false>, true, true},
       {"quadratic_output_mma, split values", quadratic_output_case<true>, false, true},
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
       // the quadratic backward
       {"cross_values_mma", cross_values_case<false>, true, true},
-      {"quad_readback_mma", quad_readback_case<1>, false, true},
+      {"quad_readback_mma", quad_readback_case, true, true},
       {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, false, true},
-      // version 3 (the default since 778d902; version 1 above with EMU_QUICK on the smaller problems only)
-      {"quad_readback_mma v3", quad_readback_case<3>, true, true},
-      {"quad_readback_mma v3 slot by slot", quad_readback_slots_case<false, 3>, false, true},
-      {"quad_readback_mma v3 bitwise v1", quad_readback_bitwise_case<false>, false, true},
       {"quad_dv_mma", quad_dv_case<false>, true, true},
       // the quadratic backward, float16 (split values and keys)
       {"cross_values_mma, split values", cross_values_case<true>, false, true},
       {"quad_readback_mma slot by slot, split keys", quad_readback_slots_case<true>, false, true},
-      {"quad_readback_mma v3 slot by slot, split keys", quad_readback_slots_case<true, 3>, false, true},
-      {"quad_readback_mma v3 bitwise v1, split keys", quad_readback_bitwise_case<true>, false, true},
       {"quad_dv_mma, split values", quad_dv_case<true>, false, true},
       {"chunk_states_mma reverse, bf16, no chunk states stored (quadratic backward's dR_0)",
        [](const Problem& p) { return states_case<bf16, true>(p, false, false); }, false, true},
@@ -1110,7 +1055,7 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv, split values", output_case<float, float, true, true>},
       {"chunk_readback_mma, split values", readback_case<true>},
   };
-  // bwd_local's versions 2 and 3 against float64, on their own shapes: full chunks of 64 and tails of 17,
+  // bwd_local's versions 2 and 4 against float64, on their own shapes: full chunks of 64 and tails of 17,
   // 33, 50, 48 and 1 rows, chunks of 48, 32, 17 and 1, L past a 64-latent tile (70, 130), several
   // pairs, grids smaller than the work. EMU_QUICK: the first four.
   const std::vector<LocalShape> local_shapes = {
@@ -1126,12 +1071,12 @@ int main(int argc, char** argv) {
       {"H1 pairs2 T100 L70 C48 (48, 48, tail 4)", 1, 2, 100, 70, 48, 3},
   };
   for (size_t i = 0; i < local_shapes.size(); ++i)
-    if ((only.empty() || std::string("bwd_local v3").find(only) != std::string::npos ||
+    if ((only.empty() || std::string("bwd_local v2").find(only) != std::string::npos ||
          std::string("bwd_local v4").find(only) != std::string::npos) &&
         !(quick && i >= 4)) {
-      std::printf("bwd_local v2, v3 and v4  [%s]\n", local_shapes[i].name);
+      std::printf("bwd_local v2 and v4  [%s]\n", local_shapes[i].name);
       std::fflush(stdout);
-      if (!bwd_local_v3_case(local_shapes[i])) {
+      if (!bwd_local_case(local_shapes[i])) {
         ++failures;
         if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
       }
