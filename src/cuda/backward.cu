@@ -1,7 +1,8 @@
 // The CUDA backward. For bfloat16 and float16 inputs the chunk states, dv and bwd_local's
 // contractions over E run on tensor cores (chunk_products.cuh, chunk_readback_mma_kernel; float16
-// values and upstream gradients as bf16 hi + lo pairs, see kSplitValues); float32 keeps FFMA. The
-// scores M and the rest of bwd_local are FFMA on every path.
+// values and upstream gradients as bf16 hi + lo pairs, see kSplitValues), and so do the scores
+// M = G v^T (cross_values_mma's diagonal items); float32 keeps FFMA. The rest of bwd_local's row
+// phase is FFMA on every path.
 // Per batch of (b, h) pairs (bounded by options.max_workspace_bytes):
 //   1. the forward's scan, scores P (and M[i][j] = G_i·v_j), chunk-start states H_c (float32);
 //   2. chunk-end states of the reverse recurrence A (chunk_states<reverse>), dR_0 = A_0;
@@ -1276,10 +1277,14 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     }
     launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, Str3{}, o.Xq, o.Kq, stream, saved_norm);
     make_key_remainders<kTC, T>(d, q, a32, o, stream);
-    // (the quadratic path's M comes from cross_values_mma's diagonal items, on tensor cores)
-    if (!saved_scores) launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, quadratic && kTC ? nullptr : M, stream);
+    // (16-bit: M comes from cross_values_mma's diagonal items, on tensor cores; float32: from the
+    // FFMA chunk_scores kernel, with P)
+    if (!saved_scores) launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, kTC ? nullptr : M, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     pack_values<kTC, T>(d, gctx, o.gb, o.glo, stream);
+    if constexpr (kTC) {
+      if (!quadratic) launch_diagonal_values<kSplitValues<T>>(d, o, M, stream);
+    }
     if (quadratic) {
       if constexpr (kTC) {
         if (!saved_scores) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);

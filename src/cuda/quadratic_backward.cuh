@@ -64,7 +64,8 @@ __device__ inline void cross_pair_of(int64_t k, int64_t& I, int64_t& J) {
 // slot of chunk I (split 0 of [bh][nC][nsplit][C][C], row i, column j < C; rows and columns past
 // Cn_I zero): nC more items per pair after the cross pairs. They replaced the FFMA chunk_scores
 // kernel that computed M for the quadratic backward (0.10 ms per backward at BDH-8k on the H200,
-// where these items add about an eighth of this kernel's 0.04 ms).
+// where these items add about an eighth of this kernel's 0.04 ms). diag_only: only those items
+// (launch_diagonal_values: the chunked backward's M, any chunk C <= 64; Mhi, Mlo unused).
 constexpr int kCvThreads = 128;
 constexpr int kCvS = 64 + 8;  // bf16 row stride of the tiles (conflict-free ldmatrix)
 template <bool kLo>
@@ -76,7 +77,8 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
                                                                       bf16* Mhi, bf16* Mlo,
                                                                       const bf16* glo = nullptr,
                                                                       const bf16* vlo = nullptr,
-                                                                      float* Mdiag = nullptr) {
+                                                                      float* Mdiag = nullptr,
+                                                                      bool diag_only = false) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // [stage][0: G rows i, 1: v rows j, if kLo 2: G lo, 3: v lo][64][kCvS]
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw);
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
   auto tile = [&](int stage, int k) { return tiles + (stage * NT + k) * 64 * kCvS; };
   const int warp = threadIdx.x / 32;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's rows i and columns j
-  const int64_t npairs = cross_pairs(d.nC), net = d.Ep / 64;
+  const int64_t npairs = diag_only ? 0 : cross_pairs(d.nC), net = d.Ep / 64;
   const int64_t per_pair = npairs + (Mdiag != nullptr ? d.nC : 0);  // the cross pairs, then the diagonal
   for (int64_t item = blockIdx.x; item < d.nbh * per_pair; item += gridDim.x) {
     const int64_t bh = item / per_pair, k = item % per_pair;
@@ -474,6 +476,21 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 }
 // ---- end of the quadratic backward's kernels
 
+// The chunked backward's per-chunk M = G v^T (16-bit inputs) on tensor cores: cross_values_mma's
+// diagonal items alone, into M's split 0, after pack_bf16 (o.gb, o.vb; o.glo, o.vlo for float16).
+// The FFMA chunk_scores kernel it replaced there was bound by its two shared loads per FMA: 0.30 ms
+// per backward at BDH-base on the H200 (6119d10), a fifth of that backward.
+template <bool kLo>
+void launch_diagonal_values(const Dims& d, const Operands16& o, float* M, cudaStream_t stream) {
+  if (d.nbh == 0 || d.nC == 0) return;
+  auto cv = cross_values_mma_kernel<kLo>;
+  constexpr int cv_smem = cross_values_smem<kLo>();
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
+  cv<<<grid_for(d.nbh * d.nC), kCvThreads, cv_smem, stream>>>(d, o.gb, o.vb, nullptr, nullptr, o.glo, o.vlo, M,
+                                                               true);
+  RHOSCAN_CUDA_LAUNCHED("cross_values_mma_kernel (diagonal)");
+}
+
 // The quadratic backward's products for one batch, after norm_scan (o.Xq, o.Kq), chunk_scores (P)
 // and pack_bf16 (o.vb, o.gb), with the cross scores in Pcross: W (to dqp), U, HdH' and dvp, what
 // bwd_local and dv_accumulate read. Grids: an item per block, grid-stride beyond 2^16 blocks.
@@ -490,7 +507,7 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     constexpr int cv_smem = cross_values_smem<kLo>();
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
     cv<<<grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem, stream>>>(d, o.gb, o.vb, Mhi, Mlo, o.glo,
-                                                                                     o.vlo, M);
+                                                                                     o.vlo, M, false);
     RHOSCAN_CUDA_LAUNCHED("cross_values_mma_kernel");
   }
   auto qr = quad_readback_mma_kernel<kLo>;
