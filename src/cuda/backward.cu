@@ -1092,18 +1092,31 @@ __global__ void __launch_bounds__(kDqThreads) dq_final_kernel(Dims d, const floa
 
 // dv_acc[b, hv, t, e] += the partials of this batch's (b, h) pairs that read v[b, hv] (every h
 // when Hv = 1), in increasing h: the same order of additions whatever the batching.
+// dv_acc[b][hv][t][e] += this batch's dvp of the heads that read v head hv (all H when Hv = 1), in
+// increasing h. V adjacent e per thread (4 where E is a multiple of 4: 16-byte loads and stores,
+// a quarter of the index arithmetic that bounded the one-element version, 49 µs per call at
+// BDH-base); each element's sum in the same order either way.
+template <int V>
 __global__ void dv_accumulate_kernel(Dims d, int64_t Hv, const float* dvp, float* dv_acc) {
+  struct alignas(4 * V) Vec {
+    float x[V];
+  };
   const int64_t b_first = d.bh0 / d.H, b_last = (d.bh0 + d.nbh - 1) / d.H;
-  const int64_t n = (b_last - b_first + 1) * Hv * d.T * d.E;
+  const int64_t EV = d.E / V;
+  const int64_t n = (b_last - b_first + 1) * Hv * d.T * EV;
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = x % d.E, t = (x / d.E) % d.T, hv = (x / (d.E * d.T)) % Hv, b = b_first + x / (d.E * d.T * Hv);
-    const int64_t o = ((b * Hv + hv) * d.T + t) * d.E + e;
-    float acc = dv_acc[o];
+    const int64_t ev = x % EV, t = (x / EV) % d.T, hv = (x / (EV * d.T)) % Hv, b = b_first + x / (EV * d.T * Hv);
+    const int64_t o = ((b * Hv + hv) * d.T + t) * d.E + ev * V;
+    Vec acc = *reinterpret_cast<const Vec*>(dv_acc + o);
     for (int64_t h = (Hv == 1 ? 0 : hv); h < (Hv == 1 ? d.H : hv + 1); ++h) {
       const int64_t bh = b * d.H + h - d.bh0;
-      if (bh >= 0 && bh < d.nbh) acc += dvp[(bh * d.T + t) * d.E + e];
+      if (bh >= 0 && bh < d.nbh) {
+        const Vec y = *reinterpret_cast<const Vec*>(dvp + (bh * d.T + t) * d.E + ev * V);
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc.x[k] += y.x[k];
+      }
     }
-    dv_acc[o] = acc;
+    *reinterpret_cast<Vec*>(dv_acc + o) = acc;
   }
 }
 
@@ -1116,17 +1129,40 @@ __global__ void dv_store_kernel(int64_t B, int64_t Hv, int64_t nT, int64_t E, co
 }
 
 // da_acc[h][l] += this batch's pairs of head h, in increasing b: sum_c dap + daB.
-__global__ void da_accumulate_kernel(Dims d, const float* dap, const float* daB, double* da_acc) {
-  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < d.H * d.L; x += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t h = x / d.L, l = x % d.L;
-    double acc = da_acc[x];
-    for (int64_t bh = 0; bh < d.nbh; ++bh) {
-      if (d.h_of(bh) != h) continue;
-      double row = daB[bh * d.L + l];
-      for (int64_t c = 0; c < d.nC; ++c) row += dap[(bh * d.nC + c) * d.L + l];
-      acc += row;
+// A block per 32 latents of one head: its 8 warps form the rows daB + sum_c dap of up to
+// kDaGroup of the head's pairs at a time (lane: latent) into shared memory, then warp 0 adds them
+// to da_acc in increasing b. The same double operations in the same order as one thread per
+// (h, l) walking the pairs (the version until 63e75b3, latency-bound where H L is small: 47 µs per
+// call at BDH-base, 1024 threads each walking 24 pairs × 9 loads), so the same sums, bitwise.
+constexpr int kDaGroup = 64, kDaThreads = 256;
+__global__ void __launch_bounds__(kDaThreads) da_accumulate_kernel(Dims d, const float* dap, const float* daB,
+                                                                   double* da_acc) {
+  __shared__ double rows[kDaGroup][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t tiles = (d.L + 31) / 32;
+  for (int64_t x = blockIdx.x; x < d.H * tiles; x += gridDim.x) {
+    const int64_t h = x / tiles, l = (x % tiles) * 32 + lane;
+    // the batch's pairs of head h: h_of(bh) = (bh0 + bh) mod H = h from bh = first on, every H
+    const int64_t first = ((h - d.bh0 % d.H) % d.H + d.H) % d.H;
+    const int64_t count = first < d.nbh ? (d.nbh - first + d.H - 1) / d.H : 0;
+    double acc = warp == 0 && l < d.L ? da_acc[h * d.L + l] : 0.0;
+    for (int64_t g0 = 0; g0 < count; g0 += kDaGroup) {
+      const int64_t gn = min(int64_t{kDaGroup}, count - g0);
+      for (int64_t k = warp; k < gn; k += kDaThreads / 32) {
+        const int64_t bh = first + (g0 + k) * d.H;
+        double row = 0.0;
+        if (l < d.L) {
+          row = daB[bh * d.L + l];
+          for (int64_t c = 0; c < d.nC; ++c) row += dap[(bh * d.nC + c) * d.L + l];
+        }
+        rows[k][lane] = row;
+      }
+      __syncthreads();
+      if (warp == 0)
+        for (int64_t k = 0; k < gn; ++k) acc += rows[k][lane];
+      __syncthreads();  // the rows are refilled by the next group
     }
-    da_acc[x] = acc;
+    if (warp == 0 && l < d.L) da_acc[h * d.L + l] = acc;
   }
 }
 
@@ -1326,10 +1362,15 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       dq_final_kernel<T, 1><<<grid_for(n * nC * ((L + kDqThreads - 1) / kDqThreads)), kDqThreads, 0, stream>>>(
           d, a32, dqp, gc, s, Bend, dq);
     RHOSCAN_CUDA_LAUNCHED("dq_final_kernel");
-    dv_accumulate_kernel<<<grid_for(((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT * E, 256), 256, 0, stream>>>(
-        d, p.Hv, dvp, dv_acc);
+    {
+      const int64_t rows = ((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT;
+      if (E % 4 == 0)
+        dv_accumulate_kernel<4><<<grid_for(rows * (E / 4), 256), 256, 0, stream>>>(d, p.Hv, dvp, dv_acc);
+      else
+        dv_accumulate_kernel<1><<<grid_for(rows * E, 256), 256, 0, stream>>>(d, p.Hv, dvp, dv_acc);
+    }
     RHOSCAN_CUDA_LAUNCHED("dv_accumulate_kernel");
-    da_accumulate_kernel<<<grid_for(p.H * L, 256), 256, 0, stream>>>(d, dap, daB, da_acc);
+    da_accumulate_kernel<<<grid_for(p.H * ((L + 31) / 32)), kDaThreads, 0, stream>>>(d, dap, daB, da_acc);
     RHOSCAN_CUDA_LAUNCHED("da_accumulate_kernel");
   }
   dv_store_kernel<T><<<grid_for(p.B * p.Hv * nT * E, 256), 256, 0, stream>>>(p.B, p.Hv, nT, E, dv_acc, dv);
