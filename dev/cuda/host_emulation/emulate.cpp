@@ -1,6 +1,8 @@
 // Host emulation check of CUDA kernel changes, for a machine without a GPU: runs the working
 // tree's normaliser scan (norm_chunk_sums, norm_carry, norm_apply) and bwd_local against the
-// same kernels at a base revision (extract.py cuts both out of the sources), on small random
+// same kernels at a base revision (extract.py cuts both out of the sources), and the fused token
+// and chunk sums (norm_sums_kernel + token_sum_reduce_kernel: s against a float64 sum, the chunk
+// sums bitwise norm_chunk_sums_kernel<T, 2>'s), on small random
 // problems with tails, chunk 1, decay exactly 0 and 1, odd L and E, both bwd_local paths (E loop
 // and readback), and odd grid sizes (grid-stride loops). Outputs start as NaN, so an element
 // left unwritten shows. It checks index logic and synchronisation, not GPU rounding or speed:
@@ -124,7 +126,8 @@ std::vector<double> token_sums_f64(const std::vector<Q>& qbuf, const Str4& qs, i
     }
   return ref;
 }
-bool near_f64(const char* what, const std::vector<float>& x, const std::vector<double>& ref, double rel = 1e-6) {
+bool near_f64(const char* what, const std::vector<float>& x, const std::vector<double>& ref, double rel = 1e-6,
+              double* worst_out = nullptr) {
   size_t off = 0;
   double worst = 0;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -132,6 +135,7 @@ bool near_f64(const char* what, const std::vector<float>& x, const std::vector<d
     if (!(e <= rel)) ++off;
     if (!(e <= worst)) worst = e;
   }
+  if (worst_out) *worst_out = worst;
   if (off == 0) return true;
   std::printf("    %s: %zu of %zu elements off the float64 sum by more than %.0e relative (worst %.3g)\n", what, off,
               x.size(), rel, worst);
@@ -273,11 +277,13 @@ bool norm_sums_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, uns
   }
   norm_sums<Q>(d, qs, a.data(), Nc.data(), s.data(), grid);
   emu::launch(4, 7, 0, [&] { norm_chunk_sums_kernel<Q, kNormVec>(d, qs, a.data(), Nc_ref.data()); });
-  const bool ok = near_f64("s", s, token_sums_f64(qbuf, qs, H, nbh, T, L)) & bitwise("chunk sums", Nc, Nc_ref);
-  std::printf("norm_sums %s q, B%lld H%lld T%lld L%lld C%lld%s: %lld latent blocks of %d threads, grid %u: %s\n",
+  double worst = 0;
+  const bool ok = near_f64("s", s, token_sums_f64(qbuf, qs, H, nbh, T, L), 1e-6, &worst) &
+                  bitwise("chunk sums", Nc, Nc_ref);
+  std::printf("norm_sums %s q, B%lld H%lld T%lld L%lld C%lld%s: %lld latent blocks of %d threads, grid %u: %s (s: worst %.1e relative)\n",
               std::is_same_v<Q, float> ? "f32" : "bf16", (long long)B, (long long)H, (long long)T, (long long)L,
               (long long)C, bthl ? " [B,T,H,L]" : "", (long long)norm_sums_blocks(L), norm_sums_threads(L), grid,
-              ok ? "same" : "DIFFERENT");
+              ok ? "same" : "DIFFERENT", worst);
   return ok;
 }
 
@@ -337,35 +343,40 @@ bool bwd_local_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t E, int
 
 int main() {
   int bad = 0;
+  // EMU_ONLY=norm_sums: the fused token and chunk sums' cases only (mutants_norm_sums.sh)
+  const char* only = std::getenv("EMU_ONLY");
+  const bool sums_only = only && std::strcmp(only, "norm_sums") == 0;
   using bf16 = __nv_bfloat16;
   constexpr auto bhtl = Layout::bhtl, bthl = Layout::bthl, bhlt = Layout::bhlt, odd = Layout::bhtl_odd;
-  bad += !norm_scan_case<float, float>(3, 6, 300, 70, 64, bhtl, true, true);
-  bad += !norm_scan_case<float, float>(3, 6, 300, 70, 64, bhtl, true, true, true);
-  bad += !norm_scan_case<float, float>(2, 4, 200, 13, 32, bthl, false, true);
-  bad += !norm_scan_case<float, float>(2, 4, 200, 14, 32, bthl, false, true);
-  bad += !norm_scan_case<float, float>(2, 2, 129, 33, 64, bhtl, true, false);
-  bad += !norm_scan_case<float, float>(2, 2, 129, 34, 64, bhtl, true, false);
-  bad += !norm_scan_case<float, float>(1, 1, 1, 64, 64, bhtl, true, true);
-  bad += !norm_scan_case<float, float>(2, 2, 0, 10, 64, bhtl, true, true);
-  bad += !norm_scan_case<float, float>(2, 2, 50, 4, 1, bhtl, true, true);
-  bad += !norm_scan_case<float, float>(1, 2, 64, 7, 64, bhtl, false, true);
-  bad += !norm_scan_case<float, float>(1, 1, 2000, 9, 17, bhtl, true, true);
-  bad += !norm_scan_case<float, float>(1, 1, 2000, 10, 17, bhtl, true, true);
-  bad += !norm_scan_case<float, float>(2, 2, 77, 20, 7, bhlt, true, true);
-  bad += !norm_scan_case<float, float>(2, 2, 77, 20, 7, odd, true, false);
-  bad += !norm_scan_case<float, float>(1, 2, 100, 130, 64, bhtl, false, true);
-  bad += !norm_scan_case<bf16, float>(3, 6, 300, 70, 64, bhtl, true, true);
-  bad += !norm_scan_case<bf16, float>(2, 2, 77, 21, 13, bthl, true, true);
-  bad += !norm_scan_case<bf16, float>(2, 2, 77, 20, 7, odd, true, true);
-  bad += !norm_scan_case<bf16, bf16>(3, 6, 300, 70, 64, bhtl, true, true);
-  bad += !norm_scan_case<bf16, bf16>(2, 4, 200, 66, 32, bthl, false, true);
-  bad += !norm_scan_case<bf16, bf16>(2, 4, 200, 13, 32, bthl, false, true);
-  bad += !norm_scan_case<bf16, bf16>(2, 2, 77, 20, 1, bhlt, true, true);
-  bad += !norm_scan_case<float, float>(2, 2, 150, 40, 64, bhtl, true, false, true);
-  bad += !norm_scan_case<float, float>(2, 2, 150, 40, 64, bhtl, true, true, false, false);
-  bad += !norm_scan_case<bf16, bf16>(2, 2, 150, 41, 64, bhtl, true, true, false, false);
-  bad += !norm_scan_case<bf16, bf16>(1, 2, 20, 600, 16, bhtl, true, true);  // token_sum's full batches
-  bad += !norm_scan_case<float, float>(1, 1, 9, 1001, 4, bthl, false, false);
+  if (!sums_only) {
+    bad += !norm_scan_case<float, float>(3, 6, 300, 70, 64, bhtl, true, true);
+    bad += !norm_scan_case<float, float>(3, 6, 300, 70, 64, bhtl, true, true, true);
+    bad += !norm_scan_case<float, float>(2, 4, 200, 13, 32, bthl, false, true);
+    bad += !norm_scan_case<float, float>(2, 4, 200, 14, 32, bthl, false, true);
+    bad += !norm_scan_case<float, float>(2, 2, 129, 33, 64, bhtl, true, false);
+    bad += !norm_scan_case<float, float>(2, 2, 129, 34, 64, bhtl, true, false);
+    bad += !norm_scan_case<float, float>(1, 1, 1, 64, 64, bhtl, true, true);
+    bad += !norm_scan_case<float, float>(2, 2, 0, 10, 64, bhtl, true, true);
+    bad += !norm_scan_case<float, float>(2, 2, 50, 4, 1, bhtl, true, true);
+    bad += !norm_scan_case<float, float>(1, 2, 64, 7, 64, bhtl, false, true);
+    bad += !norm_scan_case<float, float>(1, 1, 2000, 9, 17, bhtl, true, true);
+    bad += !norm_scan_case<float, float>(1, 1, 2000, 10, 17, bhtl, true, true);
+    bad += !norm_scan_case<float, float>(2, 2, 77, 20, 7, bhlt, true, true);
+    bad += !norm_scan_case<float, float>(2, 2, 77, 20, 7, odd, true, false);
+    bad += !norm_scan_case<float, float>(1, 2, 100, 130, 64, bhtl, false, true);
+    bad += !norm_scan_case<bf16, float>(3, 6, 300, 70, 64, bhtl, true, true);
+    bad += !norm_scan_case<bf16, float>(2, 2, 77, 21, 13, bthl, true, true);
+    bad += !norm_scan_case<bf16, float>(2, 2, 77, 20, 7, odd, true, true);
+    bad += !norm_scan_case<bf16, bf16>(3, 6, 300, 70, 64, bhtl, true, true);
+    bad += !norm_scan_case<bf16, bf16>(2, 4, 200, 66, 32, bthl, false, true);
+    bad += !norm_scan_case<bf16, bf16>(2, 4, 200, 13, 32, bthl, false, true);
+    bad += !norm_scan_case<bf16, bf16>(2, 2, 77, 20, 1, bhlt, true, true);
+    bad += !norm_scan_case<float, float>(2, 2, 150, 40, 64, bhtl, true, false, true);
+    bad += !norm_scan_case<float, float>(2, 2, 150, 40, 64, bhtl, true, true, false, false);
+    bad += !norm_scan_case<bf16, bf16>(2, 2, 150, 41, 64, bhtl, true, true, false, false);
+    bad += !norm_scan_case<bf16, bf16>(1, 2, 20, 600, 16, bhtl, true, true);  // token_sum's full batches
+    bad += !norm_scan_case<float, float>(1, 1, 9, 1001, 4, bthl, false, false);
+  }
   // the fused token and chunk sums (launch_norm_scan's paired path)
   bad += !norm_sums_case<bf16>(2, 4, 150, 512, 64, 3);             // one full block; tail chunk of 22
   bad += !norm_sums_case<bf16>(1, 2, 70, 8192, 64, 5);             // 16 blocks; tail of 6
@@ -377,6 +388,7 @@ int main() {
   bad += !norm_sums_case<float>(1, 2, 64, 130, 32, 1, false, 2);   // 3 warps, the last one partial; grid 1
   bad += !norm_sums_case<bf16>(1, 1, 33, 64, 64, 2);               // 33 tokens: the second 32-token half holds one
   for (bool rb : {false, true}) {
+    if (sums_only) break;
     bad += !bwd_local_case(2, 2, 150, 37, 40, 64, rb);         // two chunks and a tail of 22, L < 64
     bad += !bwd_local_case(1, 1, 64, 16, 32, 64, rb);          // one full chunk
     bad += !bwd_local_case(1, 2, 70, 20, 33, 32, rb);          // C 32, tail 6
