@@ -282,8 +282,6 @@ inline int64_t norm_sums_blocks(int64_t L) {
   return (L + width - 1) / width;
 }
 // Dynamic shared memory of norm_sums_kernel: the warps' token sums [warps][64].
-// (__launch_bounds__(256, 3): 72 registers, no spills; with the bound on the block size alone
-// ptxas took 64 registers and spilled 20 bytes, bf16 and float16 q.)
 inline int norm_sums_smem(int64_t L) { return norm_sums_threads(L) / 32 * kSumsTokens * static_cast<int>(sizeof(float)); }
 
 // One butterfly stage of the warp reduce-scatter: x[0, 2M) holds this lane's values of 2M tokens;
@@ -300,6 +298,8 @@ __device__ __forceinline__ void sums_halve(float (&x)[32], int lane) {
   }
 }
 
+// __launch_bounds__(256, 3): 72 registers, no spills (sm_90a, every dtype); with the bound on the
+// block size alone ptxas took 64 registers and spilled 20 bytes for bf16 and float16 q.
 template <typename T>
 __global__ void __launch_bounds__(kSumsThreads, 3) norm_sums_kernel(Dims d, Str4 q, const float* a32, float* Nc,
                                                                  float* parts, int64_t nlb) {
