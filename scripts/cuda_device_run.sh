@@ -147,7 +147,7 @@ for s in $stages; do
       done ;;
     ncu)
       # Speed-of-light, occupancy and stall reasons of one launch of each heavy kernel at BDH-8k.
-      for k in ${NCU_KERNELS:-chunk_states_mma chunk_scores_mma chunk_output_mma chunk_readback_mma bwd_local_kernel norm_apply_kernel norm_chunk_sums_kernel}; do
+      for k in ${NCU_KERNELS:-chunk_states_mma chunk_scores_mma chunk_output_mma chunk_readback_mma bwd_local_kernel norm_apply_kernel norm_sums_kernel}; do
         timeout 90 ncu --clock-control none -k regex:$k -c 1 --section SpeedOfLight --section Occupancy \
           --section WarpStateStats --section MemoryWorkloadAnalysis \
           $B/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 1 > $OUT/ncu-$k.txt 2>&1

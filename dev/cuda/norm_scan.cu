@@ -1,6 +1,7 @@
 // Validation and timing of the chunk-parallel normaliser scan (launch_norm_scan in
-// src/cuda/chunk_kernels.cuh: norm_chunk_sums, norm_carry, norm_apply) against the token-by-token
-// kernel it replaces (copied below) and a float64 CPU reference. Run it first on the GPU machine:
+// src/cuda/chunk_kernels.cuh: the token sums with norm_chunk_sums or, for latent pairs, fused in
+// norm_sums, then norm_carry, norm_apply) against token_sum and the token-by-token kernel it
+// replaces (copied below) and a float64 CPU reference. Run it first on the GPU machine:
 //
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I src -I include dev/cuda/norm_scan.cu -o /tmp/norm_scan && /tmp/norm_scan
 //
@@ -158,6 +159,7 @@ struct Problem {
   // device
   void* q = nullptr;
   float *a32 = nullptr, *n0d = nullptr, *s = nullptr, *Qp = nullptr, *Nc = nullptr, *nout = nullptr;
+  float* s_parts = nullptr;  // norm_sums_kernel's latent blocks' partials of s
   bf16 *Xq = nullptr, *Kq = nullptr;
   Str4 qs;
   Str3 n0s, nouts;
@@ -214,18 +216,14 @@ struct Problem {
     n0s = c.with_n0 ? str3(n0d, sn) : Str3{};
     nouts = str3(nout, sn);
     s = dalloc<float>(d.nbh * c.T);
+    s_parts = dalloc<float>(d.nbh * norm_sums_blocks(c.L) * c.T);
     Qp = dalloc<float>(d.nbh * c.T * c.L);
     Nc = dalloc<float>(d.nbh * (d.nC + 1) * c.L);
     if (c.bf16_q) Xq = dalloc<bf16>(d.nbh * c.T * d.Lp);
     if (c.with_kq) Kq = dalloc<bf16>(d.nbh * c.T * d.Lp);
-    if (c.bf16_q)
-      token_sum_kernel<bf16><<<grid_for(d.nbh * c.T, 8), 256>>>(d, qs, s);
-    else
-      token_sum_kernel<float><<<grid_for(d.nbh * c.T, 8), 256>>>(d, qs, s);
-    CK(cudaGetLastError());
   }
   ~Problem() {
-    for (void* p : {q, (void*)a32, (void*)n0d, (void*)s, (void*)Qp, (void*)Nc, (void*)Xq, (void*)Kq}) cudaFree(p);
+    for (void* p : {q, (void*)a32, (void*)n0d, (void*)s, (void*)s_parts, (void*)Qp, (void*)Nc, (void*)Xq, (void*)Kq}) cudaFree(p);
     if (!k.alias_n0) cudaFree(nout);
   }
   template <typename X>
@@ -249,8 +247,9 @@ struct Problem {
   template <typename T>
   void launch(bool chunked) {
     if (chunked) {
-      launch_norm_scan<T>(d, qs, a32, n0s, s, Qp, Nc, nouts, Xq, Kq, 0);
-    } else {
+      launch_norm_scan<T>(d, qs, a32, n0s, s, s_parts, Qp, Nc, nouts, Xq, Kq, 0);  // s too
+    } else {  // the old pair: token_sum, then the token-by-token scan
+      token_sum_kernel<T><<<grid_for(d.nbh * k.T, 8), 256>>>(d, qs, s);
       norm_scan_sequential_kernel<T><<<grid_for(d.nbh * (Xq ? d.Lp : d.L), 256), 256>>>(d, qs, a32, n0s, s, Qp, Nc,
                                                                                         nouts, Xq, Kq);
       CK(cudaGetLastError());

@@ -1225,7 +1225,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const int64_t nlt = (L + kLocalLT - 1) / kLocalLT;
   // The quadratic path keeps, instead of the two state sets, M's cross blocks (bf16 hi + lo planes
   // of 64×64) and the cross scores P_IJ (float32 [nC][nC][C][C]).
-  const int64_t per_bh_common = Workspace::floats(nT) * 2 + Workspace::floats(nT * L) * 2 +
+  const int64_t per_bh_common = Workspace::floats(nT) * 2 + Workspace::floats(norm_sums_blocks(L) * nT) +
+                                Workspace::floats(nT * L) * 2 +
                                 Workspace::floats((nC + 1) * L) + Workspace::floats(nC * 16 * C * C) * 2 +
                                 operand_bytes<kTC, T>(d, 2, 2) + Workspace::floats(nT * nlt) + Workspace::floats(nT * E) +
                                 Workspace::floats(nC * L) * 4 + Workspace::floats(L) +
@@ -1246,7 +1247,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                     ", L=" + std::to_string(L) + ", E=" + std::to_string(E) + "), over the cap of " +
                     std::to_string(cap) + " bytes: raise options.max_workspace_bytes");
   // The forward's saved buffer (core/saved.h; its header checked by validation): s and Nc replace
-  // token_sum and the normaliser's chunk sums and carry; on the quadratic path P and Pcross replace
+  // the token sums and the normaliser's chunk sums and carry; on the quadratic path P and Pcross replace
   // chunk_scores and cross_scores (P has one split there, so d.nsplit = 1 and M has one split too).
   const detail::SavedLayout saved =
       detail::saved_layout(p.B, p.H, nT, L, p.dtype, g.rho0 != nullptr, g.options.chunk_size);
@@ -1283,6 +1284,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     // (the saved sections are only read: the kernels that would write them do not run)
     float* saved_at = const_cast<float*>(g.saved);
     float* s = saved_norm ? saved_at + saved.s + bh0 * saved.s_pair : ws.take_floats(n * nT);
+    float* s_parts = saved_norm ? nullptr : ws.take_floats(n * norm_sums_blocks(L) * nT);  // norm_sums_kernel's
     float* gc = ws.take_floats(n * nT);
     float* Qp = ws.take_floats(n * nT * L);
     float* dqp = ws.take_floats(n * nT * L);
@@ -1315,11 +1317,9 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* Ur = kTC ? ws.take_floats(n * nT * L) : nullptr;  // W lives in dqp (see bwd_local_kernel)
     float* HdHr = kTC ? ws.take_floats(n * nC * L) : nullptr;
 
-    if (!saved_norm) {
-      token_sum_kernel<T><<<grid_for(n * nT, 8), 256, 0, stream>>>(d, q, s);
-      RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
-    }
-    launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, Str3{}, o.Xq, o.Kq, stream, saved_norm);
+    // (the token sums too: computed as the forward computes them, so that s is bitwise the
+    // forward's, with or without its saved buffer)
+    launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, Str3{}, o.Xq, o.Kq, stream, saved_norm);
     make_key_remainders<kTC, T>(d, q, a32, o, stream);
     // (16-bit: M comes from cross_values_mma's diagonal items, on tensor cores; float32: from the
     // FFMA chunk_scores kernel, with P)

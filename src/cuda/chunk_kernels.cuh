@@ -252,6 +252,139 @@ __global__ void norm_chunk_sums_kernel(Dims d, Str4 q, const float* a32, float* 
   }
 }
 
+// ---- token sums and chunk sums from one read of q (the paired path) --------------------------
+// token_sum and norm_chunk_sums each read all of q (0.08 + 0.07 ms of the 1.38 ms BDH-8k
+// forward). norm_sums_kernel reads it once: a block per (bh, c, 2·blockDim latents), each thread
+// a latent pair, computing
+//   - the pair's chunk sums Z_c exactly as norm_chunk_sums_kernel<T, 2> does (the same loads, the
+//     same Horner steps in the same order: Nc bitwise the same), and
+//   - per token of the chunk, the block's partial sum of q over its latents, into
+//     parts[bh][lb][t] (lb: the latent block), in a fixed order: x0 + x1 per thread; a warp
+//     reduce-scatter over 32 tokens at a time (5 butterfly stages, each halving the tokens a lane
+//     holds: 31 shuffles per 32 tokens instead of 32 × 5; lane λ ends with token λ's warp sum);
+//     then the warps' sums through shared memory, added in warp order.
+// token_sum_reduce_kernel (a thread per (bh, t)) adds the blocks' partials in increasing block
+// order, then eps: s_t = eps + sum_l q_t[l], not bitwise token_sum's (another order of the adds,
+// float32 sums either way), but independent of the batching and the grid.
+// Block width: norm_sums_threads(L) = 32 · min(8, ceil(L / 64)) threads, i.e. 256 from L = 449 on
+// and only the warps that hold latents below that (L = 256, BDH-base: one block of 128 threads,
+// L = 6: one warp): no block of idle warps that would only join the barriers and the warp-order
+// sum. L not a multiple of the width: threads past L load nothing and add zeros.
+constexpr int kSumsThreads = 256;
+constexpr int kSumsTokens = 64;  // the longest chunk (ops.h: kMaxChunk)
+inline int norm_sums_threads(int64_t L) {
+  const int64_t warps = (L + 2 * 32 - 1) / (2 * 32);
+  return 32 * static_cast<int>(warps < 1 ? 1 : warps > kSumsThreads / 32 ? kSumsThreads / 32 : warps);
+}
+// The latent blocks of norm_sums_kernel: the rows of parts per (bh) pair.
+inline int64_t norm_sums_blocks(int64_t L) {
+  const int64_t width = 2 * norm_sums_threads(L);
+  return (L + width - 1) / width;
+}
+// Dynamic shared memory of norm_sums_kernel: the warps' token sums [warps][64].
+inline int norm_sums_smem(int64_t L) { return norm_sums_threads(L) / 32 * kSumsTokens * static_cast<int>(sizeof(float)); }
+
+// One butterfly stage of the warp reduce-scatter: x[0, 2M) holds this lane's values of 2M tokens;
+// lanes with bit M of their index keep the upper M, the others the lower M, each adding the
+// partner's (lane ^ M) value of the half it keeps. After M = 16, 8, 4, 2, 1, lane λ's x[0] is the
+// warp's sum of token λ.
+template <int M>
+__device__ __forceinline__ void sums_halve(float (&x)[32], int lane) {
+  const bool up = lane & M;
+#pragma unroll
+  for (int j = 0; j < M; ++j) {
+    const float keep = up ? x[j + M] : x[j], give = up ? x[j] : x[j + M];
+    x[j] = keep + __shfl_xor_sync(0xffffffffu, give, M);
+  }
+}
+
+// __launch_bounds__(256, 3): 72 registers, no spills (sm_90a, every dtype); with the bound on the
+// block size alone ptxas took 64 registers and spilled 20 bytes for bf16 and float16 q.
+template <typename T>
+__global__ void __launch_bounds__(kSumsThreads, 3) norm_sums_kernel(Dims d, Str4 q, const float* a32, float* Nc,
+                                                                 float* parts, int64_t nlb) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float(*red)[kSumsTokens] = reinterpret_cast<float(*)[kSumsTokens]>(smem_raw);  // [warp][token]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int64_t width = 2 * int64_t(blockDim.x);  // latents per block
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlb; item += gridDim.x) {
+    const int64_t bc = item / nlb, lb = item - bc * nlb, bh = bc / d.nC, c = bc - bh * d.nC;
+    const int64_t l = lb * width + 2 * threadIdx.x;
+    const bool active = l < d.L;  // L even: the whole pair is below L
+    const int Cn = static_cast<int>(d.chunk_len(c));
+    float a[2] = {}, z[2] = {0.0f, 0.0f};
+    const T* p = nullptr;
+    if (active) {
+      const int64_t b = d.b_of(bh), h = d.h_of(bh);
+      a[0] = a32[h * d.L + l], a[1] = a32[h * d.L + l + 1];
+      p = static_cast<const T*>(q.p) + q.at(b, h, c * d.C, l);
+    }
+    // 32 tokens at a time (block-uniform: every lane of every warp runs the shuffles)
+    for (int k32 = 0; k32 < Cn; k32 += 32) {
+      float x[32];  // token k32 + k: this pair's x0 + x1 (0 past Cn, or past L)
+#pragma unroll
+      for (int k = 0; k < 32; ++k) x[k] = 0.0f;
+      if (active) {
+#pragma unroll
+        for (int g = 0; g < 32 / kNormBatch; ++g) {
+          const int k0 = k32 + g * kNormBatch;
+          if (k0 >= Cn) break;
+          // norm_chunk_sums_kernel<T, 2>'s batch: full (no predicates), or the chunk's last
+          // partial one (its loads and steps for k < n, zeros loaded past n)
+          float qv[kNormBatch][2];
+          if (k0 + kNormBatch <= Cn) {
+            load_tokens<2>(p, q.s[2], kNormBatch, qv);
+#pragma unroll
+            for (int k = 0; k < kNormBatch; ++k)
+#pragma unroll
+              for (int v = 0; v < 2; ++v) z[v] = a[v] * z[v] + qv[k][v];
+          } else {
+            const int n = Cn - k0;
+            load_tokens<2>(p, q.s[2], n, qv);
+#pragma unroll
+            for (int k = 0; k < kNormBatch; ++k)
+              if (k < n) {
+#pragma unroll
+                for (int v = 0; v < 2; ++v) z[v] = a[v] * z[v] + qv[k][v];
+              }
+          }
+#pragma unroll
+          for (int k = 0; k < kNormBatch; ++k) x[g * kNormBatch + k] = qv[k][0] + qv[k][1];  // 0 past n
+        }
+      }
+      sums_halve<16>(x, lane);
+      sums_halve<8>(x, lane);
+      sums_halve<4>(x, lane);
+      sums_halve<2>(x, lane);
+      sums_halve<1>(x, lane);
+      red[warp][k32 + lane] = x[0];
+    }
+    if (active) {
+      float* out = Nc + (bh * (d.nC + 1) + c + 1) * d.L + l;
+      out[0] = z[0];
+      out[1] = z[1];
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < Cn; k += blockDim.x) {
+      float acc = red[0][k];
+      for (int w = 1; w < nw; ++w) acc += red[w][k];
+      parts[(bh * nlb + lb) * d.T + c * d.C + k] = acc;
+    }
+    __syncthreads();  // red is rewritten by the next item
+  }
+}
+
+// s[bh][t] = eps + the nlb partials parts[bh][0..nlb)[t], added in increasing block order.
+static __global__ void token_sum_reduce_kernel(Dims d, const float* parts, int64_t nlb, float* s) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.T; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t bh = i / d.T, t = i - bh * d.T;
+    const float* row = parts + bh * nlb * d.T + t;
+    float acc = 0.0f;
+    for (int64_t lb = 0; lb < nlb; ++lb) acc += row[lb * d.T];
+    s[i] = acc + kEpsF;
+  }
+}
+
 static __global__ void norm_carry_kernel(Dims d, const float* a32, Str3 n0, float* Nc, Str3 n_out) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.L; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t bh = i / d.L, l = i % d.L, b = d.b_of(bh), h = d.h_of(bh);
@@ -406,20 +539,34 @@ void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, 
   else
     launch_norm_apply<T, QpT, V, false, false>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
 }
+// Writes the token sums s ([bh][t]) and the normaliser scan's outputs. Where q's latents pair up
+// (norm_pairs_ok) one read of q gives both s and the chunk sums: norm_sums_kernel into s_parts
+// (workspace of nbh · norm_sums_blocks(L) · T floats), then token_sum_reduce_kernel; elsewhere
+// token_sum_kernel and norm_chunk_sums_kernel<T, 1> (s_parts unused). The choice depends on q
+// alone, so the forward and the backward's recomputation take the same one (s bitwise equal).
 // sums_ready: s and Nc already hold the token sums and the carried chunk-start normalisers (the
-// forward's saved buffer, core/saved.h), so only norm_apply runs; Nc is then only read.
+// forward's saved buffer, core/saved.h), so only norm_apply runs; s and Nc are then only read.
 template <typename T, typename QpT>
-void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, const float* s, QpT* Qp, float* Nc,
+void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, float* s, float* s_parts, QpT* Qp, float* Nc,
                       Str3 n_out, __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream, bool sums_ready = false) {
   // Pairs need q's pairs aligned (norm_pairs_ok) and Lp even (a multiple of 64, or L).
   const bool pairs = norm_pairs_ok<T>(d, q) && (!Xq || d.Lp % 2 == 0);
   if (!sums_ready) {
-    if (pairs)
-      norm_chunk_sums_kernel<T, kNormVec><<<grid_for(d.nbh * d.nC * d.L / kNormVec, 256), 256, 0, stream>>>(d, q, a32,
-                                                                                                           Nc);
-    else
+    if (norm_pairs_ok<T>(d, q)) {
+      if (s_parts == nullptr)
+        throw Error(ErrorKind::internal, "rhoscan cuda: launch_norm_scan without the token sums' workspace (a bug)");
+      const int64_t nlb = norm_sums_blocks(d.L);
+      norm_sums_kernel<T><<<grid_for(d.nbh * d.nC * nlb), norm_sums_threads(d.L), norm_sums_smem(d.L), stream>>>(
+          d, q, a32, Nc, s_parts, nlb);
+      RHOSCAN_CUDA_LAUNCHED("norm_sums_kernel");
+      token_sum_reduce_kernel<<<grid_for(d.nbh * d.T, 256), 256, 0, stream>>>(d, s_parts, nlb, s);
+      RHOSCAN_CUDA_LAUNCHED("token_sum_reduce_kernel");
+    } else {
+      token_sum_kernel<T><<<grid_for(d.nbh * d.T, 8), 256, 0, stream>>>(d, q, s);
+      RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
       norm_chunk_sums_kernel<T, 1><<<grid_for(d.nbh * d.nC * d.L, 256), 256, 0, stream>>>(d, q, a32, Nc);
-    RHOSCAN_CUDA_LAUNCHED("norm_chunk_sums_kernel");
+      RHOSCAN_CUDA_LAUNCHED("norm_chunk_sums_kernel");
+    }
     norm_carry_kernel<<<grid_for(d.nbh * d.L, 256), 256, 0, stream>>>(d, a32, n0, Nc, n_out);
     RHOSCAN_CUDA_LAUNCHED("norm_carry_kernel");
   }

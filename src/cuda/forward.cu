@@ -45,10 +45,12 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   set_padding<kTC>(d);
   const int64_t BH = p.B * p.H;
   using QpT = std::conditional_t<kTC, bf16, float>;  // bf16 where only the mma scores read it
-  // Per pair, both paths: s, Qp, the chunk-start normalisers, the intra-chunk scores (16 split
-  // slots), the bf16 operands. Chunked: the chunk-start states. Quadratic: the cross-chunk scores
-  // Pcross [nC][nC][C][C] float32 and the partials of their L splits.
-  const int64_t common_bh = Workspace::floats(p.T) + Workspace::bytes<QpT>(p.T * p.L) +
+  // Per pair, both paths: s and its latent blocks' partials (norm_sums_kernel), Qp, the
+  // chunk-start normalisers, the intra-chunk scores (16 split slots), the bf16 operands. Chunked:
+  // the chunk-start states. Quadratic: the cross-chunk scores Pcross [nC][nC][C][C] float32 and the
+  // partials of their L splits.
+  const int64_t common_bh = Workspace::floats(p.T) + Workspace::floats(norm_sums_blocks(p.L) * p.T) +
+                            Workspace::bytes<QpT>(p.T * p.L) +
                             Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
                             operand_bytes<kTC, T>(d, 2, 1);
   const int64_t chunked_bh = common_bh + chunk_state_bytes<StateT<kTC>>(d);
@@ -104,6 +106,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     d.nbh = std::min(per_batch, BH - bh0);
     d.nsplit = score_splits(d.nbh, d.nC, p.L);
     float* s = save ? f.saved + saved.s + bh0 * saved.s_pair : ws.take_floats(d.nbh * p.T);
+    float* s_parts = ws.take_floats(d.nbh * norm_sums_blocks(p.L) * p.T);
     QpT* Qp = ws.take_array<QpT>(d.nbh * p.T * p.L);
     float* Nc = save ? f.saved + saved.Nc + bh0 * saved.Nc_pair : ws.take_floats(d.nbh * (d.nC + 1) * p.L);
     float* P = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
@@ -113,9 +116,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
                                   : ws.take_floats(d.nbh * d.nC * d.nC * d.C * d.C);
     float* Pparts = quadratic ? ws.take_floats((cross_nsplit - 1) * d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
     const Operands16 o = take_operands<kTC, T>(ws, d, false);
-    token_sum_kernel<T><<<grid_for(d.nbh * p.T, 8), 256, 0, stream>>>(d, q, s);
-    RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
-    launch_norm_scan<T>(d, q, a32, n0, s, Qp, Nc, n_out, o.Xq, o.Kq, stream);
+    launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, n_out, o.Xq, o.Kq, stream);
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
     if (save_scores) {  // split 0 of each [nsplit][C][C] slot holds the sum
       const size_t CC = static_cast<size_t>(d.C * d.C) * sizeof(float);
