@@ -217,9 +217,11 @@ struct LocalSmemP {
 using LocalSmem = LocalSmemP<0>;
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
 
-// Two versions, chosen by kReadback: version 2 without the readback (float32), version 4 with it
-// (the 16-bit types; version 4 since its A/B at 778d902). Version 2 with the readback is built
-// only by the host emulation, which checks its FFMA row phase against float64.
+// The versions, chosen by kReadback: version 2 without the readback (float32), version 5 with it
+// (the 16-bit types; version 4 since its A/B at 778d902, version 5 (bwd_local_v5, below) is
+// version 4's arithmetic bit for bit with less integer work; -DRHOSCAN_BWD_LOCAL_VERSION=4 builds
+// version 4 for the A/B). Version 2 with the readback is built only by the host emulation, which
+// checks its FFMA row phase against float64.
 //   2: every (i, j) pair of the triangular loops by FFMA (above).
 //   4: the pairs between different 16-row sub-blocks of the chunk on tensor cores, FFMA only for
 //      the four 16×16 diagonal sub-blocks' triangles (480 of the 2016 pairs of a 64-row chunk),
@@ -1075,12 +1077,30 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
   const uint32_t pso = 4 * (pr * RS + px);
   const uint32_t w_dst = smem_addr(&S.w[0][0]) + pso, u_dst = smem_addr(&S.u[0][0]) + pso;
   const uint32_t qp_dst = smem_addr(&qps[0][0]) + pso, m_dst = smem_addr(&ms[0][0]) + pso;
-  // items (bh, c, lt), item = (bh nC + c) nlt + lt, advanced by the grid; b, h of bh0 + bh with them
-  const int64_t grid = gridDim.x, per_bh = int64_t{nlt} * nC;
-  const int dlt = static_cast<int>(grid % nlt), dc = static_cast<int>(grid / nlt % nC);
-  const int64_t dbh = grid / per_bh, dh = dbh % d.H, db = dbh / d.H;
-  int lt = static_cast<int>(blockIdx.x % nlt), c = static_cast<int>(blockIdx.x / nlt % nC);
-  int64_t bh = blockIdx.x / per_bh, h = (d.bh0 + bh) % d.H, b = (d.bh0 + bh) / d.H;
+  // items (bh, c, lt), item = (bh nC + c) nlt + lt, advanced by the grid; b, h of bh0 + bh with them.
+  // The grid's and the block's own decomposition in 32-bit unsigned arithmetic (grid.x < 2^32; nlt,
+  // nC are int), b and h of the first pair by a 32-bit division where bh0 + bh and H fit in 32 bits.
+  int lt, c, dlt, dc;
+  int64_t bh, dbh, h, b, dh, db;
+  {
+    const uint32_t unlt = static_cast<uint32_t>(nlt), unc = static_cast<uint32_t>(nC);
+    const uint32_t gq = gridDim.x / unlt, bq = blockIdx.x / unlt;
+    dlt = static_cast<int>(gridDim.x - gq * unlt), dc = static_cast<int>(gq % unc), dbh = gq / unc;
+    lt = static_cast<int>(blockIdx.x - bq * unlt), c = static_cast<int>(bq % unc), bh = bq / unc;
+    const uint64_t x = static_cast<uint64_t>(d.bh0 + bh), H = static_cast<uint64_t>(d.H);
+    if ((x | H) >> 32 == 0) {
+      const uint32_t q = static_cast<uint32_t>(x) / static_cast<uint32_t>(H);
+      b = q, h = static_cast<int64_t>(x) - int64_t{q} * d.H;
+    } else {
+      b = static_cast<int64_t>(x / H), h = static_cast<int64_t>(x % H);
+    }
+    if (H >> 32 == 0) {  // (dbh < 2^32)
+      const uint32_t q = static_cast<uint32_t>(dbh) / static_cast<uint32_t>(H);
+      db = q, dh = dbh - int64_t{q} * d.H;
+    } else {
+      db = 0, dh = dbh;
+    }
+  }
   auto advance = [&] {
     lt += dlt;
     const int c1 = lt >= nlt;
@@ -1101,14 +1121,15 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     const int64_t cb = (bh * nC + c) * L + l0;       // [bh][c][l] offset of latent l0
     const int lim = l0 + px < L ? Cn - pr : 0;       // piece k holds the chunk's data where 16 k < lim
     const bool xok = l0 + xc < d.L;
-    // q's loads (the `four` path) first, into registers (as version 4)
-    Four qr[4] = {};
+    // q's loads (the `four` path) first, into registers (as version 4), as 8-byte words: 4 bf16 /
+    // float16 values each, converted below (bf16 by shifts: the same floats as to_float)
+    uint2 qr[4] = {};
     const int64_t qb = b * q.s[0] + h * q.s[1] + int64_t{c} * C * q.s[2] + l0 * q.s[3];  // q at (token 0, l0)
     if (four) {
       const T* qp = static_cast<const T*>(q.p) + qb + pr * q.s[2] + px;
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        if (16 * k < lim) qr[k] = *reinterpret_cast<const Four*>(qp + 16 * k * q.s[2]);
+      for (int k = 0; k < 4; ++k, qp += 16 * q.s[2])
+        if (16 * k < lim) qr[k] = *reinterpret_cast<const uint2*>(qp);
     }
     __syncthreads();  // the previous item's reads of shared memory are done
     auto copy_tile = [&](uint32_t dst, float (*dsts)[RS], const float* src) {  // the [64][64] tile at src + tb
@@ -1162,9 +1183,15 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     if (four) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {  // (a piece outside the chunk or L: qr zero, its float4 zero)
-        const Four v4 = qr[k];
-        *reinterpret_cast<float4*>(&qs[pr + 16 * k][px]) =
-            make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
+        float4 f;
+        if constexpr (std::is_same_v<T, bf16>) {  // a bf16 is the upper half of its float
+          f = make_float4(__uint_as_float(qr[k].x << 16), __uint_as_float(qr[k].x & 0xffff0000u),
+                          __uint_as_float(qr[k].y << 16), __uint_as_float(qr[k].y & 0xffff0000u));
+        } else {
+          const Four v4 = *reinterpret_cast<const Four*>(&qr[k]);
+          f = make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
+        }
+        *reinterpret_cast<float4*>(&qs[pr + 16 * k][px]) = f;
       }
     } else {
       const int64_t q0 = qb + ic * q.s[2] + xc * q.s[3];
@@ -1193,13 +1220,22 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     if (8 * warp < Cn) {
       const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
       // the segment's z = sum_{i in [s0, e0)} a^(e0-1-i) q_i (Horner), for the later segments' starts
+      // (a full segment without the per-token checks: the same steps; so below)
       float z[2] = {};
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        if (s0 + k >= e0) break;  // warp-uniform
-        const float2 qi = *reinterpret_cast<const float2*>(&qs[s0 + k][x0]);
+      auto zstep = [&](int i) {
+        const float2 qi = *reinterpret_cast<const float2*>(&qs[i][x0]);
         z[0] = a[0] * z[0] + qi.x;
         z[1] = a[1] * z[1] + qi.y;
+      };
+      if (e0 == s0 + 8) {  // (z, a full segment)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) zstep(s0 + k);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          if (s0 + k >= e0) break;  // warp-uniform
+          zstep(s0 + k);
+        }
       }
       if (warp == 0) {  // the products' shares of da (red[0], then z_0 in its place)
 #pragma unroll
@@ -1221,14 +1257,21 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
           N[1] = a8[1] * N[1] + zv.y;
         }
       }
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int i = s0 + k;
-        if (i >= e0) break;  // warp-uniform
+      auto nstep = [&](int i) {
         *reinterpret_cast<float2*>(&ns[i][x0]) = make_float2(N[0], N[1]);
         const float2 qi = *reinterpret_cast<const float2*>(&qs[i][x0]);
         N[0] = a[0] * N[0] + qi.x;
         N[1] = a[1] * N[1] + qi.y;
+      };
+      if (e0 == s0 + 8) {  // (the N walk, a full segment)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) nstep(s0 + k);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          if (s0 + k >= e0) break;  // warp-uniform
+          nstep(s0 + k);
+        }
       }
     }
     __syncthreads();  // ns complete
@@ -1336,10 +1379,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       const int s0 = 8 * warp, e0 = min(s0 + 8, Cn), nseg = (Cn + 7) / 8;
       if (s0 < Cn) {
         float x[2] = {}, il[2] = {}, y[2] = {}, pw[2] = {1.0f, 1.0f};  // pw = a^(e0-1-i)
-#pragma unroll
-        for (int k = 7; k >= 0; --k) {
-          const int i = s0 + k;
-          if (i >= e0) continue;  // warp-uniform
+        auto rstep = [&](int i) {
           const float2 dn2 = *reinterpret_cast<const float2*>(&S.w[i][x0]);
           const float2 n2 = *reinterpret_cast<const float2*>(&ns[i][x0]);
           *reinterpret_cast<float2*>(&S.w[i][x0]) = make_float2(x[0], x[1]);
@@ -1351,6 +1391,16 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
           pw[1] *= a[1];
           x[0] = dn2.x + a[0] * x[0];
           x[1] = dn2.y + a[1] * x[1];
+        };
+        if (e0 == s0 + 8) {  // (the local recurrence, a full segment)
+#pragma unroll
+          for (int k = 7; k >= 0; --k) rstep(s0 + k);
+        } else {
+#pragma unroll
+          for (int k = 7; k >= 0; --k) {
+            if (s0 + k >= e0) continue;  // warp-uniform
+            rstep(s0 + k);
+          }
         }
         xch(qs, warp) = make_float2(x[0], x[1]);
         xch(qps, warp) = make_float2(y[0], y[1]);
@@ -1366,14 +1416,21 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
           cy[1] = xv.y + a8[1] * cy[1];
         }
         float pw[2] = {1.0f, 1.0f};  // a^(e0-1-i)
-#pragma unroll
-        for (int k = 7; k >= 0; --k) {
-          const int i = s0 + k;
-          if (i >= e0) continue;  // warp-uniform
+        auto cstep = [&](int i) {
           float2& ib = *reinterpret_cast<float2*>(&S.w[i][x0]);
           ib = make_float2(ib.x + pw[0] * cy[0], ib.y + pw[1] * cy[1]);
           pw[0] *= a[0];
           pw[1] *= a[1];
+        };
+        if (e0 == s0 + 8) {  // (the carry, a full segment)
+#pragma unroll
+          for (int k = 7; k >= 0; --k) cstep(s0 + k);
+        } else {
+#pragma unroll
+          for (int k = 7; k >= 0; --k) {
+            if (s0 + k >= e0) continue;  // warp-uniform
+            cstep(s0 + k);
+          }
         }
         const float2 y = xch(qps, warp), il = xch(qps, 8 + warp);
         xch(qps, 8 + warp) = make_float2(il.x + cy[0] * y.x, il.y + cy[1] * y.y);
@@ -1438,6 +1495,15 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
 static_assert(RHOSCAN_BWD_LOCAL_VERSION == 4 || RHOSCAN_BWD_LOCAL_VERSION == 5,
               "RHOSCAN_BWD_LOCAL_VERSION: 4 or 5 (bwd_local's version on the readback path)");
 constexpr int kBwdLocalVersion = RHOSCAN_BWD_LOCAL_VERSION;
+// Version 5's grid: as many blocks as fit at once (1, the default), each running on through its
+// items, so that what a block computes once (the decomposition's divisions, the thread's pieces and
+// shared addresses, the products' and split's per-thread indices that the compiler hoists out of
+// the item loop) is paid once per block instead of once per item (at BDH-8k: 32768 items, 264
+// blocks of 124 items on the H200, against one block per item); 0: a block per item as version 4.
+// (The items' arithmetic is the same either way: the outputs do not depend on the grid.)
+#ifndef RHOSCAN_BWD_LOCAL_PERSISTENT
+#define RHOSCAN_BWD_LOCAL_PERSISTENT 1
+#endif
 // kVersion: 2 (every path; the float32 one's), 4 or 5 (only with kReadback).
 template <typename T, bool kReadback, int kVersion = kReadback ? kBwdLocalVersion : 2>
 __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
@@ -1788,7 +1854,16 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
         RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
       }
     }
-    bwd_local_kernel<T, kTC><<<grid_for(n * nC * nlt), kLocalThreads, local_smem, stream>>>(
+    unsigned local_grid = grid_for(n * nC * nlt);
+    if constexpr (kTC && kBwdLocalVersion == 5 && RHOSCAN_BWD_LOCAL_PERSISTENT) {
+      int dev = 0, sms = 0, per_sm = 0;
+      RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+      RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_local_kernel<T, kTC>,
+                                                                       kLocalThreads, local_smem));
+      local_grid = grid_for(n * nC * nlt, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
+    }
+    bwd_local_kernel<T, kTC><<<local_grid, kLocalThreads, local_smem, stream>>>(
         d, q, v, gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
         kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
     RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");

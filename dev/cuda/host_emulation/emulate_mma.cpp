@@ -5,7 +5,8 @@
 // chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel, the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel (and launch_final_state's
 // sub-batches) and quadratic_output_mma_kernel,
-// the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 4 (readback path), cut out
+// the quadratic backward's kernels, and bwd_local_kernel's versions 2, 4 and 5 (readback path; 5
+// also bit for bit against 4), cut out
 // of src/cuda by extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async
 // emulated with their PTX fragment layouts; see the top of shim.h for what is and is not emulated).
 // Each is
@@ -829,7 +830,8 @@ bool quad_dv_case(const Problem& p) {
   return check("dv", doubles(dv), ref, 1e-2);
 }
 
-// ---- bwd_local version 4 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
+// ---- bwd_local version 4 and 5 (5: version 4's arithmetic with less integer work; its outputs must
+//      equal version 4's bit for bit, NaN patterns included) (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
 //      in three passes, and the scans split over the warps, see backward.cu) and version 2
 //      (every pair by FFMA in float32), readback instantiation with
 //      bf16 q, against a float64 loop of bwd_local's formulas (the comments of backward.cu): every
@@ -1073,7 +1075,7 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv, split values", output_case<float, float, true, true>},
       {"chunk_readback_mma, split values", readback_case<true>},
   };
-  // bwd_local's versions 2 and 4 against float64, on their own shapes: full chunks of 64 and tails of 17,
+  // bwd_local's versions 2, 4 and 5 against float64 (and 5 bitwise 4), on their own shapes: full chunks of 64 and tails of 17,
   // 33, 50, 48 and 1 rows, chunks of 48, 32, 17 and 1, L past a 64-latent tile (70, 130), several
   // pairs, grids smaller than the work. EMU_QUICK: the first four.
   const std::vector<LocalShape> local_shapes = {
