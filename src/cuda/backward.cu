@@ -1041,7 +1041,13 @@ __device__ __forceinline__ void bwd_local_v2_v4(
 //     same sum u + w per element);
 //   - the chunk's N_0 (Nc) and a, loaded at the item's start by the power tables' threads (a is
 //     their own al) into ms's padding columns 65 and 66, read there after the products: version
-//     4's loads of them sat in front of the N walk (long-scoreboard stalls there).
+//     4's loads of them sat in front of the N walk (long-scoreboard stalls there);
+//   - q's 4-latent pieces as 8-byte words (bf16 to float by shifts: no 16-bit register traffic);
+//   - the scans' full segments (8 tokens) without per-token checks (separate loops);
+//   - a persistent grid (the launcher, RHOSCAN_BWD_LOCAL_PERSISTENT): what a block computes once
+//     (311 SASS instructions per thread before the item loop) is paid per block, not per item.
+// ptxas (sm_90a, nvcc 13.0): 118 registers (version 4: 128), no spills; the same shared memory
+// (LocalSmemV4). Not yet measured on the H200.
 template <typename T>
 __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, const float* Qp, const float* s,
                                              const float* Nc, const float* M, const float* Wr, const float* Ur,

@@ -99,7 +99,7 @@ mutants=(
   "bwd_local v4: zsum, the last segment's length taken as 8 at a tail chunk|src/cuda/backward.cu|aT = ipow64(a[u], Cn - 8 * (nseg - 1))|aT = ipow64(a[u], 8)|deferred|caught"
   "bwd_local v4: gc reduce-scatter, xor 8 keeps the partner's row (lane mix-up)|src/cuda/backward.cu|float gc = b3 ? k1 : k0;|float gc = b3 ? k0 : k1;|deferred|caught"
   "bwd_local v4: gc reduce-scatter, a lane stores its neighbour row's total|src/cuda/backward.cu|const int i = i0 + lane / 8;|const int i = i0 + (lane / 8 ^ 1);|deferred|caught"
-  "bwd_local v5: the running decomposition drops lt's carry into c|src/cuda/backward.cu|    c += dc + c1;|    c += dc;|deferred|caught||bwd_local v5"
+  "bwd_local v5: the running decomposition wraps lt one step late (lt = nlt kept: an item past L)|src/cuda/backward.cu|    const int c1 = lt >= nlt;|    const int c1 = lt > nlt;|deferred|caught||bwd_local v5"
   "bwd_local v5: the running decomposition drops c's carry into h (b, h of the next pair)|src/cuda/backward.cu|    h += dh + c2;|    h += dh;|deferred|caught||bwd_local v5"
   "bwd_local v5: the running decomposition drops h's carry into b|src/cuda/backward.cu|    b += db + c3;|    b += db;|deferred|caught||bwd_local v5"
   "bwd_local v5: a fixed piece's shared row one off its global row (rows pr ^ 1)|src/cuda/backward.cu|const uint32_t pso = 4 * (pr * RS + px);|const uint32_t pso = 4 * ((pr ^ 1) * RS + px);|deferred|caught||bwd_local v5"
