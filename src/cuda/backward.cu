@@ -217,9 +217,11 @@ struct LocalSmemP {
 using LocalSmem = LocalSmemP<0>;
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
 
-// Two versions, chosen by kReadback: version 2 without the readback (float32), version 4 with it
-// (the 16-bit types; version 4 since its A/B at 778d902). Version 2 with the readback is built
-// only by the host emulation, which checks its FFMA row phase against float64.
+// The versions, chosen by kReadback: version 2 without the readback (float32), version 5 with it
+// (the 16-bit types; version 4 since its A/B at 778d902, version 5 (bwd_local_v5, below) is
+// version 4's arithmetic bit for bit with less integer work; -DRHOSCAN_BWD_LOCAL_VERSION=4 builds
+// version 4 for the A/B). Version 2 with the readback is built only by the host emulation, which
+// checks its FFMA row phase against float64.
 //   2: every (i, j) pair of the triangular loops by FFMA (above).
 //   4: the pairs between different 16-row sub-blocks of the chunk on tensor cores, FFMA only for
 //      the four 16×16 diagonal sub-blocks' triangles (480 of the 2016 pairs of a 64-row chunk),
@@ -301,7 +303,7 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 constexpr int kLocalPadV4 = 8;
 using LocalSmemV4 = LocalSmemP<kLocalPadV4>;
 template <int kVersion>
-using LocalSmemOf = std::conditional_t<kVersion == 4, LocalSmemV4, LocalSmem>;
+using LocalSmemOf = std::conditional_t<kVersion >= 4, LocalSmemV4, LocalSmem>;  // (version 5: version 4's)
 struct LocalPowTables {
   static constexpr int W = kLocalLT + kLocalPadV4;
   float pt[17][W], ft[17][W];  // a^n, f(n), n = 0..16
@@ -500,9 +502,10 @@ __device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.
 // Wr, Ur, HdHr (kReadback): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
 // alias dqp (the block copies its W[t][l] to shared memory before it writes dqp[t][l]).
 // Without kReadback the block computes them from Hs, dHs, g, v (its E loop).
-// kVersion: 2 or 4 (see above; 4 only with kReadback), by default 4 with kReadback, else 2.
-template <typename T, bool kReadback, int kVersion = kReadback ? 4 : 2>
-__global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
+// kVersion: 2 or 4 (see above; 4 only with kReadback); bwd_local_kernel below picks the version
+// (version 5, bwd_local_v5, after this one).
+template <typename T, bool kReadback, int kVersion>
+__device__ __forceinline__ void bwd_local_v2_v4(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
@@ -1019,6 +1022,508 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
   }
 }
 
+// ---- bwd_local version 5: version 4's arithmetic, bit for bit, with less integer work ---------
+// Version 4's floating-point operations in the same order (every output bitwise version 4's: the
+// emulation compares all of them), with less of the integer and control work that an Nsight
+// Compute profile of version 4 on the H200 showed (BDH-8k bfloat16, 1.118 G warp instructions per
+// call, 0.58 issued per scheduler; by the SASS per source line of the same build: ~20 % of the
+// executed instructions at the item's start — 64-bit divisions decoding the item and b, h, the
+// tiles' clamped 64-bit offsets per 16-byte piece, q's strided offsets — and 6 % in dqp's 16
+// scalar stores per thread with a 64-bit offset each):
+//   - items (bh, c, lt), item = (bh nC + c) nlt + lt, by a running decomposition advanced by
+//     gridDim.x (carries, no division per item), b and h of bh0 + bh carried along with bh (no
+//     division either: b, h, bh stay 64-bit, so no launch limit);
+//   - one 64-bit offset per item and array family ([bh][t][l], [bh][c][l], q's), the thread's
+//     fixed pieces (rows pr + 16 k, latents px .. px + 3, as version 4's) as a 64-bit offset and a
+//     32-bit shared address computed once, a k step at an immediate; a piece's zero fill from one
+//     per-item limit (16 k < lim), its source not clamped (a zero-filled cp.async reads nothing);
+//   - dqp by float4 stores of the same pieces (L % 4 == 0: 4 stores per thread instead of 16; the
+//     same sum u + w per element);
+//   - the chunk's N_0 (Nc) and a, loaded at the item's start by the power tables' threads (a is
+//     their own al) into ms's padding columns 65 and 66, read there after the products: version
+//     4's loads of them sat in front of the N walk (long-scoreboard stalls there);
+//   - q's 4-latent pieces as 8-byte words (bf16 to float by shifts: no 16-bit register traffic);
+//   - the scans' full segments (8 tokens) without per-token checks (separate loops);
+//   - a persistent grid (the launcher, RHOSCAN_BWD_LOCAL_PERSISTENT): what a block computes once
+//     (311 SASS instructions per thread before the item loop) is paid per block, not per item.
+// ptxas (sm_90a, nvcc 13.0): 118 registers (version 4: 128), no spills; the same shared memory
+// (LocalSmemV4). Not yet measured on the H200.
+template <typename T>
+__device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, const float* Qp, const float* s,
+                                             const float* Nc, const float* M, const float* Wr, const float* Ur,
+                                             const float* HdHr, float* gcp, float* dqp, float* dap, float* Bsum,
+                                             float* Zs) {
+  constexpr int LT = kLocalLT, RS = kLocalLT + kLocalPadV4;  // RS: floats per row of the [64][RS] tiles
+  static_assert(kLocalPadV4 >= 3, "ms's padding columns LT .. LT + 2: 1/s, N_0, a");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  LocalSmemV4& S = *reinterpret_cast<LocalSmemV4*>(smem_raw);
+  auto& qs = S.r.qs;
+  auto& qps = S.r.qps;
+  auto& ns = S.r.ns;
+  auto& ms = S.r.ms;
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC);
+  const int nlt = static_cast<int>((d.L + LT - 1) / LT);
+  if (nC == 0 || nlt == 0) return;  // no items (and no divisions by zero below)
+  const int64_t L = d.L;
+  const int CnLast = static_cast<int>(d.chunk_len(nC - 1));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, x0 = 2 * lane;
+  // q: 4 latents a load where the rows are contiguous and aligned (BDH's case), else one.
+  const bool four = d.L % 4 == 0 && q.s[3] == 1 && q.s[2] % 4 == 0 && q.s[1] % 4 == 0 && q.s[0] % 4 == 0 &&
+                    reinterpret_cast<uintptr_t>(q.p) % (4 * sizeof(T)) == 0;
+  struct alignas(4 * sizeof(T)) Four {
+    T x[4];
+  };
+  const bool vec = d.L % 4 == 0;  // the float32 tiles by 16-byte pieces (else scalar)
+  // The thread's pieces of a [64 tokens][64 latents] tile: rows pr + 16 k (k < 4), latents px .. px
+  // + 3 (version 4's idx = tid + 256 k: i = idx / 16, x = 4 (idx % 16)); scalar path: latent xc,
+  // rows ic + 4 k (k < 16).
+  const int pr = threadIdx.x / 16, px = 4 * (threadIdx.x % 16);
+  const int xc = threadIdx.x % LT, ic = threadIdx.x / LT;
+  constexpr uint32_t kStepB = 4 * 16 * RS;  // bytes from piece k to k + 1 in shared memory
+  const uint32_t pso = 4 * (pr * RS + px);
+  const uint32_t w_dst = smem_addr(&S.w[0][0]) + pso, u_dst = smem_addr(&S.u[0][0]) + pso;
+  const uint32_t qp_dst = smem_addr(&qps[0][0]) + pso, m_dst = smem_addr(&ms[0][0]) + pso;
+  // items (bh, c, lt), item = (bh nC + c) nlt + lt, advanced by the grid; b, h of bh0 + bh with them.
+  // The grid's and the block's own decomposition in 32-bit unsigned arithmetic (grid.x < 2^32; nlt,
+  // nC are int), b and h of the first pair by a 32-bit division where bh0 + bh and H fit in 32 bits.
+  int lt, c, dlt, dc;
+  int64_t bh, dbh, h, b, dh, db;
+  {
+    const uint32_t unlt = static_cast<uint32_t>(nlt), unc = static_cast<uint32_t>(nC);
+    const uint32_t gq = gridDim.x / unlt, bq = blockIdx.x / unlt;
+    dlt = static_cast<int>(gridDim.x - gq * unlt), dc = static_cast<int>(gq % unc), dbh = gq / unc;
+    lt = static_cast<int>(blockIdx.x - bq * unlt), c = static_cast<int>(bq % unc), bh = bq / unc;
+    const uint64_t x = static_cast<uint64_t>(d.bh0 + bh), H = static_cast<uint64_t>(d.H);
+    if ((x | H) >> 32 == 0) {
+      const uint32_t q = static_cast<uint32_t>(x) / static_cast<uint32_t>(H);
+      b = q, h = static_cast<int64_t>(x) - int64_t{q} * d.H;
+    } else {
+      b = static_cast<int64_t>(x / H), h = static_cast<int64_t>(x % H);
+    }
+    if (H >> 32 == 0) {  // (dbh < 2^32)
+      const uint32_t q = static_cast<uint32_t>(dbh) / static_cast<uint32_t>(H);
+      db = q, dh = dbh - int64_t{q} * d.H;
+    } else {
+      db = 0, dh = dbh;
+    }
+  }
+  auto advance = [&] {
+    lt += dlt;
+    const int c1 = lt >= nlt;
+    lt -= c1 ? nlt : 0;
+    c += dc + c1;
+    const int c2 = c >= nC;
+    c -= c2 ? nC : 0;
+    bh += dbh + c2;
+    h += dh + c2;
+    const int c3 = h >= d.H;
+    h -= c3 ? d.H : 0;
+    b += db + c3;
+  };
+  for (; bh < d.nbh; advance()) {
+    const int Cn = c == nC - 1 ? CnLast : C, l0 = lt * LT;
+    const int64_t row0 = bh * d.T + int64_t{c} * C;  // [bh][t] row of the chunk's token 0
+    const int64_t tb = row0 * L + l0;                // [bh][t][l] offset of (token 0, latent l0)
+    const int64_t cb = (bh * nC + c) * L + l0;       // [bh][c][l] offset of latent l0
+    const int lim = l0 + px < L ? Cn - pr : 0;       // piece k holds the chunk's data where 16 k < lim
+    const bool xok = l0 + xc < d.L;
+    // q's loads (the `four` path) first, into registers (as version 4), as 8-byte words: 4 bf16 /
+    // float16 values each, converted below (bf16 by shifts: the same floats as to_float)
+    uint2 qr[4] = {};
+    const int64_t qb = b * q.s[0] + h * q.s[1] + int64_t{c} * C * q.s[2] + l0 * q.s[3];  // q at (token 0, l0)
+    if (four) {
+      const T* qp = static_cast<const T*>(q.p) + qb + pr * q.s[2] + px;
+#pragma unroll
+      for (int k = 0; k < 4; ++k, qp += 16 * q.s[2])
+        if (16 * k < lim) qr[k] = *reinterpret_cast<const uint2*>(qp);
+    }
+    __syncthreads();  // the previous item's reads of shared memory are done
+    auto copy_tile = [&](uint32_t dst, float (*dsts)[RS], const float* src) {  // the [64][64] tile at src + tb
+      if (vec) {
+        const float* p = src + tb + pr * L + px;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) cp_async16_u32(dst + k * kStepB, p + 16 * k * L, 16 * k < lim ? 16u : 0u);
+      } else {
+        const float* p = src + tb + ic * L + xc;
+#pragma unroll 8
+        for (int k = 0; k < 16; ++k) {
+          const int i = ic + 4 * k;
+          dsts[i][xc] = xok && i < Cn ? p[4 * k * L] : 0.0f;
+        }
+      }
+    };
+    copy_tile(w_dst, S.w, Wr);
+    copy_tile(u_dst, S.u, Ur);
+    if (threadIdx.x < LT) S.hdh[threadIdx.x] = l0 + threadIdx.x < d.L ? HdHr[cb + threadIdx.x] : 0.0f;
+    copy_tile(qp_dst, qps, Qp);
+    // M of the chunk (split 0 holds the sum); at C = 64 the whole slot by the same pieces
+    const float* Mc = M + (bh * nC + c) * d.nsplit * C * C;
+    if (C == 64) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) cp_async16_u32(m_dst + k * kStepB, Mc + 4 * threadIdx.x + 1024 * k);
+    }
+    cp_async_commit();
+    {  // the power tables (in ns: the previous item's reads of it are done), as version 4; and N_0, a
+      LocalPowTables& P = *reinterpret_cast<LocalPowTables*>(&ns[0][0]);
+      const int I = threadIdx.x / LT, R = Cn - 16 * (I + 1);
+      const float al = xok ? a32[h * d.L + l0 + xc] : 0.0f;
+      if (I == 0) {
+        float x = 1.0f, xp = 0.0f;
+#pragma unroll
+        for (int n = 0; n <= 16; ++n) {
+          P.pt[n][xc] = x;
+          P.ft[n][xc] = float(n) * xp;  // f(n) = n a^(n-1), f(0) = 0
+          xp = x;
+          x *= al;
+        }
+      }
+      P.a16[I][xc] = ipow64(al, 16 * I);
+      P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
+      P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
+      P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
+      // (ms's columns >= 64 are padding: LT 1/s below, LT + 1 N_0, LT + 2 a; M's copy, split and
+      // loops never touch them)
+      if (I == 1) ms[xc][LT + 1] = xok ? Nc[cb + bh * L + xc] : 0.0f;  // (bh (nC + 1) + c) L + l0 + xc
+      if (I == 2) ms[xc][LT + 2] = al;
+    }
+    if (four) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {  // (a piece outside the chunk or L: qr zero, its float4 zero)
+        float4 f;
+        if constexpr (std::is_same_v<T, bf16>) {  // a bf16 is the upper half of its float
+          f = make_float4(__uint_as_float(qr[k].x << 16), __uint_as_float(qr[k].x & 0xffff0000u),
+                          __uint_as_float(qr[k].y << 16), __uint_as_float(qr[k].y & 0xffff0000u));
+        } else {
+          const Four v4 = *reinterpret_cast<const Four*>(&qr[k]);
+          f = make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
+        }
+        *reinterpret_cast<float4*>(&qs[pr + 16 * k][px]) = f;
+      }
+    } else {
+      const int64_t q0 = qb + ic * q.s[2] + xc * q.s[3];
+#pragma unroll 8
+      for (int k = 0; k < 16; ++k) {
+        const int i = ic + 4 * k;
+        qs[i][xc] = xok && i < Cn ? load<T>(q.p, q0 + 4 * k * q.s[2]) : 0.0f;
+      }
+    }
+    if (C != 64) {
+      for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
+    }
+    // 1/s of the chunk's rows, once per item, in ms's padding column LT (as version 4)
+    if (threadIdx.x < LT) ms[threadIdx.x][LT] = threadIdx.x < Cn ? 1.0f / s[row0 + threadIdx.x] : 0.0f;
+    cp_async_wait<0>();
+    __syncthreads();
+    bwd_local_split_m(S, Cn);
+    __syncthreads();  // M's hi / lo tiles complete
+    bwd_local_cross(S, *reinterpret_cast<const LocalPowTables*>(&ns[0][0]), Cn);
+    __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed
+    const float a[2] = {ms[x0][LT + 2], ms[x0 + 1][LT + 2]};
+    float da[2] = {};
+    float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
+    // the two scans over segments of 8 tokens (version 4's, see there)
+    auto xch = [&](auto& tile, int v) -> float2& { return *reinterpret_cast<float2*>(&tile[v][x0]); };
+    if (8 * warp < Cn) {
+      const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
+      // the segment's z = sum_{i in [s0, e0)} a^(e0-1-i) q_i (Horner), for the later segments' starts
+      // (a full segment without the per-token checks: the same steps; so below)
+      float z[2] = {};
+      auto zstep = [&](int i) {
+        const float2 qi = *reinterpret_cast<const float2*>(&qs[i][x0]);
+        z[0] = a[0] * z[0] + qi.x;
+        z[1] = a[1] * z[1] + qi.y;
+      };
+      if (e0 == s0 + 8) {  // (z, a full segment)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) zstep(s0 + k);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          if (s0 + k >= e0) break;  // warp-uniform
+          zstep(s0 + k);
+        }
+      }
+      if (warp == 0) {  // the products' shares of da (red[0], then z_0 in its place)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) da[u] = S.red[0][x0 + u];
+      }
+      xch(S.red, warp) = make_float2(z[0], z[1]);
+    }
+    __syncthreads();  // the segments' z
+    if (8 * warp < Cn) {
+      const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
+      // N at the segment's start: N_0 (the chunk's, from ms's column LT + 1), then N <- a^8 N + z_v
+      // over the earlier (full) segments v < w; then the walk over the segment (ns)
+      float N[2] = {ms[x0][LT + 1], ms[x0 + 1][LT + 1]};
+      if (warp > 0) {
+        const float a8[2] = {ipow64(a[0], 8), ipow64(a[1], 8)};
+        for (int v = 0; v < warp; ++v) {
+          const float2 zv = xch(S.red, v);
+          N[0] = a8[0] * N[0] + zv.x;
+          N[1] = a8[1] * N[1] + zv.y;
+        }
+      }
+      auto nstep = [&](int i) {
+        *reinterpret_cast<float2*>(&ns[i][x0]) = make_float2(N[0], N[1]);
+        const float2 qi = *reinterpret_cast<const float2*>(&qs[i][x0]);
+        N[0] = a[0] * N[0] + qi.x;
+        N[1] = a[1] * N[1] + qi.y;
+      };
+      if (e0 == s0 + 8) {  // (the N walk, a full segment)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) nstep(s0 + k);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          if (s0 + k >= e0) break;  // warp-uniform
+          nstep(s0 + k);
+        }
+      }
+    }
+    __syncthreads();  // ns complete
+    float* gp = gcp + row0 * nlt + lt;  // gcp[bh][t][lt] at the chunk's token 0
+#pragma unroll 1
+    for (int gi = 0; gi < 2; ++gi) {
+      const int i0 = 4 * (warp + 8 * gi);
+      if (i0 >= Cn) break;
+      float p[4][2] = {}, dp[4][2] = {};
+      auto pstep = [&](int r, const float2& qj, float m) {
+        dp[r][0] = dp[r][0] * a[0] + p[r][0];
+        p[r][0] = p[r][0] * a[0] + qj.x * m;
+        dp[r][1] = dp[r][1] * a[1] + p[r][1];
+        p[r][1] = p[r][1] * a[1] + qj.y * m;
+      };
+      for (int j0 = i0 & ~15; j0 < i0; j0 += 4) {  // (the row's own sub-block only, as version 4)
+        float4 m[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) m[r] = *reinterpret_cast<const float4*>(&ms[i0 + r][j0]);
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const float2 qj = *reinterpret_cast<const float2*>(&qs[j0 + jj][x0]);
+#pragma unroll
+          for (int r = 0; r < 4; ++r) pstep(r, qj, f4(m[r], jj));
+        }
+      }
+#pragma unroll
+      for (int jj = 0; jj < 3; ++jj) {  // the triangle: row i0 + r takes j = i0 + jj when jj < r
+        const float2 qj = *reinterpret_cast<const float2*>(&qs[i0 + jj][x0]);
+#pragma unroll
+        for (int r = jj + 1; r < 4; ++r) pstep(r, qj, ms[i0 + r][i0 + jj]);
+      }
+      float avs[4][2] = {};
+      auto astep = [&](int r, const float2& qk, float m) {
+        avs[r][0] = avs[r][0] * a[0] + qk.x * m;
+        avs[r][1] = avs[r][1] * a[1] + qk.y * m;
+      };
+      int k = min(Cn - 1, i0 | 15);  // (up to the sub-block's end)
+      for (; k >= i0 + 7; k -= 4) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const float4 m = *reinterpret_cast<const float4*>(&ms[k - kk][i0]);
+          const float2 qk = *reinterpret_cast<const float2*>(&qps[k - kk][x0]);
+#pragma unroll
+          for (int r = 0; r < 4; ++r) astep(r, qk, f4(m, r));
+        }
+      }
+      for (; k >= i0 + 4; --k) {
+        const float4 m = *reinterpret_cast<const float4*>(&ms[k][i0]);
+        const float2 qk = *reinterpret_cast<const float2*>(&qps[k][x0]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) astep(r, qk, f4(m, r));
+      }
+#pragma unroll
+      for (int kk = 3; kk >= 1; --kk) {  // the triangle: row i0 + r takes k = i0 + kk when r < kk
+        if (i0 + kk < Cn) {
+          const float2 qk = *reinterpret_cast<const float2*>(&qps[i0 + kk][x0]);
+#pragma unroll
+          for (int r = 0; r < kk; ++r) astep(r, qk, ms[i0 + kk][i0 + r]);
+        }
+      }
+      float gcr[4] = {};  // the rows' lane sums of gc, reduced together below
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = i0 + r;
+        if (i >= Cn) break;  // warp-uniform
+        const float rs = ms[i][LT];
+        const float2 N2 = *reinterpret_cast<const float2*>(&ns[i][x0]);
+        const float2 W2 = *reinterpret_cast<const float2*>(&S.w[i][x0]);
+        const float2 U2 = *reinterpret_cast<const float2*>(&S.u[i][x0]);
+        const float2 qp2 = *reinterpret_cast<const float2*>(&qps[i][x0]);
+        const float2 q2 = *reinterpret_cast<const float2*>(&qs[i][x0]);
+        const float Nv[2] = {N2.x, N2.y}, Wv[2] = {W2.x, W2.y}, Uv[2] = {U2.x, U2.y};
+        const float qp[2] = {qp2.x, qp2.y}, qv[2] = {q2.x, q2.y};
+        float dn[2], part[2], gc = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const float gw = (Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
+          const float av = Uv[u] + avs[r][u];
+          da[u] += qp[u] * dp[r][u];
+          dn[u] = -qp[u] * gw;
+          part[u] = gw * rs + av;
+          gc += gw * qv[u];
+        }
+        *reinterpret_cast<float2*>(&S.w[i][x0]) = make_float2(dn[0], dn[1]);
+        *reinterpret_cast<float2*>(&S.u[i][x0]) = make_float2(part[0], part[1]);
+        gcr[r] = gc;
+      }
+      {  // the 4 rows' sums over the warp together (version 4's reduce-scatter)
+        const bool b4 = lane & 16, b3 = lane & 8;
+        float k0 = b4 ? gcr[2] : gcr[0], k1 = b4 ? gcr[3] : gcr[1];
+        k0 += __shfl_xor_sync(0xffffffffu, b4 ? gcr[0] : gcr[2], 16);
+        k1 += __shfl_xor_sync(0xffffffffu, b4 ? gcr[1] : gcr[3], 16);
+        float gc = b3 ? k1 : k0;
+        gc += __shfl_xor_sync(0xffffffffu, b3 ? k0 : k1, 8);
+        for (int o = 4; o > 0; o >>= 1) gc += __shfl_xor_sync(0xffffffffu, gc, o);
+        const int i = i0 + lane / 8;
+        if (lane % 8 == 0 && i < Cn) gp[i * nlt] = gc * ms[i][LT];
+      }
+    }
+    S.red[warp][x0] = da[0];
+    S.red[warp][x0 + 1] = da[1];
+    __syncthreads();
+    {  // the reverse scan over the segments (version 4's, see there)
+      const int s0 = 8 * warp, e0 = min(s0 + 8, Cn), nseg = (Cn + 7) / 8;
+      if (s0 < Cn) {
+        float x[2] = {}, il[2] = {}, y[2] = {}, pw[2] = {1.0f, 1.0f};  // pw = a^(e0-1-i)
+        auto rstep = [&](int i) {
+          const float2 dn2 = *reinterpret_cast<const float2*>(&S.w[i][x0]);
+          const float2 n2 = *reinterpret_cast<const float2*>(&ns[i][x0]);
+          *reinterpret_cast<float2*>(&S.w[i][x0]) = make_float2(x[0], x[1]);
+          il[0] += x[0] * n2.x;
+          il[1] += x[1] * n2.y;
+          y[0] += pw[0] * n2.x;
+          y[1] += pw[1] * n2.y;
+          pw[0] *= a[0];
+          pw[1] *= a[1];
+          x[0] = dn2.x + a[0] * x[0];
+          x[1] = dn2.y + a[1] * x[1];
+        };
+        if (e0 == s0 + 8) {  // (the local recurrence, a full segment)
+#pragma unroll
+          for (int k = 7; k >= 0; --k) rstep(s0 + k);
+        } else {
+#pragma unroll
+          for (int k = 7; k >= 0; --k) {
+            if (s0 + k >= e0) continue;  // warp-uniform
+            rstep(s0 + k);
+          }
+        }
+        xch(qs, warp) = make_float2(x[0], x[1]);
+        xch(qps, warp) = make_float2(y[0], y[1]);
+        xch(qps, 8 + warp) = make_float2(il[0], il[1]);
+      }
+      __syncthreads();  // the segments' x
+      if (s0 < Cn) {
+        const float a8[2] = {ipow64(a[0], 8), ipow64(a[1], 8)};
+        float cy[2] = {};
+        for (int v = nseg - 1; v > warp; --v) {
+          const float2 xv = xch(qs, v);
+          cy[0] = xv.x + a8[0] * cy[0];
+          cy[1] = xv.y + a8[1] * cy[1];
+        }
+        float pw[2] = {1.0f, 1.0f};  // a^(e0-1-i)
+        auto cstep = [&](int i) {
+          float2& ib = *reinterpret_cast<float2*>(&S.w[i][x0]);
+          ib = make_float2(ib.x + pw[0] * cy[0], ib.y + pw[1] * cy[1]);
+          pw[0] *= a[0];
+          pw[1] *= a[1];
+        };
+        if (e0 == s0 + 8) {  // (the carry, a full segment)
+#pragma unroll
+          for (int k = 7; k >= 0; --k) cstep(s0 + k);
+        } else {
+#pragma unroll
+          for (int k = 7; k >= 0; --k) {
+            if (s0 + k >= e0) continue;  // warp-uniform
+            cstep(s0 + k);
+          }
+        }
+        const float2 y = xch(qps, warp), il = xch(qps, 8 + warp);
+        xch(qps, 8 + warp) = make_float2(il.x + cy[0] * y.x, il.y + cy[1] * y.y);
+        if (warp == 0) {  // B's share: the continuation past 0 (a^8: segment 0 is full wherever cy != 0)
+          const float2 x = xch(qs, 0);
+          bsum[0] = x.x + a8[0] * cy[0];
+          bsum[1] = x.y + a8[1] * cy[1];
+        }
+      }
+    }
+    __syncthreads();
+    // dqp = u + w (the partial dq): the tile's pieces as float4 where L % 4 == 0, else scalar
+    if (vec) {
+      float* p = dqp + tb + pr * L + px;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (16 * k < lim) {
+          const float4 u4 = *reinterpret_cast<const float4*>(&S.u[pr + 16 * k][px]);
+          const float4 w4 = *reinterpret_cast<const float4*>(&S.w[pr + 16 * k][px]);
+          *reinterpret_cast<float4*>(p + 16 * k * L) = make_float4(u4.x + w4.x, u4.y + w4.y, u4.z + w4.z, u4.w + w4.w);
+        }
+      }
+    } else {
+      float* p = dqp + tb + ic * L + xc;
+#pragma unroll 4
+      for (int k = 0; k < 16; ++k) {
+        const int i = ic + 4 * k;
+        if (xok && i < Cn) p[4 * k * L] = S.u[i][xc] + S.w[i][xc];
+      }
+    }
+    if (warp == 0) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        if (l0 + x0 + u >= d.L) continue;
+        float x = dpow(a[u], Cn) * S.hdh[x0 + u];
+        for (int w = 0; w < 8; ++w) x += S.red[w][x0 + u];
+        {  // the segments' shares of ibn (in order) and of zsum (Horner over the segments, as version 4)
+          const int nseg = (Cn + 7) / 8;
+          const float a8 = ipow64(a[u], 8), aT = ipow64(a[u], Cn - 8 * (nseg - 1));
+          float in = 0.0f, z = 0.0f;
+          for (int v = 0; v < nseg; ++v) {
+            const float2 iv = xch(qps, 8 + v), yv = xch(qps, v);
+            in += u ? iv.y : iv.x;
+            z = (v == nseg - 1 ? aT : a8) * z + (u ? yv.y : yv.x);
+          }
+          ibn[u] = in, zsum[u] = z;
+        }
+        const int64_t o = cb + x0 + u;
+        dap[o] = x + ibn[u];
+        Bsum[o] = bsum[u];
+        Zs[o] = zsum[u];
+      }
+    }
+  }
+}
+
+// The kernel: version 2 without the readback (float32); with it version 5 (the default) or 4,
+// chosen at build time by RHOSCAN_BWD_LOCAL_VERSION (4 or 5), so that the two can be A/B'd.
+#ifndef RHOSCAN_BWD_LOCAL_VERSION
+#define RHOSCAN_BWD_LOCAL_VERSION 5
+#endif
+static_assert(RHOSCAN_BWD_LOCAL_VERSION == 4 || RHOSCAN_BWD_LOCAL_VERSION == 5,
+              "RHOSCAN_BWD_LOCAL_VERSION: 4 or 5 (bwd_local's version on the readback path)");
+constexpr int kBwdLocalVersion = RHOSCAN_BWD_LOCAL_VERSION;
+// Version 5's grid: as many blocks as fit at once (1, the default), each running on through its
+// items, so that what a block computes once (the decomposition's divisions, the thread's pieces and
+// shared addresses, the products' and split's per-thread indices that the compiler hoists out of
+// the item loop) is paid once per block instead of once per item (at BDH-8k: 32768 items, 264
+// blocks of 124 items on the H200, against one block per item); 0: a block per item as version 4.
+// (The items' arithmetic is the same either way: the outputs do not depend on the grid.)
+#ifndef RHOSCAN_BWD_LOCAL_PERSISTENT
+#define RHOSCAN_BWD_LOCAL_PERSISTENT 1
+#endif
+// kVersion: 2 (every path; the float32 one's), 4 or 5 (only with kReadback).
+template <typename T, bool kReadback, int kVersion = kReadback ? kBwdLocalVersion : 2>
+__global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
+    Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
+    const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
+    float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
+  static_assert(kVersion != 5 || kReadback, "bwd_local version 5: the readback path only");
+  if constexpr (kVersion == 5)
+    bwd_local_v5<T>(d, q, a32, Qp, s, Nc, M, Wr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
+  else
+    bwd_local_v2_v4<T, kReadback, kVersion>(d, q, v, g, a32, Qp, s, Nc, Hs, dHs, M, Wr, Ur, HdHr, gcp, dqp, dap,
+                                            Bsum, Zs);
+}
+
 // The normaliser gradient across chunks, one thread per (bh, l), reverse over chunks:
 // Bend_c = B at the end of chunk c; B_start = a^Cn Bend + Bsum. Writes dN_0 and da's B·N share.
 __global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsum, const float* Zs, float* Bend,
@@ -1342,7 +1847,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream, dHs_lo);
       launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
     }
-    constexpr int local_smem = static_cast<int>(sizeof(LocalSmemOf<kTC ? 4 : 2>));
+    constexpr int local_smem = static_cast<int>(sizeof(LocalSmemOf<kTC ? kBwdLocalVersion : 2>));
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, kTC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             local_smem));
     if constexpr (kTC) {
@@ -1355,7 +1860,16 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
         RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
       }
     }
-    bwd_local_kernel<T, kTC><<<grid_for(n * nC * nlt), kLocalThreads, local_smem, stream>>>(
+    unsigned local_grid = grid_for(n * nC * nlt);
+    if constexpr (kTC && kBwdLocalVersion == 5 && RHOSCAN_BWD_LOCAL_PERSISTENT) {
+      int dev = 0, sms = 0, per_sm = 0;
+      RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+      RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_local_kernel<T, kTC>,
+                                                                       kLocalThreads, local_smem));
+      local_grid = grid_for(n * nC * nlt, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
+    }
+    bwd_local_kernel<T, kTC><<<local_grid, kLocalThreads, local_smem, stream>>>(
         d, q, v, gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
         kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
     RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");

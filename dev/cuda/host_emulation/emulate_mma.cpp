@@ -5,7 +5,8 @@
 // chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel, the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel (and launch_final_state's
 // sub-batches) and quadratic_output_mma_kernel,
-// the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 4 (readback path), cut out
+// the quadratic backward's kernels, and bwd_local_kernel's versions 2, 4 and 5 (readback path; 5
+// also bit for bit against 4), cut out
 // of src/cuda by extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async
 // emulated with their PTX fragment layouts; see the top of shim.h for what is and is not emulated).
 // Each is
@@ -829,7 +830,8 @@ bool quad_dv_case(const Problem& p) {
   return check("dv", doubles(dv), ref, 1e-2);
 }
 
-// ---- bwd_local version 4 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
+// ---- bwd_local version 4 and 5 (5: version 4's arithmetic with less integer work; its outputs must
+//      equal version 4's bit for bit, NaN patterns included) (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
 //      in three passes, and the scans split over the warps, see backward.cu) and version 2
 //      (every pair by FFMA in float32), readback instantiation with
 //      bf16 q, against a float64 loop of bwd_local's formulas (the comments of backward.cu): every
@@ -845,10 +847,11 @@ struct LocalShape {
   const char* name;
   int64_t H, nbh, T, L, C;
   unsigned grid;
+  int64_t bh0 = 0;  // the batch's first (b, h) pair: q and the decay rows from pair bh0 + bh
 };
-bool bwd_local_case(const LocalShape& c) {
+bool bwd_local_case(const LocalShape& c, bool v2 = true) {
   Dims d;
-  d.H = c.H, d.T = c.T, d.L = c.L, d.E = 8, d.C = c.C, d.nC = (c.T + c.C - 1) / c.C, d.bh0 = 0, d.nbh = c.nbh;
+  d.H = c.H, d.T = c.T, d.L = c.L, d.E = 8, d.C = c.C, d.nC = (c.T + c.C - 1) / c.C, d.bh0 = c.bh0, d.nbh = c.nbh;
   d.nsplit = 2, d.Lp = c.L, d.Ep = 8;
   const int64_t T = c.T, L = c.L, C = c.C, nC = d.nC, nbh = c.nbh, nlt = (L + kLocalLT - 1) / kLocalLT;
   auto uni = [](size_t n, double lo, double hi) {
@@ -856,7 +859,7 @@ bool bwd_local_case(const LocalShape& c) {
     for (auto& y : x) y = float(lo + (hi - lo) * U01());
     return x;
   };
-  std::vector<bf16> q(nbh * T * L);  // [b][h][t][l]
+  std::vector<bf16> q((c.bh0 + nbh) * T * L);  // [b][h][t][l] of the pairs 0 .. bh0 + nbh - 1
   for (int64_t x = 0; x < int64_t(q.size()); ++x)
     q[x] = __float2bfloat16_rn(x / L % T == 3 || U01() < 0.6 ? 0.0f : float(U01()));
   Str4 qs;
@@ -874,11 +877,11 @@ bool bwd_local_case(const LocalShape& c) {
   auto f = [](double a, int64_t n) { return n == 0 ? 0.0 : n * std::pow(a, double(n - 1)); };
   for (int64_t bh = 0; bh < nbh; ++bh)
     for (int64_t cc = 0; cc < nC; ++cc) {
-      const int64_t Cn = std::min(C, T - cc * C), t0 = cc * C, h = bh % c.H;
+      const int64_t Cn = std::min(C, T - cc * C), t0 = cc * C, h = (c.bh0 + bh) % c.H;
       for (int64_t l = 0; l < L; ++l) {
         const double a = a32[h * L + l];
         auto at = [&](int64_t i) { return (bh * T + t0 + i) * L + l; };
-        auto qv = [&](int64_t i) { return double(__bfloat162float(q[qs.at(bh / c.H, h, t0 + i, l)])); };
+        auto qv = [&](int64_t i) { return double(__bfloat162float(q[qs.at((c.bh0 + bh) / c.H, h, t0 + i, l)])); };
         auto m = [&](int64_t i, int64_t j) { return double(M[(bh * nC + cc) * 2 * C * C + i * C + j]); };
         std::vector<double> N(Cn);
         double Nx = Nc[(bh * (nC + 1) + cc) * L + l];
@@ -913,11 +916,14 @@ bool bwd_local_case(const LocalShape& c) {
       }
     }
   bool ok = true;
-  for (int v : {2, 4}) {
-    struct {
-      std::vector<float> gcp, dqp, dap, Bsum, Zs;
-    } o = {nans<float>(nbh * T * nlt), nans<float>(nbh * T * L), nans<float>(nbh * nC * L), nans<float>(nbh * nC * L),
-           nans<float>(nbh * nC * L)};
+  struct Outputs {
+    std::vector<float> gcp, dqp, dap, Bsum, Zs;
+  };
+  Outputs v4;  // version 4's outputs, for version 5's bitwise comparison
+  for (int v : {2, 4, 5}) {
+    if (v == 2 && !v2) continue;
+    Outputs o = {nans<float>(nbh * T * nlt), nans<float>(nbh * T * L), nans<float>(nbh * nC * L),
+                 nans<float>(nbh * nC * L), nans<float>(nbh * nC * L)};
     auto go = [&](auto kernel, size_t smem) {
       emu::launch(c.grid, kLocalThreads, smem, [&] {
         kernel(d, qs, Str4{}, Str4{}, a32.data(), Qp.data(), sn.data(), Nc.data(), nullptr, nullptr, M.data(), W.data(),
@@ -926,13 +932,28 @@ bool bwd_local_case(const LocalShape& c) {
     };
     if (v == 2)
       go(bwd_local_kernel<bf16, true, 2>, sizeof(LocalSmemOf<2>));
-    else
+    else if (v == 4)
       go(bwd_local_kernel<bf16, true, 4>, sizeof(LocalSmemOf<4>));
+    else
+      go(bwd_local_kernel<bf16, true, 5>, sizeof(LocalSmemOf<5>));
     const std::string n = " v" + std::to_string(v);
     constexpr double tol = 5e-5;
     ok &= check("gcp" + n, doubles(o.gcp), rg, tol) & check("dqp" + n, doubles(o.dqp), rq, tol) &
           check("dap" + n, doubles(o.dap), rd, tol) & check("Bsum" + n, doubles(o.Bsum), rb, tol) &
           check("Zs" + n, doubles(o.Zs), rz, tol);
+    if (v == 4) v4 = o;
+    if (v == 5) {  // version 5 is version 4's arithmetic: every output bit for bit (NaN where v4 has NaN)
+      auto same = [](const char* what, const std::vector<float>& x, const std::vector<float>& y) {
+        size_t diff = 0, first = SIZE_MAX;
+        for (size_t i = 0; i < x.size(); ++i)
+          if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) diff += 1, first = std::min(first, i);
+        std::printf("    %-10s bitwise v4: %s", what, diff ? "" : "equal\n");
+        if (diff) std::printf("%zu elements differ (first at %zu: %.9g vs %.9g)  <-- FAIL\n", diff, first, x[first], y[first]);
+        return diff == 0;
+      };
+      ok &= same("gcp v5", o.gcp, v4.gcp) & same("dqp v5", o.dqp, v4.dqp) & same("dap v5", o.dap, v4.dap) &
+            same("Bsum v5", o.Bsum, v4.Bsum) & same("Zs v5", o.Zs, v4.Zs);
+    }
   }
   return ok;
 }
@@ -1055,7 +1076,7 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv, split values", output_case<float, float, true, true>},
       {"chunk_readback_mma, split values", readback_case<true>},
   };
-  // bwd_local's versions 2 and 4 against float64, on their own shapes: full chunks of 64 and tails of 17,
+  // bwd_local's versions 2, 4 and 5 against float64 (and 5 bitwise 4), on their own shapes: full chunks of 64 and tails of 17,
   // 33, 50, 48 and 1 rows, chunks of 48, 32, 17 and 1, L past a 64-latent tile (70, 130), several
   // pairs, grids smaller than the work. EMU_QUICK: the first four.
   const std::vector<LocalShape> local_shapes = {
@@ -1069,18 +1090,30 @@ int main(int argc, char** argv) {
       {"H3 pairs3 T128 L64 C64", 3, 3, 128, 64, 64, 4},
       {"H2 pairs2 T112 L130 C64 (64, tail 48: the last sub-block full)", 2, 2, 112, 130, 64, 3},
       {"H1 pairs2 T100 L70 C48 (48, 48, tail 4)", 1, 2, 100, 70, 48, 3},
+      // version 5's running item decomposition and 16-byte pieces: L % 4 == 0 over three latent tiles
+      // (the last of 4 latents), carries in lt and c at every step; then more pairs than heads from
+      // an offset bh0 (h and b carried), a grid past one pair's items
+      {"H2 pairs3 T150 L132 C64 (64, 64, tail 22) grid 5", 2, 3, 150, 132, 64, 5},
+      {"H3 pairs5@4 T40 L68 C32 (32, tail 8) grid 5", 3, 5, 40, 68, 32, 5, 4},
+      {"H2 pairs4@1 T64 L128 C64 grid 7", 2, 4, 64, 128, 64, 7, 1},
   };
-  for (size_t i = 0; i < local_shapes.size(); ++i)
+  // "bwd_local v5" alone (its mutants): versions 4 and 5 only, version 5's own shapes first
+  const bool only_v5 = !only.empty() && std::string("bwd_local v5").find(only) != std::string::npos &&
+                       std::string("bwd_local v4").find(only) == std::string::npos;
+  for (size_t n = 0; n < local_shapes.size(); ++n) {
+    const size_t i = only_v5 ? local_shapes.size() - 1 - n : n;
     if ((only.empty() || std::string("bwd_local v2").find(only) != std::string::npos ||
-         std::string("bwd_local v4").find(only) != std::string::npos) &&
+         std::string("bwd_local v4").find(only) != std::string::npos ||
+         std::string("bwd_local v5").find(only) != std::string::npos) &&
         !(quick && i >= 4)) {
-      std::printf("bwd_local v2 and v4  [%s]\n", local_shapes[i].name);
+      std::printf("bwd_local v2, v4 and v5  [%s]\n", local_shapes[i].name);
       std::fflush(stdout);
-      if (!bwd_local_case(local_shapes[i])) {
+      if (!bwd_local_case(local_shapes[i], !only_v5)) {
         ++failures;
         if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
       }
     }
+  }
   for (size_t i = 0; i < problems.size(); ++i)
     for (const auto& k : kernels)
       if ((only.empty() || std::string(k.name).find(only) != std::string::npos) && !(quick && big[i] && !k.core) &&

@@ -66,6 +66,9 @@ using std::min;
 struct alignas(8) float2 {
   float x, y;
 };
+struct alignas(8) uint2 {
+  uint32_t x, y;
+};
 struct alignas(16) uint4 {
   uint32_t x, y, z, w;
 };
