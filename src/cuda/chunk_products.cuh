@@ -531,13 +531,12 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
                     uint32_t rs_b, int lim_rel, auto with_lo) {
       constexpr int rs = decltype(rs_n)::value, n = 64 / rs;
       constexpr bool kWithLo = decltype(with_lo)::value;
-      const int64_t o_step = rs * ld;
 #pragma unroll(kWithLo ? 2 : n)  // (the float16 variants' 8 or 12 copies: registers)
       for (int r = 0; r < n; ++r) {
         if constexpr (kFull) {
           cp_async16_u32(dst + rs_b * r, hi + o);
           if constexpr (kWithLo) cp_async16_u32(dst + lo_b + rs_b * r, lo + o);
-          o += o_step;
+          o += rs * ld;
         } else {
           const bool ok = rs * r < lim_rel;
           const int64_t oc = o + (ok ? rs * r : lim_rel - 1) * ld;
