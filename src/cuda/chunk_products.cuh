@@ -423,6 +423,338 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
   }
 }
 
+// ---- chunk_states_mma version 2: version 1's products with less integer work ------------------
+// Version 1 profiled issue-bound on its address arithmetic (Nsight Compute, H200, B=1 H=4 T=8192
+// L=2048 E=256: 147 M warp instructions, 0.51 issued per scheduler; IMAD 18.5 %, IADD3 8.4 %, LEA
+// 7.9 %, ISETP 7.8 %, LOP3 5.9 %, SHF 5.5 % against HMMA 5.7 %; the top stalls at the fetch
+// loops' address arithmetic and compares). Version 2 computes the same values in the same order
+// (the same tiles in shared memory, the same mma sequence per accumulator, the same scaling and
+// stores: every output bit for bit version 1's, checked in the host emulation) with
+// quad_readback_mma's and final_state_mma's playbook:
+//   - fetch: each thread's 16-byte pieces are fixed (K: rows tid / (LT / 8) + (NT / (LT / 8)) r,
+//     column 8 (tid % (LT / 8)); V and its lo plane: rows tid / 16 + (NT / 16) r, column
+//     8 (tid % 16)), their shared destinations 32-bit addresses computed once per kernel (a stage
+//     and a piece are immediates or one add); the global sources from a running token row that
+//     moves by one chunk per step (forward + C, reverse - C) and is set once per item (one
+//     IMAD.WIDE per operand and step, then a running offset along the pieces); version 1's
+//     min(i, Cn - 1) clamp and zero fill only on a chunk of fewer than 64 tokens;
+//   - one fetch cursor: the fetch runs one step ahead of the products (two stages), so its item is
+//     the current one, or at an item's last step the next (version 1 decoded the fetch's item);
+//   - items: a running decomposition (bh, latent tile, column tile) advanced by gridDim.x (the
+//     grid's own decomposition once per thread) instead of 64-bit divisions; b, h by one 32-bit
+//     division per item; the indices in 32 bits (states_v2_fits: beyond its limits, far past any
+//     real problem, the launcher runs version 1);
+//   - the products by warp_mma_32x32_u32 (32-bit shared addresses, immediate offsets; the same
+//     ldmatrix fragments and mma order as warp_mma_32x32, so the same sums), k steps of 16 tokens
+//     in a loop (fully unrolled, the float16 variants took more than 128 registers);
+//   - stores: the staged stores from a running 32-bit state row (one chunk state per step, + or -
+//     Lp) times Ep plus the lane's fixed column and piece, then a running pointer along its rows;
+//     the staging tile's read offsets k rows on are immediates (rows 8 apart share the bf16
+//     swizzle); init and the final state through a row pointer where the warp's block is inside L
+//     and E and the column stride is 1 (else version 1's checked element loop).
+// ptxas (sm_90a, nvcc 13): see docs/CUDA.md (every bf16-state variant within 128 registers, no
+// spills: 2 blocks per SM as version 1). Version 2 needs two stages (RHOSCAN_STATES_STAGES=2, the
+// default); with more the launcher runs version 1.
+#ifndef RHOSCAN_STATES_VERSION
+#define RHOSCAN_STATES_VERSION 2
+#endif
+static_assert(RHOSCAN_STATES_VERSION == 1 || RHOSCAN_STATES_VERSION == 2, "RHOSCAN_STATES_VERSION: 1 or 2");
+template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false>
+__global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
+    chunk_states_mma_v2_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs,
+                               Str4 out, const bf16* vals_lo = nullptr, const bf16* keys_lo = nullptr,
+                               S* Hs_lo = nullptr) {
+  static_assert(!kSplitStore || std::is_same_v<S, bf16>, "split stores are bf16 planes");
+  constexpr int LT = kStatesLT, ET = kMmaET, KS = kStKS, VS = kStVS, NT = kStatesThreads, NS = kStatesStages;
+  // the fetch's fixed pieces: KPR (VPR) pieces per K (V) row, a thread's pieces KRS (VRS) rows apart
+  constexpr int KPR = LT / 8, VPR = ET / 8, KRS = NT / KPR, VRS = NT / VPR;
+  static_assert(NS == 2, "version 2: two stages (the fetch one step ahead)");
+  static_assert(NT % KPR == 0 && NT % VPR == 0 && 64 % KRS == 0 && 64 % VRS == 0, "whole pieces per thread");
+  // version 1's shared-memory layout, in bytes: K [NS][64][KS], V [NS][64][VS] (, V_lo, K_lo), staging, decay
+  constexpr uint32_t kKB = 2 * 64 * KS, kVB = 2 * 64 * VS;  // a stage of K's, V's tile
+  constexpr uint32_t kVOff = NS * kKB, kVloOff = kVOff + NS * kVB, kKloOff = kVOff + (kLo ? 2 : 1) * NS * kVB;
+  constexpr uint32_t kStagingOff = kKloOff + (kKeyLo ? NS * kKB : 0);
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  S* staging_all = reinterpret_cast<S*>(smem_raw + kStagingOff);
+  S* staging = staging_all + warp * 32 * kStStS<S>;  // if staged
+  float* decay_s = reinterpret_cast<float*>(staging_all + (kStatesStaged<S> ? NT / 32 * 32 * kStStS<S> : 0));
+  const int wm = (warp % (LT / 32)) * 32, wn = (warp / (LT / 32)) * 32;  // the warp's latents and columns in the tile
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC);
+  const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
+  const int last_off = CnLast == C ? 0 : LT;  // the last chunk's factor in decay_s
+  const int nlt = static_cast<int>((d.Lp + LT - 1) / LT), net = static_cast<int>(d.Ep / ET);
+  if (nlt == 0 || net == 0) return;  // no items (and no divisions by zero below)
+  const float* init_p = static_cast<const float*>(init.p);
+  float* out_p = const_cast<float*>(static_cast<const float*>(out.p));
+  const uint32_t s0 = smem_addr(smem_raw);
+  // the lane's ldmatrix addresses in stage 0 (k = 0, mt = np = 0)
+  const uint32_t a_ln = s0 + 2 * warp_mma_lane_a<true>(lane, wm, KS);
+  const uint32_t b_ln = s0 + kVOff + 2 * warp_mma_lane_b<false>(lane, wn, VS);
+  // the thread's fetch pieces: K rows kr0 + KRS r, latents kp ..; V rows vr0 + VRS r, columns vp ..
+  const int kr0 = tid / KPR, kp = 8 * (tid % KPR), vr0 = tid / VPR, vp = 8 * (tid % VPR);
+  const uint32_t k_dst = s0 + 2 * (kr0 * KS + kp), v_dst = s0 + kVOff + 2 * (vr0 * VS + vp);
+  // items (bh, latent tile lt, column tile et), item = (bh nlt + lt) net + et, advanced by the grid
+  // (bh as int: the launcher takes version 1 where bh0 + nbh >= 2^30)
+  const int grid = static_cast<int>(gridDim.x), per_bh = nlt * net;
+  const int det = grid % net, dlt = grid / net % nlt, dbh = grid / per_bh;
+  auto advance = [&](int& bh, int& lt, int& et) {
+    et += det;
+    const int c1 = et >= net;
+    et -= c1 ? net : 0;
+    lt += dlt + c1;
+    const int c2 = lt >= nlt;
+    lt -= c2 ? nlt : 0;
+    bh += dbh + c2;
+  };
+  // The fetch runs one step ahead of the multiplication (two stages), across the block's items:
+  // step s of an item fetches its step s + 1, or at its last step the first step of the block's
+  // next item (bh, lt, et advanced by the grid); one commit group per step, empty past the block's
+  // last item (so that cp_async_wait<1> before a step means: its tiles have landed). ft: the token
+  // row of the fetched chunk's first token (bh T + c C), running by one chunk per step; the
+  // sources' element offsets ft Lp + the tile's latent + k_thr and ft Ep + its column + v_thr (the
+  // same in the lo planes), k_thr, v_thr: the thread's first piece. (32-bit: the launcher takes
+  // version 1 where Lp or Ep >= 2^24 or nbh T >= 2^31. A running 64-bit offset per operand took
+  // the registers past 128: spills.)
+  const int k_thr = kr0 * static_cast<int>(d.Lp) + kp, v_thr = vr0 * static_cast<int>(d.Ep) + vp;
+  const int c_first = kReverse ? nC - 1 : 0, ft_step = kReverse ? -C : C;  // an item's first chunk, the step's move
+  // the step's copies; kFull: a chunk of 64 tokens (no clamp, no zero fill), else rows i >= lim
+  // zero-filled with the source row clamped to lim - 1 (version 1's min(i, Cn - 1))
+  // (the first rows again from threadIdx.x where a chunk is short: not held in registers across the steps)
+  auto k_row0 = [] { return static_cast<int>(threadIdx.x) / KPR; };
+  auto v_row0 = [] { return static_cast<int>(threadIdx.x) / VPR; };
+  auto copies = [&](uint32_t kso, uint32_t vso, int64_t ko, int64_t vo, int lim, bool k_pieces, auto full) {
+    constexpr bool kFull = decltype(full)::value;
+    // piece r of a tile: rows row0 + rs r; o: the element offset of row row0's piece; full: a
+    // running offset (+ rs ld per piece), else the row clamped to lim - 1, zero-filled past it
+    auto tile = [&](uint32_t dst, const bf16* hi, const bf16* lo, uint32_t lo_b, int64_t o, int64_t ld, auto rs_n,
+                    uint32_t rs_b, int lim_rel, auto with_lo) {
+      constexpr int rs = decltype(rs_n)::value, n = 64 / rs;
+      constexpr bool kWithLo = decltype(with_lo)::value;
+#pragma unroll(kWithLo ? 2 : n)  // (the float16 variants' 8 or 12 copies: registers)
+      for (int r = 0; r < n; ++r) {
+        if constexpr (kFull) {
+          cp_async16_u32(dst + rs_b * r, hi + o);
+          if constexpr (kWithLo) cp_async16_u32(dst + lo_b + rs_b * r, lo + o);
+          o += rs * ld;
+        } else {
+          const bool ok = rs * r < lim_rel;
+          const int64_t oc = o + (ok ? rs * r : lim_rel - 1) * ld;
+          cp_async16_u32(dst + rs_b * r, hi + oc, ok ? 16u : 0u);
+          if constexpr (kWithLo) cp_async16_u32(dst + lo_b + rs_b * r, lo + oc, ok ? 16u : 0u);
+        }
+      }
+    };
+    if (k_pieces)
+      tile(k_dst + kso, keys, keys_lo, kKloOff, ko, d.Lp, std::integral_constant<int, KRS>{}, 2 * KRS * KS,
+           lim - k_row0(), std::bool_constant<kKeyLo>{});
+    tile(v_dst + vso, vals, vals_lo, kVloOff - kVOff, vo, d.Ep, std::integral_constant<int, VRS>{}, 2 * VRS * VS,
+         lim - v_row0(), std::bool_constant<kLo>{});
+  };
+
+  // the copies of step fstep of item (., flt, fet), chunk start ft, into stage fst (the K pieces of
+  // a 128-latent tile may lie past Lp, and are then not fetched)
+  auto fetch = [&](int fst, int fstep, int ft, int flt, int fet) {
+    const int lim = (kReverse ? fstep == 0 : fstep == nC - 1) ? CnLast : C;  // the chunk's tokens
+    const bool k_pieces = LT == kMmaLT || flt * LT + kp < d.Lp;  // (64-latent tiles: Lp is a multiple of 64)
+    const int64_t ko = static_cast<int64_t>(ft) * d.Lp + (flt * LT + k_thr);
+    const int64_t vo = static_cast<int64_t>(ft) * d.Ep + (fet * ET + v_thr);
+    if (lim == 64)
+      copies(fst * kKB, fst * kVB, ko, vo, lim, k_pieces, std::true_type{});
+    else
+      copies(fst * kKB, fst * kVB, ko, vo, lim, k_pieces, std::false_type{});
+  };
+  const int bh_first = static_cast<int>(blockIdx.x) / per_bh;
+  const int lt_first = static_cast<int>(blockIdx.x / net % nlt), et_first = static_cast<int>(blockIdx.x % net);
+  int ft = bh_first * static_cast<int>(d.T) + c_first * C;
+  if (bh_first < d.nbh && nC > 0) fetch(0, 0, ft, lt_first, et_first);
+  cp_async_commit();
+  int stage = 0;  // the stage of the current step's tiles
+  // the staged stores: lane -> rows lane / PR + (32 / PR) k of the warp's block, piece lane % PR
+  constexpr int E16 = 16 / static_cast<int>(sizeof(S)), PR = 32 / E16;
+  const int h_warp = wm * static_cast<int>(d.Ep) + wn;  // the warp's block in a chunk state's tile
+  const int h_lane = h_warp + (lane / PR) * static_cast<int>(d.Ep) + E16 * (lane % PR);
+  const int64_t h_rows = (32 / PR) * d.Ep;
+  // the lane's staging offsets (from threadIdx.x at the stores: not held across the steps): its
+  // reads, + k (32 / PR) rows at an immediate (rows 8 apart share the bf16 swizzle); its writes
+  auto st_rd = [] { const int ln = threadIdx.x % 32; return staging_at<S>(ln / PR, E16 * (ln % PR)); };
+  auto st_wr = [] { const int ln = threadIdx.x % 32; return staging_at<S>(ln / 4, 2 * (ln % 4)); };
+  int bh = bh_first, lt = lt_first, et = et_first;
+  for (; bh < d.nbh; advance(bh, lt, et)) {
+    const int l0 = lt * LT, e0 = et * ET;
+    // b, h of bh by one 32-bit division (bh0 + nbh < 2^30); again for the final state (not held
+    // across the steps)
+    auto b_h = [&](int& b, int& h) {
+      const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), q = x / H;
+      b = q, h = x - q * H;
+    };
+    int b, h;
+    b_h(b, h);
+    const bool active = l0 + wm < d.Lp;  // false: the warp's latents are past Lp (an odd last tile)
+    // the warp's 32 x 32 block inside L and E: init and out through row pointers, unchecked
+    auto full = [&] { return l0 + wm + 32 <= d.L && e0 + wn + 32 <= d.E; };
+    // acc[mt][nt][r] is the state at latent l0 + wm + 16 mt + g + 8 (r / 2), column e0 + wn + 8 nt + 2 tq + r % 2
+    float acc[2][4][4];
+    auto put_warp_tile = [&](S* base, auto at, bool lo) {  // version 1's
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            S* dst = base + at(mt, nt, hf);
+            const float x0 = acc[mt][nt][2 * hf], x1 = acc[mt][nt][2 * hf + 1];
+            if constexpr (std::is_same_v<S, float>) {
+              *reinterpret_cast<float2*>(dst) = make_float2(x0, x1);
+            } else {
+              __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+              if (lo) hi = __floats2bfloat162_rn(x0 - __low2float(hi), x1 - __high2float(hi));
+              *reinterpret_cast<__nv_bfloat162*>(dst) = hi;
+            }
+          }
+    };
+    // read after the first step's barrier; the previous item's last reads were before its last
+    if (tid < LT && nC > 0) {
+      const int64_t l = l0 + tid;
+      const float al = l < d.L ? a32[int64_t{h} * d.L + l] : 0.0f;
+      decay_s[tid] = ipow(al, C);
+      decay_s[LT + tid] = ipow(al, CnLast);
+    }
+    if (init_p && full() && init.s[3] == 1) {
+      const float* row = init_p + init.at(b, h, l0 + wm + g, e0 + wn + 2 * tq);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) acc[mt][nt][2 * hf] = row[8 * nt], acc[mt][nt][2 * hf + 1] = row[8 * nt + 1];
+          row += 8 * init.s[2];
+        }
+    } else {
+      for_each_acc(acc, wm, wn, [&](int lr, int ec, float& x) {
+        const int64_t l = l0 + lr, e = e0 + ec;
+        x = (init_p && l < d.L && e < d.E) ? init_p[init.at(b, h, l, e)] : 0.0f;
+      });
+    }
+    // the thread's first store in the step's chunk state: row hr (bh nC + c) Lp + l0 of the
+    // states, running by one chunk state per step, and column h_col: the item's tile, then the
+    // lane's staged row and piece (h_lane) or the warp's block (h_warp, unstaged). (32-bit: the
+    // launcher takes version 1 where nbh nC Lp >= 2^31.)
+    int hr = (bh * nC + c_first) * static_cast<int>(d.Lp) + l0;
+    const int h_col = e0 + (kStatesStaged<S> ? h_lane : h_warp);
+    const int hr_step = kReverse ? -static_cast<int>(d.Lp) : static_cast<int>(d.Lp);
+    for (int step = 0; step < nC; ++step, hr += hr_step) {
+      const int64_t hw = static_cast<int64_t>(hr) * d.Ep + h_col;
+      const bool last = kReverse ? step == 0 : step == nC - 1;  // chunk nC - 1 (the one that may be short)
+#pragma unroll 1  // (registers: unrolled, the split stores spilled)
+      for (int part = 0; part < (kSplitStore ? 2 : 1); ++part) {  // hi (and lo) plane
+        S* Hp = part == 0 ? Hs : Hs_lo;
+        if (Hs != nullptr && active && kStatesStaged<S>) {
+          const int sw = st_wr(), sr = st_rd();
+          put_warp_tile(staging, [sw](int mt, int nt, int hf) { return staging_pair_at<S>(sw, mt, nt, hf); },
+                        part == 1);
+          __syncwarp();
+          S* Hw = Hp + hw;
+#pragma unroll
+          for (int k = 0; k < PR; ++k, Hw += h_rows)
+            *reinterpret_cast<uint4*>(Hw) = *reinterpret_cast<const uint4*>(&staging[sr + k * (32 / PR) * kStStS<S>]);
+          __syncwarp();  // read before the next step overwrites it
+        } else if (Hs != nullptr && active) {
+          const int64_t ld = d.Ep;
+          put_warp_tile(Hp + hw, [&](int mt, int nt, int hf) { return (16 * mt + g + 8 * hf) * ld + 8 * nt + 2 * tq; },
+                        part == 1);
+        }
+      }
+      if (step + 1 < nC) {  // this item's next step
+        ft += ft_step;
+        fetch(stage ^ 1, step + 1, ft, lt, et);
+      } else {  // the first step of the block's next item
+        int nbh = bh, nlt_ = lt, net_ = et;
+        advance(nbh, nlt_, net_);
+        if (nbh < d.nbh) {
+          ft = nbh * static_cast<int>(d.T) + c_first * C;
+          fetch(stage ^ 1, 0, ft, nlt_, net_);
+        }
+      }
+      cp_async_commit();  // (empty past the block's last item)
+      cp_async_wait<1>();
+      __syncthreads();
+      if (active) {
+        const int Cn = last ? CnLast : C;
+        const float* f = decay_s + (last ? last_off : 0) + wm + g;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const float x = f[16 * mt + 8 * hf];
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+              acc[mt][nt][2 * hf] *= x;
+              acc[mt][nt][2 * hf + 1] *= x;
+            }
+          }
+        // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l]), B = V (stored [i][e])
+        const uint32_t a = a_ln + stage * kKB, bv = b_ln + stage * kVB;
+        // k steps of 16 tokens (rows past Cn are zero), each pass in version 1's order; a loop, not
+        // unrolled: the unrolled 64-token products took the float16 variants past 128 registers
+        const int nk = (Cn + 15) / 16;
+        constexpr uint32_t kKA = 2 * 16 * KS, kKV = 2 * 16 * VS;  // 16 tokens on in K's, V's tile
+#pragma unroll 1
+        for (int j = 0; j < nk; ++j) warp_mma_32x32_u32<true, false, KS, VS, 16>(acc, a + j * kKA, bv + j * kKV);
+        if constexpr (kLo) {
+#pragma unroll 1
+          for (int j = 0; j < nk; ++j)
+            warp_mma_32x32_u32<true, false, KS, VS, 16>(acc, a + j * kKA, bv + (kVloOff - kVOff) + j * kKV);
+        }
+        if constexpr (kKeyLo) {
+#pragma unroll 1
+          for (int j = 0; j < nk; ++j)
+            warp_mma_32x32_u32<true, false, KS, VS, 16>(acc, a + kKloOff + j * kKA, bv + j * kKV);
+        }
+      }
+      stage ^= 1;
+      __syncthreads();  // this stage is refilled by the next step's fetch
+    }
+    if (out_p) {
+      b_h(b, h);
+      if (full() && out.s[3] == 1) {
+        float* row = out_p + out.at(b, h, l0 + wm + g, e0 + wn + 2 * tq);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) row[8 * nt] = acc[mt][nt][2 * hf], row[8 * nt + 1] = acc[mt][nt][2 * hf + 1];
+            row += 8 * out.s[2];
+          }
+      } else {
+        for_each_acc(acc, wm, wn, [&](int lr, int ec, float& x) {
+          const int64_t l = l0 + lr, e = e0 + ec;
+          if (l < d.L && e < d.E) out_p[out.at(b, h, l, e)] = x;
+        });
+      }
+    }
+  }
+}
+// The version the launcher runs (RHOSCAN_STATES_VERSION), with its name for error messages.
+template <typename S, bool kReverse, bool kLo, bool kKeyLo, bool kSplitStore>
+constexpr auto chunk_states_mma_selected() {
+  if constexpr (RHOSCAN_STATES_VERSION == 1 || kStatesStages != 2)  // (version 2: two stages only)
+    return &chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>;
+  else
+    return &chunk_states_mma_v2_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>;
+}
+// Version 2 keeps its indices in 32 bits: a thread's offsets inside a chunk state's or an operand's
+// rows (Lp, Ep < 2^24), the pair indices (bh0 + nbh < 2^30), the operands' token rows (nbh T <
+// 2^31) and the states' rows (nbh nC Lp < 2^31); beyond them the launcher runs version 1.
+inline bool states_v2_fits(const Dims& d) {
+  constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30, k31 = int64_t{1} << 31;
+  return d.Lp < k24 && d.Ep < k24 && d.bh0 + d.nbh < k30 && d.nbh * d.T < k31 && d.nbh * d.nC * d.Lp < k31;
+}
+constexpr const char* kStatesKernelName = RHOSCAN_STATES_VERSION == 1 || kStatesStages != 2
+                                              ? "chunk_states_mma_kernel"
+                                              : "chunk_states_mma_v2_kernel";
+
 // ---- chunk outputs on tensor cores: one block per (bh, c, 128 columns) ------------------------
 // out[i][e] = sum_l X[i][l] S[l][e] + sum_j Pm[i][j] Y[j][e], as chunk_output_kernel, with
 // X = Xq, S = H_c (forward) or X = Kq, S = A_end (dv), and Y the packed bf16 v or G. The L
@@ -893,12 +1225,15 @@ void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, co
     constexpr bool kLo = kSplitValues<T>;
     auto launch = [&](auto key_lo, auto split_store) {
       constexpr bool kKeyLo = decltype(key_lo)::value, kSplit = decltype(split_store)::value;
-      auto kernel = chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplit>;
+      auto kernel = chunk_states_mma_selected<S, kReverse, kLo, kKeyLo, kSplit>();
+      const char* name = kStatesKernelName;
+      if (RHOSCAN_STATES_VERSION == 2 && !states_v2_fits(d))
+        kernel = chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplit>, name = "chunk_states_mma_kernel";
       constexpr int smem = states_mma_smem<S, kLo, kKeyLo>();
       RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       kernel<<<states_grid(kernel, smem, states_items(d)), kStatesThreads, smem, stream>>>(d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb, a32,
                                                              init, Hs, out, kReverse ? o.glo : o.vlo, o.Kq_lo, Hs_lo);
-      RHOSCAN_CUDA_LAUNCHED("chunk_states_mma_kernel");
+      RHOSCAN_CUDA_LAUNCHED(name);
     };
     auto launch_store = [&](auto key_lo) {
       if constexpr (std::is_same_v<S, bf16>) {

@@ -33,6 +33,7 @@
 // blocks than work items), a float64 loop that adds each term to an Acc (kUnwritten where
 // nothing may be written), and check(...); then add a line to `kernels` in main.
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -384,6 +385,9 @@ bool key_remainder_case(const Problem& p) {
 // hi + lo within 2^-16 of the same kernel's float32 stores.
 template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false>
 // store_H = false: Hs null (the quadratic forward: only the final state is written).
+// The version that the launcher selects (RHOSCAN_STATES_VERSION, default 2) against float64; the
+// other version on the same inputs must write the same bits (Hs, Hs_lo, the final state; NaN where
+// unwritten), on small_grid(items) blocks and on 3 (several items per block, the fetch across items).
 bool states_case(const Problem& p, bool with_init, bool store_H = true) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E, items = states_items(d);
@@ -392,13 +396,36 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
   Str4 init = p.init_s, outs = p.init_s;
   outs.p = out.data();
   if (!with_init) init = Str4{};
-  emu::launch(small_grid(items), kStatesThreads, states_mma_smem<S, kLo, kKeyLo>(), [&] {
-    chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>(
-        d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init,
-        store_H ? Hs.data() : nullptr, outs, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr,
-        kKeyLo ? p.Kq_lo.data() : nullptr,
-        kSplitStore ? Hs_lo.data() : nullptr);
-  });
+  // kernel (a function pointer: either version) on `grid` blocks into h, h_lo, o
+  auto run_states = [&](auto kernel, unsigned grid, std::vector<S>& h, std::vector<S>& h_lo, std::vector<float>& o) {
+    Str4 os = outs;
+    os.p = o.data();
+    emu::launch(grid, kStatesThreads, states_mma_smem<S, kLo, kKeyLo>(), [&] {
+      kernel(d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init,
+             store_H ? h.data() : nullptr, os, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr,
+             kKeyLo ? p.Kq_lo.data() : nullptr, kSplitStore ? h_lo.data() : nullptr);
+    });
+  };
+  constexpr auto selected = chunk_states_mma_selected<S, kReverse, kLo, kKeyLo, kSplitStore>();
+  constexpr auto other = selected == &chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>
+                             ? &chunk_states_mma_v2_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>
+                             : &chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>;
+  run_states(selected, small_grid(items), Hs, Hs_lo, out);
+  bool same = true;
+  for (unsigned grid : {small_grid(items), 3u}) {  // the other version, and the selected one on 3 blocks
+    auto H2 = nans<S>(Hs.size()), H2_lo = H2;
+    auto out2 = nans<float>(out.size());
+    run_states(grid == 3u ? selected : other, grid, H2, H2_lo, out2);
+    auto bits = [](const auto& x, const auto& y) {
+      return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
+    };
+    const bool ok = bits(Hs, H2) && bits(Hs_lo, H2_lo) && bits(out, out2);
+    if (!ok)
+      std::printf("  FAIL %s: not bit for bit the first run's (Hs %d, Hs_lo %d, final state %d)\n",
+                  grid == 3u ? "3 blocks" : "the other chunk_states_mma version", int(bits(Hs, H2)),
+                  int(bits(Hs_lo, H2_lo)), int(bits(out, out2)));
+    same &= ok;
+  }
   std::vector<Acc> ref_H(Hs.size()), ref_out(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t b = p.b_of(bh), h = p.h_of(bh);
@@ -427,16 +454,16 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
       for (int64_t e = 0; e < E; ++e) ref_out[p.init_s.at(b, h, l, e)] = st[l * E + e];
   }
   if (!store_H) std::fill(ref_H.begin(), ref_H.end(), kUnwritten);
-  bool ok = check("Hs", doubles(Hs), ref_H, 1e-2) & check("final", doubles(out), ref_out, 1e-2);
+  bool ok = same & check("Hs", doubles(Hs), ref_H, 1e-2) & check("final", doubles(out), ref_out, 1e-2);
   if constexpr (kSplitStore) {  // hi + lo against the float32 stores of the same products
     auto Hf = nans<float>(Hs.size());
     auto out2 = nans<float>(out.size());
     Str4 outs2 = outs;
     outs2.p = out2.data();
     emu::launch(small_grid(items), kStatesThreads, states_mma_smem<float, kLo, kKeyLo>(), [&] {
-      chunk_states_mma_kernel<float, kReverse, kLo, kKeyLo>(
+      chunk_states_mma_selected<float, kReverse, kLo, kKeyLo, false>()(
           d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init, Hf.data(),
-          outs2, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr, kKeyLo ? p.Kq_lo.data() : nullptr);
+          outs2, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr, kKeyLo ? p.Kq_lo.data() : nullptr, nullptr);
     });
     std::vector<double> sum = doubles(Hs);
     for (size_t i = 0; i < sum.size(); ++i) sum[i] += to_float(Hs_lo[i]);
