@@ -193,7 +193,7 @@ __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
 // red[warp][latent] and are summed in warp order: every sum in a fixed order, no atomics.
 // The E loop (float32 / float16: no readback) computes W and U into the same shared arrays that
 // the readback path fills from Wr, Ur, with its tiles in the space of the row phase's arrays.
-// kPad: floats of padding per row (version 4: 8, see there; version 2: 0).
+// kPad: floats of padding per row (version 5: 8, see there; version 2: 0).
 template <int kPad>
 struct LocalRowTiles {
   float qs[64][kLocalLT + kPad], qps[64][kLocalLT + kPad], ns[64][kLocalLT + kPad];
@@ -218,14 +218,15 @@ using LocalSmem = LocalSmemP<0>;
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
 
 // The versions, chosen by kReadback: version 2 without the readback (float32), version 5 with it
-// (the 16-bit types; version 4 since its A/B at 778d902, version 5 (bwd_local_v5, below) is
-// version 4's arithmetic bit for bit with less integer work; -DRHOSCAN_BWD_LOCAL_VERSION=4 builds
-// version 4 for the A/B). Version 2 with the readback is built only by the host emulation, which
-// checks its FFMA row phase against float64.
+// (the 16-bit types; version 4 until its A/B against version 5 on the H200 in the seventh round,
+// 2.01 -> 1.83 ms per call at BDH-8k, after which version 4 and RHOSCAN_BWD_LOCAL_VERSION were
+// removed; version 5 (bwd_local_v5, below) is version 4's arithmetic bit for bit with less integer
+// work). Version 2 with the readback is built only by the host emulation, which checks its FFMA
+// row phase against float64.
 //   2: every (i, j) pair of the triangular loops by FFMA (above).
-//   4: the pairs between different 16-row sub-blocks of the chunk on tensor cores, FFMA only for
-//      the four 16×16 diagonal sub-blocks' triangles (480 of the 2016 pairs of a 64-row chunk),
-//      and the changes 1-5 below.
+//   4 (removed; its arithmetic is version 5's): the pairs between different 16-row sub-blocks of
+//      the chunk on tensor cores, FFMA only for the four 16×16 diagonal sub-blocks' triangles (480
+//      of the 2016 pairs of a 64-row chunk), and the changes 1-5 below.
 // The products' split. With s(i) = i / 16 and i' = i % 16, for j in an earlier sub-block J < I = s(i):
 //   i-1-j = i' + m_j,  m_j = 16 D + (15 - j') >= 0,  D = I - J - 1,
 // so p_i's cross part is a^(i') Y0_i and dp_i's is f(i') Y0_i + a^(i') Y1_i (f(x + m) =
@@ -293,27 +294,27 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 //         exchanging 2 of the 4 values, xor 8 one, then xor 4, 2, 1: 6 shuffles against 20), lane
 //         8r storing row r.
 //      ptxas (sm_90a): 128 registers, no spills, as version 3; shared memory unchanged
-//      (LocalSmemV4, 110.25 KiB). Measured on the H200 (778d902, BDH-8k bfloat16): 2.03 ms against
+//      (LocalSmemV5, 110.25 KiB). Measured on the H200 (778d902, BDH-8k bfloat16): 2.03 ms against
 //      version 3's 2.13 (Nsight Compute durations), forward+backward 6.19 against 6.34 ms; the CUDA
 //      suite passed with version 4 as the default, and version 3 was then removed.
-// Version 4's shared memory: rows padded by 8 floats (row stride 72: the accumulator layout's
+// Version 4's (now version 5's) shared memory: rows padded by 8 floats (row stride 72: the accumulator layout's
 // float2 accesses, rows g = lane / 4 and latent pairs 2 (lane % 4), reach 16 distinct 8-byte bank
 // pairs per half-warp, where a stride of 64 put the 8 rows on the same banks: 8-way conflicts),
 // 110.25 KiB against version 2's 98.25 (two blocks per SM still fit: 2 × (110.25 + 1) <= 228).
-constexpr int kLocalPadV4 = 8;
-using LocalSmemV4 = LocalSmemP<kLocalPadV4>;
+constexpr int kLocalPadV5 = 8;
+using LocalSmemV5 = LocalSmemP<kLocalPadV5>;
 template <int kVersion>
-using LocalSmemOf = std::conditional_t<kVersion >= 4, LocalSmemV4, LocalSmem>;  // (version 5: version 4's)
+using LocalSmemOf = std::conditional_t<kVersion == 5, LocalSmemV5, LocalSmem>;
 struct LocalPowTables {
-  static constexpr int W = kLocalLT + kLocalPadV4;
+  static constexpr int W = kLocalLT + kLocalPadV5;
   float pt[17][W], ft[17][W];  // a^n, f(n), n = 0..16
   float a16[4][W], f16[4][W];  // a^(16 I), f(16 I)
   float ar[4][W], fr[4][W];    // a^R, f(R), R = Cn - 16 (I + 1) (0 where R < 0)
 };
-static_assert(sizeof(LocalPowTables) <= sizeof(LocalRowTiles<kLocalPadV4>::ns), "version 4's tables live in ns");
+static_assert(sizeof(LocalPowTables) <= sizeof(LocalRowTiles<kLocalPadV5>::ns), "version 5's tables live in ns");
 
 // x0, x1 -> bf16 pairs hi (x0 in the low half) and lo = the remainders x - hi, rounded. (A
-// template, as the functions below: no unused-function warning where version 4 is not built.)
+// template, as the functions below: no unused-function warning where version 5 is not built.)
 template <typename F = float>
 __device__ __forceinline__ void split_pair(F x0, F x1, uint32_t& hi, uint32_t& lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
@@ -322,12 +323,12 @@ __device__ __forceinline__ void split_pair(F x0, F x1, uint32_t& hi, uint32_t& l
   lo = *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// Version 4: M's six blocks below the diagonal of 16×16 blocks, (I, J) with J < I, as bf16 hi + lo,
+// Version 5 (from version 4): M's six blocks below the diagonal of 16×16 blocks, (I, J) with J < I, as bf16 hi + lo,
 // each into the unused upper triangle at block (J, I): row r of the tile at &ms[16 J + r][16 I],
 // 16 hi then 16 lo values (32 + 32 bytes, 16-byte aligned: ldmatrix rows). Rows and columns past
 // Cn are not the chunk's (stale for C < 64): zeros (only the rows matter below the diagonal: a
 // column j < 16 I <= i is < Cn wherever row i is). Blocks past Cn are not used: skipped.
-// (A template on the shared memory's type, LocalSmemV4, as bwd_local_cross.)
+// (A template on the shared memory's type, LocalSmemV5, as bwd_local_cross.)
 template <typename Smem>
 __device__ __forceinline__ void bwd_local_split_m(Smem& S, int Cn) {
   auto& ms = S.r.ms;
@@ -347,7 +348,7 @@ __device__ __forceinline__ void bwd_local_split_m(Smem& S, int Cn) {
   }
 }
 
-// Version 4's products between sub-blocks and their epilogue (see above); warp-uniform branches.
+// Version 5's (from version 4) products between sub-blocks and their epilogue (see above); warp-uniform branches.
 template <typename Smem>
 __device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P, int Cn) {
   auto& qs = S.r.qs;
@@ -502,18 +503,16 @@ __device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.
 // Wr, Ur, HdHr (kReadback): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
 // alias dqp (the block copies its W[t][l] to shared memory before it writes dqp[t][l]).
 // Without kReadback the block computes them from Hs, dHs, g, v (its E loop).
-// kVersion: 2 or 4 (see above; 4 only with kReadback); bwd_local_kernel below picks the version
-// (version 5, bwd_local_v5, after this one).
-template <typename T, bool kReadback, int kVersion>
-__device__ __forceinline__ void bwd_local_v2_v4(
+// Version 2 (see above); bwd_local_kernel below picks it without the readback, version 5
+// (bwd_local_v5, after this one) with it.
+template <typename T, bool kReadback>
+__device__ __forceinline__ void bwd_local_v2(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
   constexpr int LT = kLocalLT, ET = kLocalET;
-  constexpr bool kV4 = kVersion == 4;
-  static_assert(kVersion == 2 || (kVersion == 4 && kReadback), "bwd_local: version 2, or 4 with the readback");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  LocalSmemOf<kVersion>& S = *reinterpret_cast<LocalSmemOf<kVersion>*>(smem_raw);
+  LocalSmem& S = *reinterpret_cast<LocalSmem*>(smem_raw);
   auto& qs = S.r.qs;
   auto& qps = S.r.qps;
   auto& ns = S.r.ns;
@@ -539,18 +538,6 @@ __device__ __forceinline__ void bwd_local_v2_v4(
     float a[2];
 #pragma unroll
     for (int u = 0; u < 2; ++u) a[u] = l0 + x0 + u < d.L ? a32[h * d.L + l0 + x0 + u] : 0.0f;
-    // Version 4: q's loads (the `four` path) go out first, into registers: their latency overlaps
-    // the cp.async issue and the power tables; conversion and shared stores come after. (s's
-    // loads stay at their use below: held in a register from here, they cost 20 bytes of spills.)
-    Four qr[64 * LT / 4 / kLocalThreads] = {};
-    if (kV4 && four) {
-#pragma unroll
-      for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
-        int i, x;
-        if (four_at(k, l0, Cn, i, x))
-          qr[k] = *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
-      }
-    }
     __syncthreads();  // the previous item's reads of shared memory are done
     // The [64 tokens][64 latents] float32 tiles (Wr, Ur, Qp: rows of L floats) are copied by
     // 16-byte cp.async when L % 4 == 0 (4 per thread and tile, zero-filled outside the chunk and
@@ -641,43 +628,16 @@ __device__ __forceinline__ void bwd_local_v2_v4(
     }
     copy_tile(qps, Qp);
     // M of the chunk (split 0 holds the sum). Only its strict lower triangle of rows < Cn is
-    // read for the rows < Cn; at C = 64 the whole slot is copied in 16-byte pieces (version 4: by
-    // cp.async, in the same group as the tiles above).
+    // read for the rows < Cn; at C = 64 the whole slot is copied in 16-byte pieces.
     const float* Mc = M + (bh * d.nC + c) * d.nsplit * C * C;
-    if (kV4 && C == 64) {
-#pragma unroll
-      for (int k = 0; k < 64 * 16 / kLocalThreads; ++k) {
-        const int idx = threadIdx.x + kLocalThreads * k;
-        cp_async16(&ms[idx / 16][4 * (idx % 16)], Mc + 4 * idx);
-      }
-    }
     cp_async_commit();
-    if constexpr (kV4) {  // the power tables (in ns: the previous item's reads of it are done)
-      LocalPowTables& P = *reinterpret_cast<LocalPowTables*>(&ns[0][0]);
-      const int I = threadIdx.x / LT, R = Cn - 16 * (I + 1);
-      const float al = xok ? a32[h * d.L + l0 + xc] : 0.0f;
-      if (I == 0) {
-        float x = 1.0f, xp = 0.0f;
-#pragma unroll
-        for (int n = 0; n <= 16; ++n) {
-          P.pt[n][xc] = x;
-          P.ft[n][xc] = float(n) * xp;  // f(n) = n a^(n-1), f(0) = 0
-          xp = x;
-          x *= al;
-        }
-      }
-      P.a16[I][xc] = ipow64(al, 16 * I);
-      P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
-      P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
-      P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
-    }
     if (four) {
 #pragma unroll
       for (int k = 0; k < 64 * LT / 4 / kLocalThreads; ++k) {
         int i, x;
         float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (four_at(k, l0, Cn, i, x)) {
-          const Four v4 = kV4 ? qr[k] : *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
+          const Four v4 = *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
           f = make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
         }
         *reinterpret_cast<float4*>(&qs[i][x]) = f;
@@ -691,81 +651,17 @@ __device__ __forceinline__ void bwd_local_v2_v4(
       }
     }
     if (C == 64) {
-      if (!kV4) {
-        for (int idx = threadIdx.x; idx < 64 * 16; idx += blockDim.x)
-          *reinterpret_cast<float4*>(&ms[idx / 16][4 * (idx % 16)]) = reinterpret_cast<const float4*>(Mc)[idx];
-      }
+      for (int idx = threadIdx.x; idx < 64 * 16; idx += blockDim.x)
+        *reinterpret_cast<float4*>(&ms[idx / 16][4 * (idx % 16)]) = reinterpret_cast<const float4*>(Mc)[idx];
     } else {
       for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
     }
-    // version 4: 1/s of the chunk's rows, once per item, in ms's padding column LT (nothing else
-    // reads or writes ms's columns >= 64: M's tiles, its hi / lo split, the loops)
-    if constexpr (kV4) {
-      static_assert(kLocalPadV4 >= 1);
-      if (threadIdx.x < LT) ms[threadIdx.x][LT] = threadIdx.x < Cn ? 1.0f / s[bh * d.T + t0 + threadIdx.x] : 0.0f;
-    }
     cp_async_wait<0>();
     __syncthreads();
-    if constexpr (kV4) {
-      bwd_local_split_m(S, Cn);
-      __syncthreads();  // M's hi / lo tiles complete
-      bwd_local_cross(S, *reinterpret_cast<const LocalPowTables*>(&ns[0][0]), Cn);
-      __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed
-    }
     float da[2] = {};
     // Warp 0 walks the chunk: N_i, and zsum = sum_i a^(Cn-1-i) N_i (Horner), da's B·N weight.
     float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
-    // Version 4: the two scans over segments of 8 tokens, warp w the tokens [s0, e0) (empty where
-    // s0 >= Cn; only the last non-empty one can be short), the per-segment values exchanged
-    // through [8][64] rows of shared memory: the N walk's z_v in red[v] (free until the row phase
-    // ends but for red[0], which warp 0 reads first), the reverse scan's x_v, y_v and ibn_v in
-    // rows v, v and 8 + v of qs, qps (dead after the row phase). (s0, e0, nseg and a^8 are
-    // recomputed where used: no registers held over the row phase.)
-    auto xch = [&](auto& tile, int v) -> float2& { return *reinterpret_cast<float2*>(&tile[v][x0]); };
-    if (kV4 && 8 * warp < Cn) {
-      const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
-      // the segment's z = sum_{i in [s0, e0)} a^(e0-1-i) q_i (Horner), for the later segments' starts
-      float z[2] = {};
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        if (s0 + k >= e0) break;  // warp-uniform
-        const float2 qi = *reinterpret_cast<const float2*>(&qs[s0 + k][x0]);
-        z[0] = a[0] * z[0] + qi.x;
-        z[1] = a[1] * z[1] + qi.y;
-      }
-      if (warp == 0) {  // the products' shares of da (red[0], then z_0 in its place)
-#pragma unroll
-        for (int u = 0; u < 2; ++u) da[u] = S.red[0][x0 + u];
-      }
-      xch(S.red, warp) = make_float2(z[0], z[1]);
-    }
-    if constexpr (kV4) __syncthreads();  // the segments' z
-    if (kV4 && 8 * warp < Cn) {
-      const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
-      // N at the segment's start: N_0 (the chunk's), then N <- a^8 N + z_v over the earlier
-      // (full) segments v < w; then the walk over the segment (ns)
-      float N[2];
-#pragma unroll
-      for (int u = 0; u < 2; ++u) N[u] = l0 + x0 + u < d.L ? Nc[(bh * (d.nC + 1) + c) * d.L + l0 + x0 + u] : 0.0f;
-      if (warp > 0) {
-        const float a8[2] = {ipow64(a[0], 8), ipow64(a[1], 8)};
-        for (int v = 0; v < warp; ++v) {
-          const float2 zv = xch(S.red, v);
-          N[0] = a8[0] * N[0] + zv.x;
-          N[1] = a8[1] * N[1] + zv.y;
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int i = s0 + k;
-        if (i >= e0) break;  // warp-uniform
-        *reinterpret_cast<float2*>(&ns[i][x0]) = make_float2(N[0], N[1]);
-        const float2 qi = *reinterpret_cast<const float2*>(&qs[i][x0]);
-        N[0] = a[0] * N[0] + qi.x;
-        N[1] = a[1] * N[1] + qi.y;
-      }
-    }
-    if (!kV4 && warp == 0) {
+    if (warp == 0) {
       float N[2];
 #pragma unroll
       for (int u = 0; u < 2; ++u) N[u] = l0 + x0 + u < d.L ? Nc[(bh * (d.nC + 1) + c) * d.L + l0 + x0 + u] : 0.0f;
@@ -794,8 +690,7 @@ __device__ __forceinline__ void bwd_local_v2_v4(
         dp[r][1] = dp[r][1] * a[1] + p[r][1];
         p[r][1] = p[r][1] * a[1] + qj.y * m;
       };
-      // (version 4: only the row's own sub-block, from 16 s(i); the products took the rest)
-      for (int j0 = kV4 ? i0 & ~15 : 0; j0 < i0; j0 += 4) {  // i0 is a multiple of 4: no remainder
+      for (int j0 = 0; j0 < i0; j0 += 4) {  // i0 is a multiple of 4: no remainder
         float4 m[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) m[r] = *reinterpret_cast<const float4*>(&ms[i0 + r][j0]);
@@ -818,7 +713,7 @@ __device__ __forceinline__ void bwd_local_v2_v4(
         avs[r][0] = avs[r][0] * a[0] + qk.x * m;
         avs[r][1] = avs[r][1] * a[1] + qk.y * m;
       };
-      int k = kV4 ? min(Cn - 1, i0 | 15) : Cn - 1;  // (version 4: up to the sub-block's end)
+      int k = Cn - 1;
       for (; k >= i0 + 7; k -= 4) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
@@ -844,22 +739,17 @@ __device__ __forceinline__ void bwd_local_v2_v4(
       }
       // Row results. pa: powers a^(i0-1+k), pd: a^(Cn-5-i0+k) (row r's Cn-1-i is Cn-4-i0+3-r).
       float pa[2][5], pd[2][5];
-      if constexpr (!kV4) {  // (version 4: the state terms are in w, u and red already)
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          pow_run(a[u], i0, pa[u]);
-          pow_run(a[u], Cn - 4 - i0, pd[u]);
-        }
+      for (int u = 0; u < 2; ++u) {
+        pow_run(a[u], i0, pa[u]);
+        pow_run(a[u], Cn - 4 - i0, pd[u]);
       }
-      float gcr[4] = {};  // version 4: the rows' lane sums of gc, reduced together below
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i = i0 + r, n = Cn - 1 - i;
         if (i >= Cn) break;  // warp-uniform
         const int64_t row = bh * d.T + t0 + i;
-        float rs;  // one division per row, not one per latent (version 4: once per item, above)
-        if constexpr (kV4) rs = ms[i][LT];
-        else rs = 1.0f / s[row];
+        const float rs = 1.0f / s[row];  // one division per row, not one per latent
         const float2 N2 = *reinterpret_cast<const float2*>(&ns[i][x0]);
         const float2 W2 = *reinterpret_cast<const float2*>(&S.w[i][x0]);
         const float2 U2 = *reinterpret_cast<const float2*>(&S.u[i][x0]);
@@ -870,16 +760,9 @@ __device__ __forceinline__ void bwd_local_v2_v4(
         float dn[2], part[2], gc = 0.0f;
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-          float gw, av;
-          if constexpr (kV4) {
-            gw = (Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
-            av = Uv[u] + avs[r][u];
-            da[u] += qp[u] * dp[r][u];
-          } else {
-            gw = (pa[u][r + 1] * Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
-            av = pd[u][4 - r] * Uv[u] + avs[r][u];
-            da[u] += qv[u] * Uv[u] * (float(n) * pd[u][3 - r]) + qp[u] * Wv[u] * (float(i) * pa[u][r]) + qp[u] * dp[r][u];
-          }
+          const float gw = (pa[u][r + 1] * Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
+          const float av = pd[u][4 - r] * Uv[u] + avs[r][u];
+          da[u] += qv[u] * Uv[u] * (float(n) * pd[u][3 - r]) + qp[u] * Wv[u] * (float(i) * pa[u][r]) + qp[u] * dp[r][u];
           dn[u] = -qp[u] * gw;
           part[u] = gw * rs + av;
           gc += gw * qv[u];
@@ -887,27 +770,8 @@ __device__ __forceinline__ void bwd_local_v2_v4(
         *reinterpret_cast<float2*>(&S.w[i][x0]) = make_float2(dn[0], dn[1]);
         *reinterpret_cast<float2*>(&S.u[i][x0]) = make_float2(part[0], part[1]);
         // gcp[bh][t][lt] = sum over the block's 64 latents of gw_t[l] w_t[l] (w = q / s)
-        if constexpr (kV4) {
-          gcr[r] = gc;
-        } else {
-          for (int o = 16; o > 0; o >>= 1) gc += __shfl_xor_sync(0xffffffffu, gc, o);
-          if (lane == 0) gcp[row * nlt + lt] = gc * rs;
-        }
-      }
-      if constexpr (kV4) {
-        // The 4 rows' sums over the warp together, a reduce-scatter in a fixed order (6 shuffles,
-        // not 4 × 5): xor 16 halves the rows (lanes with bit 4 keep rows 2, 3, the others 0, 1),
-        // xor 8 halves them again (bit 3: the odd row), then xor 4, 2, 1 on the one left: lane λ
-        // ends with row λ / 8's total (rows past Cn are zeros and not stored).
-        const bool b4 = lane & 16, b3 = lane & 8;
-        float k0 = b4 ? gcr[2] : gcr[0], k1 = b4 ? gcr[3] : gcr[1];
-        k0 += __shfl_xor_sync(0xffffffffu, b4 ? gcr[0] : gcr[2], 16);
-        k1 += __shfl_xor_sync(0xffffffffu, b4 ? gcr[1] : gcr[3], 16);
-        float gc = b3 ? k1 : k0;
-        gc += __shfl_xor_sync(0xffffffffu, b3 ? k0 : k1, 8);
-        for (int o = 4; o > 0; o >>= 1) gc += __shfl_xor_sync(0xffffffffu, gc, o);
-        const int i = i0 + lane / 8;
-        if (lane % 8 == 0 && i < Cn) gcp[(bh * d.T + t0 + i) * nlt + lt] = gc * ms[i][LT];
+        for (int o = 16; o > 0; o >>= 1) gc += __shfl_xor_sync(0xffffffffu, gc, o);
+        if (lane == 0) gcp[row * nlt + lt] = gc * rs;
       }
     }
     S.red[warp][x0] = da[0];
@@ -916,65 +780,7 @@ __device__ __forceinline__ void bwd_local_v2_v4(
     // The normaliser gradient inside the chunk, ib_i = sum_{k>i} a^(k-i-1) dn_k, by the reverse
     // recurrence ib_{i-1} = dn_i + a ib_i (in place of dn); its continuation past i = 0 is
     // bsum = sum_i a^i dn_i, the chunk's share of B at its start; ibn = sum_i ib_i N_i (da).
-    if constexpr (kV4) {
-      // Version 4, per segment: the local recurrence from 0 at e0-1 (loc_i: ib_i from the
-      // segment's own tokens, in place of dn; its continuation past s0,
-      // x = sum_{i in seg} a^(i-s0) dn_i, into qs[w]), and y = sum_{i in seg} a^(e0-1-i) N_i
-      // (zsum's share, into qps[w]); then the carry from the later segments,
-      // cy = sum_{k >= e0} a^(k-e0) dn_k (Horner from the last: cy <- x_v + a^8 cy; every later
-      // segment but the last is full, and the last's length multiplies 0), ib_i = loc_i +
-      // a^(e0-1-i) cy, and the segment's share of ibn, sum loc_i N_i + cy y, into qps[8 + w].
-      const int s0 = 8 * warp, e0 = min(s0 + 8, Cn), nseg = (Cn + 7) / 8;
-      if (s0 < Cn) {
-        float x[2] = {}, il[2] = {}, y[2] = {}, pw[2] = {1.0f, 1.0f};  // pw = a^(e0-1-i)
-#pragma unroll
-        for (int k = 7; k >= 0; --k) {
-          const int i = s0 + k;
-          if (i >= e0) continue;  // warp-uniform
-          const float2 dn2 = *reinterpret_cast<const float2*>(&S.w[i][x0]);
-          const float2 n2 = *reinterpret_cast<const float2*>(&ns[i][x0]);
-          *reinterpret_cast<float2*>(&S.w[i][x0]) = make_float2(x[0], x[1]);
-          il[0] += x[0] * n2.x;
-          il[1] += x[1] * n2.y;
-          y[0] += pw[0] * n2.x;
-          y[1] += pw[1] * n2.y;
-          pw[0] *= a[0];
-          pw[1] *= a[1];
-          x[0] = dn2.x + a[0] * x[0];
-          x[1] = dn2.y + a[1] * x[1];
-        }
-        xch(qs, warp) = make_float2(x[0], x[1]);
-        xch(qps, warp) = make_float2(y[0], y[1]);
-        xch(qps, 8 + warp) = make_float2(il[0], il[1]);
-      }
-      __syncthreads();  // the segments' x
-      if (s0 < Cn) {
-        const float a8[2] = {ipow64(a[0], 8), ipow64(a[1], 8)};
-        float cy[2] = {};
-        for (int v = nseg - 1; v > warp; --v) {
-          const float2 xv = xch(qs, v);
-          cy[0] = xv.x + a8[0] * cy[0];
-          cy[1] = xv.y + a8[1] * cy[1];
-        }
-        float pw[2] = {1.0f, 1.0f};  // a^(e0-1-i)
-#pragma unroll
-        for (int k = 7; k >= 0; --k) {
-          const int i = s0 + k;
-          if (i >= e0) continue;  // warp-uniform
-          float2& ib = *reinterpret_cast<float2*>(&S.w[i][x0]);
-          ib = make_float2(ib.x + pw[0] * cy[0], ib.y + pw[1] * cy[1]);
-          pw[0] *= a[0];
-          pw[1] *= a[1];
-        }
-        const float2 y = xch(qps, warp), il = xch(qps, 8 + warp);
-        xch(qps, 8 + warp) = make_float2(il.x + cy[0] * y.x, il.y + cy[1] * y.y);
-        if (warp == 0) {  // B's share: the continuation past 0 (a^8: segment 0 is full wherever cy != 0)
-          const float2 x = xch(qs, 0);
-          bsum[0] = x.x + a8[0] * cy[0];
-          bsum[1] = x.y + a8[1] * cy[1];
-        }
-      }
-    } else if (warp == 0) {
+    if (warp == 0) {
       float x[2] = {};
 #pragma unroll 8
       for (int i = Cn - 1; i >= 0; --i) {
@@ -1001,18 +807,6 @@ __device__ __forceinline__ void bwd_local_v2_v4(
         if (l >= d.L) continue;
         float x = dpow(a[u], Cn) * S.hdh[x0 + u];
         for (int w = 0; w < 8; ++w) x += S.red[w][x0 + u];
-        if constexpr (kV4) {  // the segments' shares of ibn (in order) and of zsum (Horner over the
-          // segments: Z <- a^len Z + y_v, a^len = a^8 but for the last, which may be short)
-          const int nseg = (Cn + 7) / 8;
-          const float a8 = ipow64(a[u], 8), aT = ipow64(a[u], Cn - 8 * (nseg - 1));
-          float in = 0.0f, z = 0.0f;
-          for (int v = 0; v < nseg; ++v) {
-            const float2 iv = xch(qps, 8 + v), yv = xch(qps, v);
-            in += u ? iv.y : iv.x;
-            z = (v == nseg - 1 ? aT : a8) * z + (u ? yv.y : yv.x);
-          }
-          ibn[u] = in, zsum[u] = z;
-        }
         const int64_t o = (bh * d.nC + c) * d.L + l;
         dap[o] = x + ibn[u];
         Bsum[o] = bsum[u];
@@ -1024,7 +818,7 @@ __device__ __forceinline__ void bwd_local_v2_v4(
 
 // ---- bwd_local version 5: version 4's arithmetic, bit for bit, with less integer work ---------
 // Version 4's floating-point operations in the same order (every output bitwise version 4's: the
-// emulation compares all of them), with less of the integer and control work that an Nsight
+// emulation compared all of them until version 4 was removed), with less of the integer and control work that an Nsight
 // Compute profile of version 4 on the H200 showed (BDH-8k bfloat16, 1.118 G warp instructions per
 // call, 0.58 issued per scheduler; by the SASS per source line of the same build: ~20 % of the
 // executed instructions at the item's start — 64-bit divisions decoding the item and b, h, the
@@ -1047,16 +841,19 @@ __device__ __forceinline__ void bwd_local_v2_v4(
 //   - a persistent grid (the launcher, RHOSCAN_BWD_LOCAL_PERSISTENT): what a block computes once
 //     (311 SASS instructions per thread before the item loop) is paid per block, not per item.
 // ptxas (sm_90a, nvcc 13.0): 118 registers (version 4: 128), no spills; the same shared memory
-// (LocalSmemV4). Not yet measured on the H200.
+// as version 4 (LocalSmemV5). Measured on the H200 (seventh round's integration build, Nsight
+// Compute durations per call, bfloat16): 2.01 -> 1.83 ms at BDH-8k against version 4, which was
+// then removed (with it the emulation's bitwise comparison: version 5 is now checked against
+// float64, as version 2).
 template <typename T>
 __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, const float* Qp, const float* s,
                                              const float* Nc, const float* M, const float* Wr, const float* Ur,
                                              const float* HdHr, float* gcp, float* dqp, float* dap, float* Bsum,
                                              float* Zs) {
-  constexpr int LT = kLocalLT, RS = kLocalLT + kLocalPadV4;  // RS: floats per row of the [64][RS] tiles
-  static_assert(kLocalPadV4 >= 3, "ms's padding columns LT .. LT + 2: 1/s, N_0, a");
+  constexpr int LT = kLocalLT, RS = kLocalLT + kLocalPadV5;  // RS: floats per row of the [64][RS] tiles
+  static_assert(kLocalPadV5 >= 3, "ms's padding columns LT .. LT + 2: 1/s, N_0, a");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  LocalSmemV4& S = *reinterpret_cast<LocalSmemV4*>(smem_raw);
+  LocalSmemV5& S = *reinterpret_cast<LocalSmemV5*>(smem_raw);
   auto& qs = S.r.qs;
   auto& qps = S.r.qps;
   auto& ns = S.r.ns;
@@ -1221,7 +1018,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     const float a[2] = {ms[x0][LT + 2], ms[x0 + 1][LT + 2]};
     float da[2] = {};
     float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
-    // the two scans over segments of 8 tokens (version 4's, see there)
+    // the two scans over segments of 8 tokens (version 4's change 4, above bwd_local_split_m)
     auto xch = [&](auto& tile, int v) -> float2& { return *reinterpret_cast<float2*>(&tile[v][x0]); };
     if (8 * warp < Cn) {
       const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
@@ -1381,7 +1178,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     S.red[warp][x0] = da[0];
     S.red[warp][x0 + 1] = da[1];
     __syncthreads();
-    {  // the reverse scan over the segments (version 4's, see there)
+    {  // the reverse scan over the segments (version 4's change 4, above bwd_local_split_m)
       const int s0 = 8 * warp, e0 = min(s0 + 8, Cn), nseg = (Cn + 7) / 8;
       if (s0 < Cn) {
         float x[2] = {}, il[2] = {}, y[2] = {}, pw[2] = {1.0f, 1.0f};  // pw = a^(e0-1-i)
@@ -1493,14 +1290,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
   }
 }
 
-// The kernel: version 2 without the readback (float32); with it version 5 (the default) or 4,
-// chosen at build time by RHOSCAN_BWD_LOCAL_VERSION (4 or 5), so that the two can be A/B'd.
-#ifndef RHOSCAN_BWD_LOCAL_VERSION
-#define RHOSCAN_BWD_LOCAL_VERSION 5
-#endif
-static_assert(RHOSCAN_BWD_LOCAL_VERSION == 4 || RHOSCAN_BWD_LOCAL_VERSION == 5,
-              "RHOSCAN_BWD_LOCAL_VERSION: 4 or 5 (bwd_local's version on the readback path)");
-constexpr int kBwdLocalVersion = RHOSCAN_BWD_LOCAL_VERSION;
+// The kernel: version 2 without the readback (float32), version 5 with it (bfloat16, float16).
 // Version 5's grid: as many blocks as fit at once (1, the default), each running on through its
 // items, so that what a block computes once (the decomposition's divisions, the thread's pieces and
 // shared addresses, the products' and split's per-thread indices that the compiler hoists out of
@@ -1510,18 +1300,18 @@ constexpr int kBwdLocalVersion = RHOSCAN_BWD_LOCAL_VERSION;
 #ifndef RHOSCAN_BWD_LOCAL_PERSISTENT
 #define RHOSCAN_BWD_LOCAL_PERSISTENT 1
 #endif
-// kVersion: 2 (every path; the float32 one's), 4 or 5 (only with kReadback).
-template <typename T, bool kReadback, int kVersion = kReadback ? kBwdLocalVersion : 2>
+// kVersion: 2 (every path; the float32 one's; with kReadback only in the host emulation) or 5 (only
+// with kReadback).
+template <typename T, bool kReadback, int kVersion = kReadback ? 5 : 2>
 __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
-  static_assert(kVersion != 5 || kReadback, "bwd_local version 5: the readback path only");
+  static_assert(kVersion == 2 || (kVersion == 5 && kReadback), "bwd_local: version 2, or 5 with the readback");
   if constexpr (kVersion == 5)
     bwd_local_v5<T>(d, q, a32, Qp, s, Nc, M, Wr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
   else
-    bwd_local_v2_v4<T, kReadback, kVersion>(d, q, v, g, a32, Qp, s, Nc, Hs, dHs, M, Wr, Ur, HdHr, gcp, dqp, dap,
-                                            Bsum, Zs);
+    bwd_local_v2<T, kReadback>(d, q, v, g, a32, Qp, s, Nc, Hs, dHs, M, Wr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
 }
 
 // The normaliser gradient across chunks, one thread per (bh, l), reverse over chunks:
@@ -1847,7 +1637,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream, dHs_lo);
       launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
     }
-    constexpr int local_smem = static_cast<int>(sizeof(LocalSmemOf<kTC ? kBwdLocalVersion : 2>));
+    constexpr int local_smem = static_cast<int>(sizeof(LocalSmemOf<kTC ? 5 : 2>));
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, kTC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             local_smem));
     if constexpr (kTC) {
@@ -1861,7 +1651,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       }
     }
     unsigned local_grid = grid_for(n * nC * nlt);
-    if constexpr (kTC && kBwdLocalVersion == 5 && RHOSCAN_BWD_LOCAL_PERSISTENT) {
+    if constexpr (kTC && RHOSCAN_BWD_LOCAL_PERSISTENT) {
       int dev = 0, sms = 0, per_sm = 0;
       RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
       RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));

@@ -243,9 +243,16 @@ inline int64_t states_items(const Dims& d) {
 // kSplitStore (S = bf16, the backward): the states go out as two bf16 planes, hi = bf16(x) to Hs
 // and lo = bf16(x - hi) to Hs_lo (x to about 2^-16 relative: what the readback's hi + lo products
 // use anyway), so that their readers fetch bf16 tiles by cp.async (dv reads the hi plane only).
+// chunk_states_mma_wide_kernel: version 1, kept only as the fallback for what the faster
+// chunk_states_mma_kernel (version 2, below; H200: 84 -> 74 us per call at BDH-base, 0.376 ->
+// 0.317 ms at the long case) does not support: its indices are 64-bit and it runs any number of
+// stages, so the launcher takes it where states_fit_32bit(d) fails (Lp or Ep >= 2^24, bh0 + nbh >=
+// 2^30, nbh T or nbh nC Lp >= 2^31: far past any real problem, but the library must not refuse or
+// overflow there) and where RHOSCAN_STATES_STAGES != 2. The same outputs bit for bit as version 2
+// (the emulation compares the two on every states case).
 template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false>
 __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
-    chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs, Str4 out,
+    chunk_states_mma_wide_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs, Str4 out,
                             const bf16* vals_lo = nullptr, const bf16* keys_lo = nullptr, S* Hs_lo = nullptr) {
   static_assert(!kSplitStore || std::is_same_v<S, bf16>, "split stores are bf16 planes");
   constexpr int LT = kStatesLT, ET = kMmaET, KS = kStKS, VS = kStVS, NT = kStatesThreads;
@@ -442,8 +449,8 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
 //     the current one, or at an item's last step the next (version 1 decoded the fetch's item);
 //   - items: a running decomposition (bh, latent tile, column tile) advanced by gridDim.x (the
 //     grid's own decomposition once per thread) instead of 64-bit divisions; b, h by one 32-bit
-//     division per item; the indices in 32 bits (states_v2_fits: beyond its limits, far past any
-//     real problem, the launcher runs version 1);
+//     division per item; the indices in 32 bits (states_fit_32bit: beyond its limits, far past any
+//     real problem, the launcher runs version 1, chunk_states_mma_wide_kernel);
 //   - the products by warp_mma_32x32_u32 (32-bit shared addresses, immediate offsets; the same
 //     ldmatrix fragments and mma order as warp_mma_32x32, so the same sums), k steps of 16 tokens
 //     in a loop (fully unrolled, the float16 variants took more than 128 registers);
@@ -454,14 +461,13 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
 //     and E and the column stride is 1 (else version 1's checked element loop).
 // ptxas (sm_90a, nvcc 13): see docs/CUDA.md (every bf16-state variant within 128 registers, no
 // spills: 2 blocks per SM as version 1). Version 2 needs two stages (RHOSCAN_STATES_STAGES=2, the
-// default); with more the launcher runs version 1.
-#ifndef RHOSCAN_STATES_VERSION
-#define RHOSCAN_STATES_VERSION 2
-#endif
-static_assert(RHOSCAN_STATES_VERSION == 1 || RHOSCAN_STATES_VERSION == 2, "RHOSCAN_STATES_VERSION: 1 or 2");
+// default); with more the launcher runs version 1 (chunk_states_mma_wide_kernel). Measured on the
+// H200 (seventh round's integration build, Nsight Compute durations per call, bfloat16): 84 -> 74
+// us at BDH-base, 0.376 -> 0.317 ms at the long case against version 1, whose A/B switch
+// (RHOSCAN_STATES_VERSION) was then removed.
 template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false>
 __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
-    chunk_states_mma_v2_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs,
+    chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs,
                                Str4 out, const bf16* vals_lo = nullptr, const bf16* keys_lo = nullptr,
                                S* Hs_lo = nullptr) {
   static_assert(!kSplitStore || std::is_same_v<S, bf16>, "split stores are bf16 planes");
@@ -736,24 +742,24 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
     }
   }
 }
-// The version the launcher runs (RHOSCAN_STATES_VERSION), with its name for error messages.
+// The kernel the launcher runs where states_fit_32bit holds, with its name for error messages.
 template <typename S, bool kReverse, bool kLo, bool kKeyLo, bool kSplitStore>
 constexpr auto chunk_states_mma_selected() {
-  if constexpr (RHOSCAN_STATES_VERSION == 1 || kStatesStages != 2)  // (version 2: two stages only)
-    return &chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>;
+  if constexpr (kStatesStages != 2)  // (version 2: two stages only)
+    return &chunk_states_mma_wide_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>;
   else
-    return &chunk_states_mma_v2_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>;
+    return &chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>;
 }
 // Version 2 keeps its indices in 32 bits: a thread's offsets inside a chunk state's or an operand's
 // rows (Lp, Ep < 2^24), the pair indices (bh0 + nbh < 2^30), the operands' token rows (nbh T <
-// 2^31) and the states' rows (nbh nC Lp < 2^31); beyond them the launcher runs version 1.
-inline bool states_v2_fits(const Dims& d) {
+// 2^31) and the states' rows (nbh nC Lp < 2^31); beyond them the launcher runs version 1
+// (chunk_states_mma_wide_kernel, 64-bit indices).
+inline bool states_fit_32bit(const Dims& d) {
   constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30, k31 = int64_t{1} << 31;
   return d.Lp < k24 && d.Ep < k24 && d.bh0 + d.nbh < k30 && d.nbh * d.T < k31 && d.nbh * d.nC * d.Lp < k31;
 }
-constexpr const char* kStatesKernelName = RHOSCAN_STATES_VERSION == 1 || kStatesStages != 2
-                                              ? "chunk_states_mma_kernel"
-                                              : "chunk_states_mma_v2_kernel";
+constexpr const char* kStatesKernelName =
+    kStatesStages != 2 ? "chunk_states_mma_wide_kernel" : "chunk_states_mma_kernel";
 
 // ---- chunk outputs on tensor cores: one block per (bh, c, 128 columns) ------------------------
 // out[i][e] = sum_l X[i][l] S[l][e] + sum_j Pm[i][j] Y[j][e], as chunk_output_kernel, with
@@ -1227,8 +1233,8 @@ void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, co
       constexpr bool kKeyLo = decltype(key_lo)::value, kSplit = decltype(split_store)::value;
       auto kernel = chunk_states_mma_selected<S, kReverse, kLo, kKeyLo, kSplit>();
       const char* name = kStatesKernelName;
-      if (RHOSCAN_STATES_VERSION == 2 && !states_v2_fits(d))
-        kernel = chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplit>, name = "chunk_states_mma_kernel";
+      if (!states_fit_32bit(d))  // (past version 2's 32-bit indices: version 1)
+        kernel = chunk_states_mma_wide_kernel<S, kReverse, kLo, kKeyLo, kSplit>, name = "chunk_states_mma_wide_kernel";
       constexpr int smem = states_mma_smem<S, kLo, kKeyLo>();
       RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       kernel<<<states_grid(kernel, smem, states_items(d)), kStatesThreads, smem, stream>>>(d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb, a32,

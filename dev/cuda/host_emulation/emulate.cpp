@@ -325,7 +325,7 @@ bool bwd_local_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t E, int
     };
     if (k == 0)
       run(bwd_local_kernel_old<float>, sizeof(LocalSmemOld), 2);
-    else if (readback)  // version 2 (version 4, the 16-bit path's, is run_mma.sh's: bwd_local_case)
+    else if (readback)  // version 2 (version 5, the 16-bit path's, is run_mma.sh's: bwd_local_case)
       run(bwd_local_kernel<float, true, 2>, sizeof(LocalSmem), grid);
     else
       run(bwd_local_kernel<float, false>, sizeof(LocalSmem), grid);

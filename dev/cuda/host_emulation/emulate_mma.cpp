@@ -1,12 +1,12 @@
 // Host emulation check of the tensor-core (mma.sync) kernels, for a machine without a GPU.
 //
 // What it runs: the working tree's pack_bf16_kernel, chunk_scores_mma_kernel,
-// chunk_states_mma_kernel (forward with bf16 and with float32 stored states, and reverse),
+// chunk_states_mma_kernel and its 64-bit-index fallback chunk_states_mma_wide_kernel (forward with
+// bf16 and with float32 stored states, and reverse),
 // chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel, the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel (and launch_final_state's
 // sub-batches) and quadratic_output_mma_kernel,
-// the quadratic backward's kernels, and bwd_local_kernel's versions 2, 4 and 5 (readback path; 5
-// also bit for bit against 4), cut out
+// the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 5 (readback path), cut out
 // of src/cuda by extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async
 // emulated with their PTX fragment layouts; see the top of shim.h for what is and is not emulated).
 // Each is
@@ -385,9 +385,12 @@ bool key_remainder_case(const Problem& p) {
 // hi + lo within 2^-16 of the same kernel's float32 stores.
 template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false>
 // store_H = false: Hs null (the quadratic forward: only the final state is written).
-// The version that the launcher selects (RHOSCAN_STATES_VERSION, default 2) against float64; the
-// other version on the same inputs must write the same bits (Hs, Hs_lo, the final state; NaN where
-// unwritten), on small_grid(items) blocks and on 3 (several items per block, the fetch across items).
+// The kernel that the launcher selects within the 32-bit limits (chunk_states_mma_kernel, version 2;
+// chunk_states_mma_wide_kernel where RHOSCAN_STATES_STAGES != 2) against float64; the wide kernel
+// (version 1: the launcher's fallback past states_fit_32bit's limits, which no emulated problem
+// reaches, so it is forced here) on the same inputs must write the same bits (Hs, Hs_lo, the final
+// state; NaN where unwritten), on small_grid(items) blocks, and the selected one again on 3
+// (several items per block, the fetch across items).
 bool states_case(const Problem& p, bool with_init, bool store_H = true) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E, items = states_items(d);
@@ -396,7 +399,7 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
   Str4 init = p.init_s, outs = p.init_s;
   outs.p = out.data();
   if (!with_init) init = Str4{};
-  // kernel (a function pointer: either version) on `grid` blocks into h, h_lo, o
+  // kernel (a function pointer: either kernel) on `grid` blocks into h, h_lo, o
   auto run_states = [&](auto kernel, unsigned grid, std::vector<S>& h, std::vector<S>& h_lo, std::vector<float>& o) {
     Str4 os = outs;
     os.p = o.data();
@@ -407,22 +410,20 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
     });
   };
   constexpr auto selected = chunk_states_mma_selected<S, kReverse, kLo, kKeyLo, kSplitStore>();
-  constexpr auto other = selected == &chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>
-                             ? &chunk_states_mma_v2_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>
-                             : &chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>;
+  constexpr auto wide = &chunk_states_mma_wide_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>;
   run_states(selected, small_grid(items), Hs, Hs_lo, out);
   bool same = true;
-  for (unsigned grid : {small_grid(items), 3u}) {  // the other version, and the selected one on 3 blocks
+  for (unsigned grid : {small_grid(items), 3u}) {  // the wide kernel, and the selected one on 3 blocks
     auto H2 = nans<S>(Hs.size()), H2_lo = H2;
     auto out2 = nans<float>(out.size());
-    run_states(grid == 3u ? selected : other, grid, H2, H2_lo, out2);
+    run_states(grid == 3u ? selected : wide, grid, H2, H2_lo, out2);
     auto bits = [](const auto& x, const auto& y) {
       return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
     };
     const bool ok = bits(Hs, H2) && bits(Hs_lo, H2_lo) && bits(out, out2);
     if (!ok)
       std::printf("  FAIL %s: not bit for bit the first run's (Hs %d, Hs_lo %d, final state %d)\n",
-                  grid == 3u ? "3 blocks" : "the other chunk_states_mma version", int(bits(Hs, H2)),
+                  grid == 3u ? "3 blocks" : "chunk_states_mma_wide_kernel", int(bits(Hs, H2)),
                   int(bits(Hs_lo, H2_lo)), int(bits(out, out2)));
     same &= ok;
   }
@@ -857,13 +858,13 @@ bool quad_dv_case(const Problem& p) {
   return check("dv", doubles(dv), ref, 1e-2);
 }
 
-// ---- bwd_local version 4 and 5 (5: version 4's arithmetic with less integer work; its outputs must
-//      equal version 4's bit for bit, NaN patterns included) (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
-//      in three passes, and the scans split over the warps, see backward.cu) and version 2
+// ---- bwd_local version 5 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
+//      in three passes, and the scans split over the warps, see backward.cu; until version 4 was
+//      removed after the H200's A/B, also compared with it bit for bit) and version 2
 //      (every pair by FFMA in float32), readback instantiation with
 //      bf16 q, against a float64 loop of bwd_local's formulas (the comments of backward.cu): every
 //      output (gcp, dqp, dap, Bsum, Zs), element by element, |x - ref| <= tol · (sum of the
-//      absolute values of ref's terms), tol = 5e-5 for both. Version 4's split operands x = hi + lo
+//      absolute values of ref's terms), tol = 5e-5 for both. Version 5's split operands x = hi + lo
 //      are within 2^-16 of x (lo is x - hi rounded to bf16: 8 significant bits of a remainder below
 //      2^-8 |x|), and the three passes drop lo·lo (2^-16 of the term), so a cross term errs by at
 //      most ~3 · 2^-16 = 4.6e-5 of it (seen: up to 1.3e-5); version 2 by a few 2^-24 (seen: up to
@@ -946,8 +947,7 @@ bool bwd_local_case(const LocalShape& c, bool v2 = true) {
   struct Outputs {
     std::vector<float> gcp, dqp, dap, Bsum, Zs;
   };
-  Outputs v4;  // version 4's outputs, for version 5's bitwise comparison
-  for (int v : {2, 4, 5}) {
+  for (int v : {2, 5}) {
     if (v == 2 && !v2) continue;
     Outputs o = {nans<float>(nbh * T * nlt), nans<float>(nbh * T * L), nans<float>(nbh * nC * L),
                  nans<float>(nbh * nC * L), nans<float>(nbh * nC * L)};
@@ -959,8 +959,6 @@ bool bwd_local_case(const LocalShape& c, bool v2 = true) {
     };
     if (v == 2)
       go(bwd_local_kernel<bf16, true, 2>, sizeof(LocalSmemOf<2>));
-    else if (v == 4)
-      go(bwd_local_kernel<bf16, true, 4>, sizeof(LocalSmemOf<4>));
     else
       go(bwd_local_kernel<bf16, true, 5>, sizeof(LocalSmemOf<5>));
     const std::string n = " v" + std::to_string(v);
@@ -968,19 +966,6 @@ bool bwd_local_case(const LocalShape& c, bool v2 = true) {
     ok &= check("gcp" + n, doubles(o.gcp), rg, tol) & check("dqp" + n, doubles(o.dqp), rq, tol) &
           check("dap" + n, doubles(o.dap), rd, tol) & check("Bsum" + n, doubles(o.Bsum), rb, tol) &
           check("Zs" + n, doubles(o.Zs), rz, tol);
-    if (v == 4) v4 = o;
-    if (v == 5) {  // version 5 is version 4's arithmetic: every output bit for bit (NaN where v4 has NaN)
-      auto same = [](const char* what, const std::vector<float>& x, const std::vector<float>& y) {
-        size_t diff = 0, first = SIZE_MAX;
-        for (size_t i = 0; i < x.size(); ++i)
-          if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) diff += 1, first = std::min(first, i);
-        std::printf("    %-10s bitwise v4: %s", what, diff ? "" : "equal\n");
-        if (diff) std::printf("%zu elements differ (first at %zu: %.9g vs %.9g)  <-- FAIL\n", diff, first, x[first], y[first]);
-        return diff == 0;
-      };
-      ok &= same("gcp v5", o.gcp, v4.gcp) & same("dqp v5", o.dqp, v4.dqp) & same("dap v5", o.dap, v4.dap) &
-            same("Bsum v5", o.Bsum, v4.Bsum) & same("Zs v5", o.Zs, v4.Zs);
-    }
   }
   return ok;
 }
@@ -1103,7 +1088,43 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv, split values", output_case<float, float, true, true>},
       {"chunk_readback_mma, split values", readback_case<true>},
   };
-  // bwd_local's versions 2, 4 and 5 against float64 (and 5 bitwise 4), on their own shapes: full chunks of 64 and tails of 17,
+  // The launcher's choice between chunk_states_mma_kernel and its 64-bit fallback (the wide kernel,
+  // compared with it above on every states case): states_fit_32bit at each limit's boundary.
+  if (const char* name = "chunk_states_mma launcher's 32-bit limits (states_fit_32bit)";
+      only.empty() || std::string(name).find(only) != std::string::npos) {
+    std::printf("%s\n", name);
+    auto fits = [](int64_t Lp, int64_t Ep, int64_t bh0, int64_t nbh, int64_t T, int64_t nC) {
+      Dims d;
+      d.Lp = Lp, d.Ep = Ep, d.bh0 = bh0, d.nbh = nbh, d.T = T, d.nC = nC;
+      return states_fit_32bit(d);
+    };
+    constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30;
+    struct {
+      bool got, want;
+      const char* what;
+    } cases[] = {
+        {fits(8192, 256, 0, 32, 512, 8), true, "BDH-8k"},
+        {fits(k24 - 64, 256, 0, 1, 64, 1), true, "Lp = 2^24 - 64"},
+        {fits(k24, 256, 0, 1, 64, 1), false, "Lp = 2^24"},
+        {fits(64, k24 - 128, 0, 1, 64, 1), true, "Ep = 2^24 - 128"},
+        {fits(64, k24, 0, 1, 64, 1), false, "Ep = 2^24"},
+        {fits(64, 128, k30 - 2, 1, 64, 1), true, "bh0 + nbh = 2^30 - 1"},
+        {fits(64, 128, k30 - 2, 2, 64, 1), false, "bh0 + nbh = 2^30"},
+        {fits(64, 128, 0, 1 << 16, (1 << 15) - 1, 1), true, "nbh T = 2^31 - 2^16"},
+        {fits(64, 128, 0, 1 << 16, 1 << 15, 1), false, "nbh T = 2^31"},
+        {fits(63, 128, 0, 1 << 10, 1, 1 << 15), true, "nbh nC Lp = 2^31 - 2^25"},
+        {fits(64, 128, 0, 1 << 10, 1, 1 << 15), false, "nbh nC Lp = 2^31"},
+    };
+    bool ok = true;
+    for (const auto& x : cases)
+      if (x.got != x.want) std::printf("  FAIL %s: states_fit_32bit %d, expected %d\n", x.what, x.got, x.want), ok = false;
+    if (ok) std::printf("  %zu boundaries as expected\n", sizeof(cases) / sizeof(cases[0]));
+    if (!ok) {
+      ++failures;
+      if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
+    }
+  }
+  // bwd_local's versions 2 and 5 against float64, on their own shapes: full chunks of 64 and tails of 17,
   // 33, 50, 48 and 1 rows, chunks of 48, 32, 17 and 1, L past a 64-latent tile (70, 130), several
   // pairs, grids smaller than the work. EMU_QUICK: the first four.
   const std::vector<LocalShape> local_shapes = {
@@ -1124,16 +1145,15 @@ int main(int argc, char** argv) {
       {"H3 pairs5@4 T40 L68 C32 (32, tail 8) grid 5", 3, 5, 40, 68, 32, 5, 4},
       {"H2 pairs4@1 T64 L128 C64 grid 7", 2, 4, 64, 128, 64, 7, 1},
   };
-  // "bwd_local v5" alone (its mutants): versions 4 and 5 only, version 5's own shapes first
+  // "bwd_local v5" alone (its mutants): version 5 only, its own shapes first
   const bool only_v5 = !only.empty() && std::string("bwd_local v5").find(only) != std::string::npos &&
-                       std::string("bwd_local v4").find(only) == std::string::npos;
+                       std::string("bwd_local v2").find(only) == std::string::npos;
   for (size_t n = 0; n < local_shapes.size(); ++n) {
     const size_t i = only_v5 ? local_shapes.size() - 1 - n : n;
     if ((only.empty() || std::string("bwd_local v2").find(only) != std::string::npos ||
-         std::string("bwd_local v4").find(only) != std::string::npos ||
          std::string("bwd_local v5").find(only) != std::string::npos) &&
         !(quick && i >= 4)) {
-      std::printf("bwd_local v2, v4 and v5  [%s]\n", local_shapes[i].name);
+      std::printf("bwd_local v2 and v5  [%s]\n", local_shapes[i].name);
       std::fflush(stdout);
       if (!bwd_local_case(local_shapes[i], !only_v5)) {
         ++failures;

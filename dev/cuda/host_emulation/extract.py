@@ -8,7 +8,7 @@ comments (a missing marker stops with its name); run from the repository root.
                                  chunk-parallel normaliser-scan kernels at PREV_REV (default
                                  b9ba242, before the paired norm_apply) in namespace prev
   extract.py --mma OUT_FILE      kernels_mma.h for emulate_mma.cpp: the tensor-core kernels of the
-                                 working tree (MMA_PARTS below, bwd_local included for its version 4;
+                                 working tree (MMA_PARTS below, bwd_local included for its version 5;
                                  a kernel added between the pack_bf16
                                  section and the launchers of chunk_products.cuh, or before the
                                  launchers of quadratic.cuh, comes along)"""
