@@ -905,17 +905,9 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     }
   }
   auto advance = [&] {
-    lt += dlt;
-    const int c1 = lt >= nlt;
-    lt -= c1 ? nlt : 0;
-    c += dc + c1;
-    const int c2 = c >= nC;
-    c -= c2 ? nC : 0;
+    const int c2 = carry_add(c, dc, carry_add(lt, dlt, 0, nlt), nC);
     bh += dbh + c2;
-    h += dh + c2;
-    const int c3 = h >= d.H;
-    h -= c3 ? d.H : 0;
-    b += db + c3;
+    b += db + carry_add(h, dh, c2, d.H);
   };
   for (; bh < d.nbh; advance()) {
     const int Cn = c == nC - 1 ? CnLast : C, l0 = lt * LT;

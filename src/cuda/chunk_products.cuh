@@ -71,10 +71,20 @@ int64_t operand_bytes(const Dims& d, int lat, int cols) {
 // from 8 λ on, then every 256th: one 16-byte store (per plane), and one 16-byte load where y's rows
 // are contiguous and 16-byte aligned (else 8 element loads, any strides). The row's indices once
 // per row (64-bit divisions per element made this copy cost a tenth of the BDH-base
-// forward+backward at 6fe913d). Until d3079d8 a block of 128 threads per row with 2-byte loads and
+// forward+backward at 6fe913d); since then the warp's first row by divisions and the next ones by
+// carries. Until d3079d8 a block of 128 threads per row with 2-byte loads and
 // stores: 44 µs per call at BDH-base (25 MB each way, ~12 µs at the DRAM rate) on the H200.
 // With lo given, also the remainder lo = y - hi, rounded to bf16 (exact for float16 y).
 constexpr int kPackThreads = 256;
+// Rows a warp loads together on the fast path (16-bit y, contiguous aligned rows, Ep <= 256, E % 8
+// == 0: one 16-byte piece per lane and row): the pieces of kPackRows rows are loaded before any is
+// converted, so that a warp has that many loads in flight (with one, the copy was latency-bound:
+// ~25 µs per call at BDH-base against ~8 µs at the DRAM rate on the H200). The launcher sizes the
+// grid for it. 1 is the one-row loop of before (for the A/B).
+#ifndef RHOSCAN_PACK_ROWS
+#define RHOSCAN_PACK_ROWS 4
+#endif
+constexpr int kPackRows = RHOSCAN_PACK_ROWS;
 template <typename T>
 __global__ void __launch_bounds__(kPackThreads) pack_bf16_kernel(Dims d, Str4 y, bf16* out, bf16* lo = nullptr) {
   const int lane = threadIdx.x & 31;
@@ -83,31 +93,82 @@ __global__ void __launch_bounds__(kPackThreads) pack_bf16_kernel(Dims d, Str4 y,
   // one 16-byte load for 16-bit T
   const bool vec = sizeof(T) == 2 && y.s[3] == 1 && ((y.s[0] | y.s[1] | y.s[2]) & 7) == 0 &&
                    reinterpret_cast<uintptr_t>(y.p) % 16 == 0;
-  for (int64_t r = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; r < d.nbh * d.T; r += warps) {
-    const int64_t bh = r / d.T, t = r - bh * d.T;
-    const T* row = static_cast<const T*>(y.p) + y.at(d.b_of(bh), d.h_of(bh), t, 0);
+  const int64_t r0 = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32, rows = d.nbh * d.T;
+  if (r0 >= rows) return;
+  // the warp's rows (bh, t) and their (b, h): the first by divisions, then on by the grid's warps
+  // with carries (carry_add), so that no row waits for 64-bit divisions before its load
+  int64_t bh = r0 / d.T, t = r0 - bh * d.T, b = d.b_of(bh), h = d.h_of(bh);
+  const int64_t dbh = warps / d.T, dt = warps - dbh * d.T, db = dbh / d.H, dh = dbh - db * d.H;
+  auto next_row = [&] {
+    const int carry = carry_add(t, dt, 0, d.T);
+    bh += dbh + carry;
+    b += db + carry_add(h, dh, carry, d.H);
+  };
+  const T* y0 = static_cast<const T*>(y.p);
+  // the 8 elements x of row r from column e0 on: hi (and lo) as one 16-byte store each
+  auto put = [&](int64_t r, int64_t e0, const float (&x)[8]) {
+    uint4 hi_w, lo_w;
+    bf16* hi = reinterpret_cast<bf16*>(&hi_w);
+    bf16* rem = reinterpret_cast<bf16*>(&lo_w);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      hi[k] = __float2bfloat16_rn(x[k]);
+      rem[k] = __float2bfloat16_rn(x[k] - __bfloat162float(hi[k]));
+    }
+    *reinterpret_cast<uint4*>(out + r * d.Ep + e0) = hi_w;
+    if (lo) *reinterpret_cast<uint4*>(lo + r * d.Ep + e0) = lo_w;
+  };
+  auto unpack = [](const uint4& w, float (&x)[8]) {  // (reached only for 16-bit T: vec)
+    if constexpr (sizeof(T) == 2) {
+      const T* v = reinterpret_cast<const T*>(&w);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) x[k] = to_float(v[k]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) x[k] = 0.0f;
+    }
+  };
+  if (vec && d.Ep <= 256 && d.E % 8 == 0) {
+    // lane's piece: columns e0 .. e0 + 7, all inside E (a load) or all in the padding (zeros)
+    const int64_t e0 = 8 * lane;
+    const bool has = e0 < d.E, pad = e0 < d.Ep;
+    for (int64_t r = r0; r < rows;) {
+      uint4 w[kPackRows];
+      int64_t rr[kPackRows];
+#pragma unroll
+      for (int k = 0; k < kPackRows; ++k) {  // (r is warp-uniform)
+        rr[k] = r;
+        w[k] = make_uint4(0u, 0u, 0u, 0u);
+        if (r < rows) {
+          if (has) w[k] = __ldg(reinterpret_cast<const uint4*>(y0 + y.at(b, h, t, 0) + e0));
+          r += warps;
+          next_row();
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kPackRows; ++k) {
+        if (rr[k] < rows && pad) {
+          float x[8];
+          unpack(w[k], x);
+          put(rr[k], e0, x);
+        }
+      }
+    }
+    return;
+  }
+  for (int64_t r = r0; r < rows; r += warps) {
+    const T* row = y0 + y.at(b, h, t, 0);
     for (int64_t e0 = 8 * lane; e0 < d.Ep; e0 += 256) {
       float x[8];
       if (vec && e0 + 8 <= d.E) {
-        const uint4 w = __ldg(reinterpret_cast<const uint4*>(row + e0));
-        const T* h = reinterpret_cast<const T*>(&w);  // (not reached for 4-byte T: vec is false)
-#pragma unroll
-        for (int k = 0; k < 8; ++k) x[k] = to_float(h[k]);
+        unpack(__ldg(reinterpret_cast<const uint4*>(row + e0)), x);
       } else {
 #pragma unroll
         for (int k = 0; k < 8; ++k) x[k] = e0 + k < d.E ? to_float(row[(e0 + k) * y.s[3]]) : 0.0f;
       }
-      uint4 hi_w, lo_w;
-      bf16* hi = reinterpret_cast<bf16*>(&hi_w);
-      bf16* rem = reinterpret_cast<bf16*>(&lo_w);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        hi[k] = __float2bfloat16_rn(x[k]);
-        rem[k] = __float2bfloat16_rn(x[k] - __bfloat162float(hi[k]));
-      }
-      *reinterpret_cast<uint4*>(out + r * d.Ep + e0) = hi_w;
-      if (lo) *reinterpret_cast<uint4*>(lo + r * d.Ep + e0) = lo_w;
+      put(r, e0, x);
     }
+    next_row();
   }
 }
 
@@ -505,13 +566,7 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
   const int grid = static_cast<int>(gridDim.x), per_bh = nlt * net;
   const int det = grid % net, dlt = grid / net % nlt, dbh = grid / per_bh;
   auto advance = [&](int& bh, int& lt, int& et) {
-    et += det;
-    const int c1 = et >= net;
-    et -= c1 ? net : 0;
-    lt += dlt + c1;
-    const int c2 = lt >= nlt;
-    lt -= c2 ? nlt : 0;
-    bh += dbh + c2;
+    bh += dbh + carry_add(lt, dlt, carry_add(et, det, 0, net), nlt);
   };
   // The fetch runs one step ahead of the multiplication (two stages), across the block's items:
   // step s of an item fetches its step s + 1, or at its last step the first step of the block's
@@ -1195,7 +1250,7 @@ Operands16 take_operands(Workspace& ws, const Dims& d, bool backward) {
 template <bool kTC, typename T>
 void pack_values(const Dims& d, Str4 y, bf16* out, bf16* lo, cudaStream_t stream) {
   if constexpr (kTC) {
-    pack_bf16_kernel<T><<<grid_for(d.nbh * d.T, kPackThreads / 32), kPackThreads, 0, stream>>>(d, y, out, lo);
+    pack_bf16_kernel<T><<<grid_for(d.nbh * d.T, kPackThreads / 32 * kPackRows), kPackThreads, 0, stream>>>(d, y, out, lo);
     RHOSCAN_CUDA_LAUNCHED("pack_bf16_kernel");
   }
 }

@@ -80,6 +80,18 @@ __device__ __forceinline__ float div_sparse(float x, float y) {
   return zero ? x * r : r;
 }
 
+// One digit of a mixed-radix work-item counter advanced by the grid's size (decomposed in the same
+// radices): x += dx + carry_in, wrapped into [0, n) (dx < n, so one subtraction); returns the carry
+// into the next digit. Persistent kernels walk their items this way instead of dividing an item
+// index per item (64-bit divisions cost ~70 instructions each).
+template <typename I>
+__device__ __forceinline__ int carry_add(I& x, I dx, int carry_in, I n) {
+  x += dx + carry_in;
+  const int carry = x >= n;
+  x -= carry ? n : I{0};
+  return carry;
+}
+
 // Block counts for grid-stride loops: every kernel loops over its work items, so no launch
 // dimension grows with B·T or B·T·L (grid.x stays far under 2^31 - 1, y and z are 1).
 inline unsigned grid_for(int64_t items, int64_t per_block = 1, int64_t max_blocks = 1 << 16) {

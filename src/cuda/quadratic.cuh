@@ -494,13 +494,7 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
   const int det = static_cast<int>(grid % net), dlt = static_cast<int>(grid / net % nlt);
   const int dbh = static_cast<int>(grid / (int64_t{net} * nlt));
   auto advance = [&](int& bh, int& lt, int& et) {  // (bh as int: bh0 + nbh < 2^30, the launcher's condition)
-    et += det;
-    const int c1 = et >= net;
-    et -= c1 ? net : 0;
-    lt += dlt + c1;
-    const int c2 = lt >= nlt;
-    lt -= c2 ? nlt : 0;
-    bh += dbh + c2;
+    bh += dbh + carry_add(lt, dlt, carry_add(et, det, 0, net), nlt);
   };
   // The fetch cursor runs NS - 1 steps ahead of the multiplication, across the block's items: one
   // commit group per step, empty past the block's last item.
