@@ -878,6 +878,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
 //   - stores: where the warp's 32 x 32 block lies inside Cn and E, packed pairs of adjacent columns
 //     through a running row pointer (16-bit OutT at column stride 1 with even, 4-byte aligned rows;
 //     out_ws as float2 where E is even and out_ws 8-byte aligned); else version 1's element loop.
+// ptxas (sm_90a, nvcc 13): 126-128 registers, no spills (version 1: 104-120), 2 blocks per SM as
+// version 1; see docs/CUDA.md. Not yet measured on the H200.
 template <typename S, typename OutT, bool kDv, bool kLo = false>
 __global__ void __launch_bounds__(kMmaThreads, 2)
     chunk_output_mma_v2_kernel(Dims d, const bf16* X, const S* Hs, const float* P, const bf16* Y, Str4 out,
