@@ -905,6 +905,258 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
   }
 }
 
+// ---- chunk_output_mma version 2: version 1's products with less integer work -------------------
+// Version 1 (above) profiled with over half of its executed instructions integer address work
+// (Nsight Compute, H200, round 7: IMAD/IADD3/LEA/ISETP/SHF against HMMA; ~0.115 ms per call at
+// B=24 H=4 T=512 L=256 E=256, ~0.23 ms at B=1 H=4 T=8192 L=2048 E=256). Version 2 computes the same
+// values in the same order (the same tiles in shared memory, the same ldmatrix fragments and mma
+// sequence per accumulator: the L tiles' products, then the intra-chunk product, then Y_lo's pass;
+// every output bit for bit version 1's, checked in the host emulation) with chunk_states_mma
+// version 2's playbook:
+//   - items (bh, chunk c, column tile et) by a running decomposition advanced by gridDim.x (the
+//     grid's own decomposition once per thread), b, h by one 32-bit division per item where the
+//     strided output needs them; no 64-bit divisions (output_fit_32bit: beyond its limits, far past
+//     any real problem, the launcher runs version 1);
+//   - fetch: each thread's 16-byte pieces are fixed (X: rows tid / 8 + 32 r, latents 8 (tid % 8);
+//     S, Y, Y_lo: rows tid / 16 + 16 r, columns 8 (tid % 16)), their shared destinations 32-bit
+//     addresses computed once per kernel; the sources from per-item pointers that run along the L
+//     tiles (X + 64, S + 64 Ep per tile); version 1's min(i, Cn - 1) clamp and zero fill only on a
+//     chunk of fewer than 64 tokens (the last one, or every one where C < 64); float32 S (the
+//     emulation's dv variant) loaded and converted by the same pieces, one 16-byte shared store;
+//   - Pm (the intra-chunk weights, bf16 in the X tile): forward, a thread's two pieces of 8 weights
+//     along a row i, from two float4 loads where C == 64 (none where the piece lies in the upper
+//     triangle or past Cn), one 16-byte shared store; dv (Pm = P^T, j > i), a thread's two columns
+//     j, j + 1 over 8 rows, from two float4 loads of P's rows j, j + 1, eight packed bf16x2 stores;
+//     where C < 64 (or P is not 16-byte aligned) the same pieces element by element; the same
+//     values as version 1 (0 outside i, j < Cn and the triangle, selected, not multiplied);
+//   - the products by warp_mma_32x32_u32 (32-bit lane addresses computed once);
+//   - stores: where the warp's 32 x 32 block lies inside Cn and E, packed pairs of adjacent columns
+//     through a running row pointer (16-bit OutT at column stride 1 with even, 4-byte aligned rows;
+//     out_ws as float2 where E is even and out_ws 8-byte aligned); else version 1's element loop.
+// ptxas (sm_90a, nvcc 13): 126-128 registers, no spills (version 1: 104-120), 2 blocks per SM as
+// version 1; see docs/CUDA.md. Not yet measured on the H200.
+template <typename S, typename OutT, bool kDv, bool kLo = false>
+__global__ void __launch_bounds__(kMmaThreads, 2)
+    chunk_output_mma_v2_kernel(Dims d, const bf16* X, const S* Hs, const float* P, const bf16* Y, Str4 out,
+                               float* out_ws, const bf16* Y_lo = nullptr) {
+  constexpr int LT = kMmaLT, ET = kMmaET, XS = kOutXS, HS = kOutHS;
+  static_assert(kMmaThreads == 256 && LT == 64 && ET == 128, "the fixed pieces below");
+  // version 1's shared-memory layout, in bytes: X [2][64][XS], then S [2][64][HS]
+  constexpr uint32_t kXB = 2 * 64 * XS, kHB = 2 * 64 * HS, kHOff = 2 * kXB;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's tokens and columns in the tile
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), net = static_cast<int>(d.Ep / ET);
+  const int nlt = static_cast<int>(d.Lp / LT), Lp = static_cast<int>(d.Lp), Ep = static_cast<int>(d.Ep);
+  if (nC == 0 || net == 0) return;  // no items (and no divisions by zero below)
+  const int CnLast = static_cast<int>(d.chunk_len(nC - 1));
+  const uint32_t s0 = smem_addr(smem_raw);
+  // the lane's ldmatrix addresses in stage 0 (k = 0, mt = np = 0): A = X [i][l], B = S [l][e]
+  const uint32_t a_ln = s0 + 2 * warp_mma_lane_a<false>(lane, wm, XS);
+  const uint32_t b_ln = s0 + kHOff + 2 * warp_mma_lane_b<false>(lane, wn, HS);
+  // the fetch's fixed pieces: X rows xr0 + 32 r (r < 2), latents xp ..; S / Y rows hr0 + 16 r (r < 4),
+  // columns hp ..
+  const int xr0 = tid / 8, xp = 8 * (tid % 8), hr0 = tid / 16, hp = 8 * (tid % 16);
+  const uint32_t x_dst = s0 + 2 * (xr0 * XS + xp), h_dst = s0 + kHOff + 2 * (hr0 * HS + hp);
+  const int x_thr = xr0 * Lp + xp, h_thr = hr0 * Ep + hp;
+  // P's float4 path: chunks of 64 (every Pm index inside the chunk's C x C block) and P 16-byte aligned
+  const bool p_vec = C == 64 && reinterpret_cast<uintptr_t>(P) % 16 == 0;
+  // items (bh, c, et), item = (bh nC + c) net + et, advanced by the grid
+  const int grid = static_cast<int>(gridDim.x), per_bh = nC * net;
+  const int det = grid % net, dc = grid / net % nC, dbh = grid / per_bh;
+  int bh = static_cast<int>(blockIdx.x) / per_bh;
+  int c = static_cast<int>(blockIdx.x) / net % nC, et = static_cast<int>(blockIdx.x) % net;
+  for (; bh < d.nbh; ) {
+    const int Cn = c == nC - 1 ? CnLast : C, e0 = et * ET;
+    const int trow = bh * static_cast<int>(d.T) + c * C;  // the chunk's first token row (nbh T < 2^31)
+    // the thread's first X piece (L tile 0) and S piece (row hr0 of L tile 0)
+    const bf16* xg = X + static_cast<int64_t>(trow) * Lp + x_thr;
+    const S* hg = Hs + static_cast<int64_t>(bh * nC + c) * Lp * Ep + (e0 + h_thr);
+    const bool full = Cn == 64;  // no clamp, no zero fill
+    // rows i = row0 + rs r of a [64][.] tile from rows ld apart at src (row row0's piece): version 1's
+    // zero fill past Cn with the source row clamped to Cn - 1, only where the chunk is short
+    auto rows = [&](uint32_t dst, const bf16* src, int ld, int row0, auto rs_n, uint32_t rs_b) {
+      constexpr int rs = decltype(rs_n)::value, n = 64 / rs;
+      if (full) {
+#pragma unroll
+        for (int r = 0; r < n; ++r) cp_async16_u32(dst + rs_b * r, src + rs * r * ld);
+      } else {
+#pragma unroll
+        for (int r = 0; r < n; ++r) {
+          const bool ok = row0 + rs * r < Cn;
+          cp_async16_u32(dst + rs_b * r, src + (ok ? rs * r : Cn - 1 - row0) * ld, ok ? 16u : 0u);
+        }
+      }
+    };
+    auto load_stage = [&](uint32_t st, const bf16* xs_src, const S* hs_src) {
+      rows(x_dst + st * kXB, xs_src, Lp, xr0, std::integral_constant<int, 32>{}, 2 * 32 * XS);
+      if constexpr (std::is_same_v<S, bf16>) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) cp_async16_u32(h_dst + st * kHB + 2 * 16 * HS * r, hs_src + 16 * r * Ep);
+      } else {  // float32 states: loaded and converted to bf16 (rn, as version 1), one 16-byte store
+        unsigned char* hd = smem_raw + (h_dst - s0) + st * kHB;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const float4 u = *reinterpret_cast<const float4*>(hs_src + 16 * r * Ep);
+          const float4 v = *reinterpret_cast<const float4*>(hs_src + 16 * r * Ep + 4);
+          __align__(16) __nv_bfloat162 w[4] = {__floats2bfloat162_rn(u.x, u.y), __floats2bfloat162_rn(u.z, u.w),
+                                               __floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
+          *reinterpret_cast<uint4*>(hd + 2 * 16 * HS * r) = *reinterpret_cast<const uint4*>(w);
+        }
+      }
+      cp_async_commit();
+    };
+    float acc[2][4][4] = {};
+    __syncthreads();  // the previous item's tiles are consumed
+    if (nlt > 0) load_stage(0, xg, hg);
+    for (int kt = 0; kt < nlt; ++kt) {
+      if (kt + 1 < nlt) {
+        xg += LT, hg += static_cast<int64_t>(LT) * Ep;
+        load_stage((kt + 1) & 1, xg, hg);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      warp_mma_32x32_u32<false, false, XS, HS, LT>(acc, a_ln + (kt & 1) * kXB, b_ln + (kt & 1) * kHB);
+      __syncthreads();
+    }
+    // intra-chunk part: Pm [i][j] into X's stage 0, Y [j][e] into S's stage 0 (Y_lo: stage 1)
+    const float* Pc = P + static_cast<int64_t>(bh * nC + c) * d.nsplit * C * C;  // split 0 holds the sum
+    unsigned char* xs0 = smem_raw;
+    if constexpr (!kDv) {
+      // Pm[i][j] = P[i][j] for j < i < Cn: pieces (row i = xr0 + 32 r, columns xp .. xp + 7)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = xr0 + 32 * r;
+        float pm[8];
+        if (p_vec && i < Cn && xp < i) {
+          const float4 u = *reinterpret_cast<const float4*>(Pc + i * 64 + xp);
+          const float4 v = *reinterpret_cast<const float4*>(Pc + i * 64 + xp + 4);
+          const float x[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int k = 0; k < 8; ++k) pm[k] = xp + k < i ? x[k] : 0.0f;
+        } else {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) pm[k] = !p_vec && i < Cn && xp + k < i ? Pc[i * C + xp + k] : 0.0f;
+        }
+        __align__(16) __nv_bfloat162 w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) w[k] = __floats2bfloat162_rn(pm[2 * k], pm[2 * k + 1]);
+        *reinterpret_cast<uint4*>(xs0 + (x_dst - s0) + 2 * 32 * XS * r) = *reinterpret_cast<const uint4*>(w);
+      }
+    } else {
+      // Pm[i][j] = P[j][i] for i < j < Cn: columns j = 2 lane, j + 1, rows i0 .. i0 + 7 (i0 = 8 warp)
+      const int j = 2 * lane, i0 = 8 * warp;
+      float pm[2][8];  // [column][row]
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int jj = j + u;
+        if (p_vec && jj < Cn && i0 < jj) {
+          const float4 a = *reinterpret_cast<const float4*>(Pc + jj * 64 + i0);
+          const float4 b = *reinterpret_cast<const float4*>(Pc + jj * 64 + i0 + 4);
+          const float x[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+          for (int k = 0; k < 8; ++k) pm[u][k] = i0 + k < jj ? x[k] : 0.0f;
+        } else {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) pm[u][k] = !p_vec && jj < Cn && i0 + k < jj ? Pc[jj * C + i0 + k] : 0.0f;
+        }
+      }
+      unsigned char* dst = xs0 + 2 * (i0 * XS + j);
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        *reinterpret_cast<__nv_bfloat162*>(dst + 2 * XS * k) = __floats2bfloat162_rn(pm[0][k], pm[1][k]);
+    }
+    const int64_t yo = static_cast<int64_t>(trow) * Ep + (e0 + h_thr);
+    rows(h_dst, Y + yo, Ep, hr0, std::integral_constant<int, 16>{}, 2 * 16 * HS);
+    if constexpr (kLo) rows(h_dst + kHB, Y_lo + yo, Ep, hr0, std::integral_constant<int, 16>{}, 2 * 16 * HS);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    warp_mma_32x32_u32<false, false, XS, HS, 64>(acc, a_ln, b_ln);
+    if constexpr (kLo) warp_mma_32x32_u32<false, false, XS, HS, 64>(acc, a_ln, b_ln + kHB);
+    // the epilogue: acc[mt][nt][r] is out[t0 + wm + 16 mt + g + 8 (r / 2)][e0 + wn + 8 nt + 2 tq + r % 2]
+    const bool inside = wm + 32 <= Cn && e0 + wn + 32 <= d.E;  // the warp's block: no checks
+    if (out_ws != nullptr && inside && d.E % 2 == 0 && reinterpret_cast<uintptr_t>(out_ws) % 8 == 0) {
+      float* row = out_ws + (static_cast<int64_t>(trow) + wm + g) * d.E + (e0 + wn + 2 * tq);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+            *reinterpret_cast<float2*>(row + 8 * nt) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+          row += 8 * d.E;
+        }
+    } else {
+      // b, h of bh by one 32-bit division (bh0 + nbh < 2^30)
+      const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), q = x / H;
+      const int64_t b = q, h = x - q * H, t0 = static_cast<int64_t>(c) * C;
+      OutT* row = nullptr;
+      if constexpr (sizeof(OutT) == 2) {
+        if (out_ws == nullptr && inside && out.s[3] == 1 && out.s[2] % 2 == 0) {
+          row = static_cast<OutT*>(const_cast<void*>(out.p)) + out.at(b, h, t0 + wm + g, e0 + wn + 2 * tq);
+          if (reinterpret_cast<uintptr_t>(row) % 4 != 0) row = nullptr;
+        }
+      }
+      if (row != nullptr) {  // packed pairs of 16-bit outputs, rows 8 s[2] apart
+        struct alignas(4) Pair {
+          OutT x, y;
+        };
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+              *reinterpret_cast<Pair*>(row + 8 * nt) =
+                  Pair{from_float<OutT>(acc[mt][nt][2 * hf]), from_float<OutT>(acc[mt][nt][2 * hf + 1])};
+            row += 8 * out.s[2];
+          }
+      } else {  // version 1's element loop
+        for_each_acc(acc, wm, wn, [&](int i, int ec, float& v) {
+          const int64_t e = e0 + ec;
+          if (i >= Cn || e >= d.E) return;
+          if (out_ws) out_ws[(static_cast<int64_t>(trow) + i) * d.E + e] = v;
+          else store<OutT>(const_cast<void*>(out.p), out.at(b, h, t0 + i, e), v);
+        });
+      }
+    }
+    // the next item: (bh, c, et) + the grid
+    et += det;
+    const int c1 = et >= net;
+    et -= c1 ? net : 0;
+    c += dc + c1;
+    const int c2 = c >= nC;
+    c -= c2 ? nC : 0;
+    bh += dbh + c2;
+  }
+}
+// RHOSCAN_OUTPUT_VERSION: 2 (default) runs chunk_output_mma_v2_kernel, 1 version 1
+// (chunk_output_mma_kernel), for the A/B; version 2 outputs version 1's bits.
+#ifndef RHOSCAN_OUTPUT_VERSION
+#define RHOSCAN_OUTPUT_VERSION 2
+#endif
+// The kernel the launcher runs where output_fit_32bit holds, with its name for error messages.
+template <typename S, typename OutT, bool kDv, bool kLo>
+constexpr auto chunk_output_mma_selected() {
+  if constexpr (RHOSCAN_OUTPUT_VERSION == 1)
+    return &chunk_output_mma_kernel<S, OutT, kDv, kLo>;
+  else
+    return &chunk_output_mma_v2_kernel<S, OutT, kDv, kLo>;
+}
+constexpr const char* kOutputKernelName =
+    RHOSCAN_OUTPUT_VERSION == 1 ? "chunk_output_mma_kernel" : "chunk_output_mma_v2_kernel";
+// Version 2 keeps its item indices in 32 bits: offsets inside an operand's or a chunk state's rows
+// (Lp, Ep < 2^24), the pair indices (bh0 + nbh < 2^30), the token rows (nbh T < 2^31; hence the
+// (bh, c) pairs) and the items (nbh nC Ep / 128 < 2^31); beyond them the launcher runs version 1
+// (chunk_output_mma_kernel, 64-bit indices).
+inline bool output_fit_32bit(const Dims& d) {
+  constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30, k31 = int64_t{1} << 31;
+  return d.Lp < k24 && d.Ep < k24 && d.bh0 + d.nbh < k30 && d.nbh * d.T < k31 && d.nbh * d.nC * (d.Ep / kMmaET) < k31;
+}
+
 // ---- intra-chunk scores on tensor cores: one block per (bh, c, slice of L) -------------------
 // P[i][j] = sum_l Qp_i[l] a_l^(i-1-j) q_j[l], j < i, over 16-token sub-blocks si, sj of the chunk.
 // Off the diagonal (sj < si) the exponent splits at r = 16 si into two non-negative parts,
@@ -1321,11 +1573,15 @@ template <bool kTC, typename T, typename OutT, bool kDv, typename S, typename Qp
 void launch_chunk_output(const Dims& d, Str4 q, Str4 y, const float* a32, const QpT* Qp, const Operands16& o,
                          const S* Hs, const float* P, Str4 out, float* out_ws, cudaStream_t stream) {
   if constexpr (kTC) {
-    auto kernel = chunk_output_mma_kernel<S, OutT, kDv, kSplitValues<T>>;
+    constexpr bool kLo = kSplitValues<T>;
+    auto kernel = chunk_output_mma_selected<S, OutT, kDv, kLo>();
+    const char* name = kOutputKernelName;
+    if (!output_fit_32bit(d))  // (past version 2's 32-bit indices: version 1)
+      kernel = chunk_output_mma_kernel<S, OutT, kDv, kLo>, name = "chunk_output_mma_kernel";
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOutMmaSmem));
     kernel<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, kOutMmaSmem, stream>>>(
         d, kDv ? o.Kq : o.Xq, Hs, P, kDv ? o.gb : o.vb, out, out_ws, kDv ? o.glo : o.vlo);
-    RHOSCAN_CUDA_LAUNCHED("chunk_output_mma_kernel");
+    RHOSCAN_CUDA_LAUNCHED(name);
   } else {
     chunk_output_kernel<T, OutT, kDv><<<grid_for(d.nbh * d.nC * ((d.E + 63) / 64)), kOutThreads, 0, stream>>>(
         d, q, y, a32, Qp, Hs, P, out, out_ws);

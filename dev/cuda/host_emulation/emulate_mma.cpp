@@ -3,7 +3,8 @@
 // What it runs: the working tree's pack_bf16_kernel, chunk_scores_mma_kernel,
 // chunk_states_mma_kernel and its 64-bit-index fallback chunk_states_mma_wide_kernel (forward with
 // bf16 and with float32 stored states, and reverse),
-// chunk_output_mma_kernel (forward and dv), chunk_readback_mma_kernel, the quadratic forward's
+// chunk_output_mma_v2_kernel and its version 1 chunk_output_mma_kernel (forward and dv; the two
+// compared bit for bit), chunk_readback_mma_kernel, the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel (and launch_final_state's
 // sub-batches) and quadratic_output_mma_kernel,
 // the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 5 (readback path), cut out
@@ -549,12 +550,27 @@ bool output_case(const Problem& p) {
   std::vector<OutT> out = nans<OutT>(kDv ? d.nbh * d.T * E : p.v.size());
   Str4 outs = p.vs;
   outs.p = out.data();
-  emu::launch(small_grid(items), kMmaThreads, kOutMmaSmem, [&] {
-    chunk_output_mma_kernel<S, OutT, kDv, kLo>(d, kDv ? p.Kq.data() : p.Xq.data(), Hs.data(), P.data(),
-                                               kDv ? p.gb.data() : p.vb.data(), kDv ? Str4{} : outs,
-                                               kDv ? reinterpret_cast<float*>(out.data()) : nullptr,
-                                               kLo ? (kDv ? p.glo.data() : p.vlo.data()) : nullptr);
-  });
+  // kernel (either version) on `grid` blocks into o
+  auto run_output = [&](auto kernel, unsigned grid, std::vector<OutT>& o) {
+    Str4 os = outs;
+    os.p = o.data();
+    emu::launch(grid, kMmaThreads, kOutMmaSmem, [&] {
+      kernel(d, kDv ? p.Kq.data() : p.Xq.data(), Hs.data(), P.data(), kDv ? p.gb.data() : p.vb.data(),
+             kDv ? Str4{} : os, kDv ? reinterpret_cast<float*>(o.data()) : nullptr,
+             kLo ? (kDv ? p.glo.data() : p.vlo.data()) : nullptr);
+    });
+  };
+  // the selected version (chunk_output_mma_v2_kernel by default) on 3 blocks (several items per
+  // block: the running decomposition's carries) against float64, and the other version
+  // (chunk_output_mma_kernel, version 1) on small_grid(items) blocks bit for bit (NaN where unwritten)
+  constexpr auto selected = chunk_output_mma_selected<S, OutT, kDv, kLo>();
+  constexpr auto other = RHOSCAN_OUTPUT_VERSION == 1 ? &chunk_output_mma_v2_kernel<S, OutT, kDv, kLo>
+                                                     : &chunk_output_mma_kernel<S, OutT, kDv, kLo>;
+  run_output(selected, 3, out);
+  auto out2 = nans<OutT>(out.size());
+  run_output(other, small_grid(items), out2);
+  const bool same = std::memcmp(out.data(), out2.data(), out.size() * sizeof(OutT)) == 0;
+  if (!same) std::printf("  FAIL the other chunk_output_mma version: not bit for bit the selected one's\n");
   std::vector<Acc> ref(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh)
     for (int64_t c = 0; c < d.nC; ++c) {
@@ -572,7 +588,7 @@ bool output_case(const Problem& p) {
           ref[kDv ? (bh * d.T + t0 + i) * E + e : outs.at(p.b_of(bh), p.h_of(bh), t0 + i, e)] = x;
         }
     }
-  return check(kDv ? "dv" : "context", doubles(out), ref, 1e-2);
+  return check(kDv ? "dv" : "context", doubles(out), ref, 1e-2) && same;
 }
 
 // ---- readback: W[t][l] = H_c[l,:]·G_t, U[t][l] = A_end[l,:]·v_t, HdH[c][l] = <H_c[l,:], A_end[l,:]>
@@ -1118,6 +1134,42 @@ int main(int argc, char** argv) {
     bool ok = true;
     for (const auto& x : cases)
       if (x.got != x.want) std::printf("  FAIL %s: states_fit_32bit %d, expected %d\n", x.what, x.got, x.want), ok = false;
+    if (ok) std::printf("  %zu boundaries as expected\n", sizeof(cases) / sizeof(cases[0]));
+    if (!ok) {
+      ++failures;
+      if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
+    }
+  }
+  // The launcher's choice between chunk_output_mma version 2 and version 1 (its 64-bit fallback,
+  // compared with it above on every output case): output_fit_32bit at each limit's boundary.
+  if (const char* name = "chunk_output_mma launcher's 32-bit limits (output_fit_32bit)";
+      only.empty() || std::string(name).find(only) != std::string::npos) {
+    std::printf("%s\n", name);
+    auto fits = [](int64_t Lp, int64_t Ep, int64_t bh0, int64_t nbh, int64_t T, int64_t nC) {
+      Dims d;
+      d.Lp = Lp, d.Ep = Ep, d.bh0 = bh0, d.nbh = nbh, d.T = T, d.nC = nC;
+      return output_fit_32bit(d);
+    };
+    constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30;
+    struct {
+      bool got, want;
+      const char* what;
+    } cases[] = {
+        {fits(8192, 256, 0, 32, 512, 8), true, "BDH-8k"},
+        {fits(k24 - 64, 256, 0, 1, 64, 1), true, "Lp = 2^24 - 64"},
+        {fits(k24, 256, 0, 1, 64, 1), false, "Lp = 2^24"},
+        {fits(64, k24 - 128, 0, 1, 64, 1), true, "Ep = 2^24 - 128"},
+        {fits(64, k24, 0, 1, 64, 1), false, "Ep = 2^24"},
+        {fits(64, 128, k30 - 2, 1, 64, 1), true, "bh0 + nbh = 2^30 - 1"},
+        {fits(64, 128, k30 - 2, 2, 64, 1), false, "bh0 + nbh = 2^30"},
+        {fits(64, 128, 0, 1 << 16, (1 << 15) - 1, 1), true, "nbh T = 2^31 - 2^16"},
+        {fits(64, 128, 0, 1 << 16, 1 << 15, 1), false, "nbh T = 2^31"},
+        {fits(64, 128 * 64, 0, 1 << 10, 1 << 14, (1 << 15) - 1), true, "items = 2^31 - 2^16"},
+        {fits(64, 128 * 64, 0, 1 << 10, 1 << 15, 1 << 15), false, "items = 2^31"},
+    };
+    bool ok = true;
+    for (const auto& x : cases)
+      if (x.got != x.want) std::printf("  FAIL %s: output_fit_32bit %d, expected %d\n", x.what, x.got, x.want), ok = false;
     if (ok) std::printf("  %zu boundaries as expected\n", sizeof(cases) / sizeof(cases[0]));
     if (!ok) {
       ++failures;
