@@ -998,6 +998,44 @@ void run(const Problem& p, const char* kernel, const std::function<bool()>& f) {
 
 }  // namespace
 
+// A launcher's 32-bit limits at each boundary: those both kernels share (Lp, Ep < 2^24,
+// bh0 + nbh < 2^30, nbh T < 2^31), then the kernel's own (`own`).
+struct LimitCase {
+  int64_t Lp, Ep, bh0, nbh, T, nC;
+  bool want;
+  const char* what;
+};
+void check_limits(const std::string& only, int& failures, const char* name, const char* fn,
+                  bool (*fit)(const Dims&), const std::vector<LimitCase>& own) {
+  if (!only.empty() && std::string(name).find(only) == std::string::npos) return;
+  std::printf("%s\n", name);
+  constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30;
+  std::vector<LimitCase> cases = {
+      {8192, 256, 0, 32, 512, 8, true, "BDH-8k"},
+      {k24 - 64, 256, 0, 1, 64, 1, true, "Lp = 2^24 - 64"},
+      {k24, 256, 0, 1, 64, 1, false, "Lp = 2^24"},
+      {64, k24 - 128, 0, 1, 64, 1, true, "Ep = 2^24 - 128"},
+      {64, k24, 0, 1, 64, 1, false, "Ep = 2^24"},
+      {64, 128, k30 - 2, 1, 64, 1, true, "bh0 + nbh = 2^30 - 1"},
+      {64, 128, k30 - 2, 2, 64, 1, false, "bh0 + nbh = 2^30"},
+      {64, 128, 0, 1 << 16, (1 << 15) - 1, 1, true, "nbh T = 2^31 - 2^16"},
+      {64, 128, 0, 1 << 16, 1 << 15, 1, false, "nbh T = 2^31"},
+  };
+  cases.insert(cases.end(), own.begin(), own.end());
+  bool ok = true;
+  for (const auto& x : cases) {
+    Dims d;
+    d.Lp = x.Lp, d.Ep = x.Ep, d.bh0 = x.bh0, d.nbh = x.nbh, d.T = x.T, d.nC = x.nC;
+    const bool got = fit(d);
+    if (got != x.want) std::printf("  FAIL %s: %s %d, expected %d\n", x.what, fn, got, x.want), ok = false;
+  }
+  if (ok) std::printf("  %zu boundaries as expected\n", cases.size());
+  if (!ok) {
+    ++failures;
+    if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
+  }
+}
+
 int main(int argc, char** argv) {
   const std::string only = argc > 1 ? argv[1] : "";  // a substring of the kernel names to run
   std::vector<Problem> problems;
@@ -1104,78 +1142,16 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv, split values", output_case<float, float, true, true>},
       {"chunk_readback_mma, split values", readback_case<true>},
   };
-  // The launcher's choice between chunk_states_mma_kernel and its 64-bit fallback (the wide kernel,
-  // compared with it above on every states case): states_fit_32bit at each limit's boundary.
-  if (const char* name = "chunk_states_mma launcher's 32-bit limits (states_fit_32bit)";
-      only.empty() || std::string(name).find(only) != std::string::npos) {
-    std::printf("%s\n", name);
-    auto fits = [](int64_t Lp, int64_t Ep, int64_t bh0, int64_t nbh, int64_t T, int64_t nC) {
-      Dims d;
-      d.Lp = Lp, d.Ep = Ep, d.bh0 = bh0, d.nbh = nbh, d.T = T, d.nC = nC;
-      return states_fit_32bit(d);
-    };
-    constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30;
-    struct {
-      bool got, want;
-      const char* what;
-    } cases[] = {
-        {fits(8192, 256, 0, 32, 512, 8), true, "BDH-8k"},
-        {fits(k24 - 64, 256, 0, 1, 64, 1), true, "Lp = 2^24 - 64"},
-        {fits(k24, 256, 0, 1, 64, 1), false, "Lp = 2^24"},
-        {fits(64, k24 - 128, 0, 1, 64, 1), true, "Ep = 2^24 - 128"},
-        {fits(64, k24, 0, 1, 64, 1), false, "Ep = 2^24"},
-        {fits(64, 128, k30 - 2, 1, 64, 1), true, "bh0 + nbh = 2^30 - 1"},
-        {fits(64, 128, k30 - 2, 2, 64, 1), false, "bh0 + nbh = 2^30"},
-        {fits(64, 128, 0, 1 << 16, (1 << 15) - 1, 1), true, "nbh T = 2^31 - 2^16"},
-        {fits(64, 128, 0, 1 << 16, 1 << 15, 1), false, "nbh T = 2^31"},
-        {fits(63, 128, 0, 1 << 10, 1, 1 << 15), true, "nbh nC Lp = 2^31 - 2^25"},
-        {fits(64, 128, 0, 1 << 10, 1, 1 << 15), false, "nbh nC Lp = 2^31"},
-    };
-    bool ok = true;
-    for (const auto& x : cases)
-      if (x.got != x.want) std::printf("  FAIL %s: states_fit_32bit %d, expected %d\n", x.what, x.got, x.want), ok = false;
-    if (ok) std::printf("  %zu boundaries as expected\n", sizeof(cases) / sizeof(cases[0]));
-    if (!ok) {
-      ++failures;
-      if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
-    }
-  }
-  // The launcher's choice between chunk_output_mma version 2 and version 1 (its 64-bit fallback,
-  // compared with it above on every output case): output_fit_32bit at each limit's boundary.
-  if (const char* name = "chunk_output_mma launcher's 32-bit limits (output_fit_32bit)";
-      only.empty() || std::string(name).find(only) != std::string::npos) {
-    std::printf("%s\n", name);
-    auto fits = [](int64_t Lp, int64_t Ep, int64_t bh0, int64_t nbh, int64_t T, int64_t nC) {
-      Dims d;
-      d.Lp = Lp, d.Ep = Ep, d.bh0 = bh0, d.nbh = nbh, d.T = T, d.nC = nC;
-      return output_fit_32bit(d);
-    };
-    constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30;
-    struct {
-      bool got, want;
-      const char* what;
-    } cases[] = {
-        {fits(8192, 256, 0, 32, 512, 8), true, "BDH-8k"},
-        {fits(k24 - 64, 256, 0, 1, 64, 1), true, "Lp = 2^24 - 64"},
-        {fits(k24, 256, 0, 1, 64, 1), false, "Lp = 2^24"},
-        {fits(64, k24 - 128, 0, 1, 64, 1), true, "Ep = 2^24 - 128"},
-        {fits(64, k24, 0, 1, 64, 1), false, "Ep = 2^24"},
-        {fits(64, 128, k30 - 2, 1, 64, 1), true, "bh0 + nbh = 2^30 - 1"},
-        {fits(64, 128, k30 - 2, 2, 64, 1), false, "bh0 + nbh = 2^30"},
-        {fits(64, 128, 0, 1 << 16, (1 << 15) - 1, 1), true, "nbh T = 2^31 - 2^16"},
-        {fits(64, 128, 0, 1 << 16, 1 << 15, 1), false, "nbh T = 2^31"},
-        {fits(64, 128 * 64, 0, 1 << 10, 1 << 14, (1 << 15) - 1), true, "items = 2^31 - 2^16"},
-        {fits(64, 128 * 64, 0, 1 << 10, 1 << 15, 1 << 15), false, "items = 2^31"},
-    };
-    bool ok = true;
-    for (const auto& x : cases)
-      if (x.got != x.want) std::printf("  FAIL %s: output_fit_32bit %d, expected %d\n", x.what, x.got, x.want), ok = false;
-    if (ok) std::printf("  %zu boundaries as expected\n", sizeof(cases) / sizeof(cases[0]));
-    if (!ok) {
-      ++failures;
-      if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
-    }
-  }
+  // The launchers' choices between a 32-bit-index kernel and its 64-bit fallback (compared with it
+  // above on every case): chunk_states_mma (the wide kernel) and chunk_output_mma (version 1).
+  check_limits(only, failures, "chunk_states_mma launcher's 32-bit limits (states_fit_32bit)", "states_fit_32bit",
+               states_fit_32bit,
+               {{63, 128, 0, 1 << 10, 1, 1 << 15, true, "nbh nC Lp = 2^31 - 2^25"},
+                {64, 128, 0, 1 << 10, 1, 1 << 15, false, "nbh nC Lp = 2^31"}});
+  check_limits(only, failures, "chunk_output_mma launcher's 32-bit limits (output_fit_32bit)", "output_fit_32bit",
+               output_fit_32bit,
+               {{64, 128 * 64, 0, 1 << 10, 1 << 14, (1 << 15) - 1, true, "items = 2^31 - 2^16"},
+                {64, 128 * 64, 0, 1 << 10, 1 << 15, 1 << 15, false, "items = 2^31"}});
   // bwd_local's versions 2 and 5 against float64, on their own shapes: full chunks of 64 and tails of 17,
   // 33, 50, 48 and 1 rows, chunks of 48, 32, 17 and 1, L past a 64-latent tile (70, 130), several
   // pairs, grids smaller than the work. EMU_QUICK: the first four.
