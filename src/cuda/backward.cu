@@ -60,8 +60,16 @@ template <bool kLo>
 constexpr int readback_smem() {
   return 2 * readback_tiles<kLo>() * 64 * kRbS * static_cast<int>(sizeof(bf16));
 }
+// RHOSCAN_READBACK_VERSION=1 builds the launcher with version 1 (chunk_readback_mma_v1_kernel) for
+// the A/B; the default 2 runs version 2 (chunk_readback_mma_kernel, below) within
+// readback_fit_32bit's limits, version 1 beyond them.
+#ifndef RHOSCAN_READBACK_VERSION
+#define RHOSCAN_READBACK_VERSION 2
+#endif
+static_assert(RHOSCAN_READBACK_VERSION == 1 || RHOSCAN_READBACK_VERSION == 2, "RHOSCAN_READBACK_VERSION: 1 or 2");
+// Version 1 (64-bit item decode and fetch indices per piece, generic-pointer products).
 template <bool kLo = false>
-__global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_kernel(
+__global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_v1_kernel(
     Dims d, const bf16* Hs, const bf16* Hs_lo, const bf16* dHs, const bf16* dHs_lo, const bf16* gb, const bf16* vb,
     float* W, float* U, float* HdH, const bf16* gb_lo = nullptr, const bf16* vb_lo = nullptr) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -140,6 +148,176 @@ __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_k
       if (threadIdx.x % 16 == 0 && l < d.L) HdH[(bh * d.nC + c) * d.L + l] = x;
     }
   }
+}
+
+// ---- chunk_readback_mma version 2: version 1's products with less integer work ---------------
+// The same items, tiles (layout, stages, zero fill), mma sequence per accumulator, HdH sums and
+// stores as version 1, so every output bit for bit version 1's (checked in the host emulation),
+// with chunk_states_mma version 2's and quad_readback_mma's address diet:
+//   - items (bh, c, lt), item = (bh nC + c) nlt + lt, by a running decomposition advanced by
+//     gridDim.x (the grid's own decomposition once per thread) instead of 64-bit divisions;
+//   - fetch: each thread's two 16-byte pieces per tile are fixed (rows tid / 8 and tid / 8 + 32,
+//     columns 8 (tid % 8) ..), their shared destinations 32-bit addresses computed once (a tile, a
+//     piece: immediates; a stage: one add); the state planes' sources from one offset per item plus
+//     the running column e0, G's and v's from one per piece and item; version 1's min(r, Cn - 1)
+//     clamp and zero fill of G and v computed only for a chunk of fewer than 64 tokens;
+//   - the products by warp_mma_32x32_u32 (lane addresses computed once; the same ldmatrix
+//     fragments and mma order as warp_mma_32x32<false, true>: hi pass, lo pass, then for kLo the
+//     S_hi·Y_lo pass);
+//   - HdH's running dot: one 8-byte shared load of 4 bf16 per plane (not 4 scalar loads), bf16 ->
+//     float by shifts, the same float operations in the same order per element;
+//   - W and U stores through a running row pointer with the latents at immediate offsets where the
+//     warp's 32 x 32 block lies inside L and the chunk (else version 1's checked element loop).
+// readback_fit_32bit: the decomposition's indices in 32 bits (beyond, the launcher runs version 1).
+template <bool kLo = false>
+__global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_kernel(
+    Dims d, const bf16* Hs, const bf16* Hs_lo, const bf16* dHs, const bf16* dHs_lo, const bf16* gb, const bf16* vb,
+    float* W, float* U, float* HdH, const bf16* gb_lo = nullptr, const bf16* vb_lo = nullptr) {
+  static_assert(kMmaThreads == 256, "the fetch's fixed pieces: 2 per thread and tile");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // version 1's layout, in bytes: per stage NT tiles of [64][kRbS] bf16 (0, 1: H hi, lo; 2, 3:
+  // A_end hi, lo; 4: G, 5: v; if kLo, 6: G lo, 7: v lo)
+  constexpr int NT = readback_tiles<kLo>();
+  constexpr uint32_t kTileB = 2 * 64 * kRbS, kStageB = NT * kTileB, kHalfB = 2 * 32 * kRbS;  // kHalfB: 32 rows on
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const bool is_u = warp >= 4;
+  const int wm = (warp & 1) * 32, wn = ((warp >> 1) & 1) * 32;  // the warp's latents and tokens
+  const int nlt = static_cast<int>(d.Lp / 64), nC = static_cast<int>(d.nC), nbh = static_cast<int>(d.nbh);
+  const int net = static_cast<int>(d.Ep / 64), C = static_cast<int>(d.C);
+  if (nlt == 0 || nC == 0 || net == 0) return;  // no items (and no divisions by zero below)
+  const int CnLast = static_cast<int>(d.chunk_len(nC - 1));
+  const uint32_t s0 = smem_addr(smem_raw);
+  // the lane's ldmatrix addresses in stage 0: A = S (W: H's hi tile 0, U: A_end's hi tile 2; the lo
+  // plane one tile on), B = Y^T (W: G's tile 4, U: v's tile 5; the remainders two tiles on)
+  const uint32_t a_ln = s0 + (is_u ? 2 * kTileB : 0u) + 2 * warp_mma_lane_a<false>(lane, wm, kRbS);
+  const uint32_t b_ln = s0 + (is_u ? 5 * kTileB : 4 * kTileB) + 2 * warp_mma_lane_b<true>(lane, wn, kRbS);
+  // the thread's fetch pieces: rows fr, fr + 32 of every tile, columns fp .. fp + 7
+  const int fr = tid / 8, fp = 8 * (tid % 8);
+  const uint32_t f_dst = s0 + 2 * (fr * kRbS + fp);
+  // HdH: the thread's elements, rows tid / 16 + 16 k, columns 4 (tid % 16) .. + 3 (version 1's)
+  const unsigned char* hd = smem_raw + 2 * ((tid / 16) * kRbS + 4 * (tid % 16));
+  // items (bh, c, lt) advanced by the grid: the grid's decomposition
+  const int64_t grid = gridDim.x, per_bh = int64_t{nC} * nlt;
+  const int dlt = static_cast<int>(grid % nlt), dc = static_cast<int>(grid / nlt % nC),
+            dbh = static_cast<int>(grid / per_bh);
+  int lt = static_cast<int>(blockIdx.x % nlt), c = static_cast<int>(blockIdx.x / nlt % nC),
+      bh = static_cast<int>(blockIdx.x / per_bh);
+  const int64_t Ep = d.Ep, L = d.L;
+  for (; bh < nbh;) {
+    const int Cn = c == nC - 1 ? CnLast : C;  // (only the last chunk may be shorter than C)
+    const int l0 = lt * 64;
+    // the thread's first state piece: row fr of the item's tile of chunk state (bh, c), column fp
+    const int64_t so = ((int64_t{bh} * nC + c) * d.Lp + l0 + fr) * Ep + fp;
+    // the chunk's rows of G and v: the thread's pieces' rows (clamped to Cn - 1 where the chunk has
+    // fewer than 64 tokens) and their copy sizes (0: a zero fill)
+    const int64_t yt = int64_t{bh} * d.T + int64_t{c} * C;  // the chunk's first token row
+    int yr0 = fr, yr1 = fr + 32;
+    uint32_t yb0 = 16, yb1 = 16;
+    if (Cn < 64) {
+      yb0 = fr < Cn ? 16u : 0u, yb1 = fr + 32 < Cn ? 16u : 0u;
+      yr0 = min(fr, Cn - 1), yr1 = min(fr + 32, Cn - 1);
+    }
+    const int64_t yo0 = (yt + yr0) * Ep + fp, yo1 = (yt + yr1) * Ep + fp;
+    auto fetch = [&](uint32_t st, int e0) {
+      const uint32_t dst = f_dst + st;
+      const int64_t s = so + e0, y0 = yo0 + e0, y1 = yo1 + e0, s32 = s + 32 * Ep;
+      cp_async16_u32(dst + 0 * kTileB, Hs + s);
+      cp_async16_u32(dst + 0 * kTileB + kHalfB, Hs + s32);
+      cp_async16_u32(dst + 1 * kTileB, Hs_lo + s);
+      cp_async16_u32(dst + 1 * kTileB + kHalfB, Hs_lo + s32);
+      cp_async16_u32(dst + 2 * kTileB, dHs + s);
+      cp_async16_u32(dst + 2 * kTileB + kHalfB, dHs + s32);
+      cp_async16_u32(dst + 3 * kTileB, dHs_lo + s);
+      cp_async16_u32(dst + 3 * kTileB + kHalfB, dHs_lo + s32);
+      cp_async16_u32(dst + 4 * kTileB, gb + y0, yb0);
+      cp_async16_u32(dst + 4 * kTileB + kHalfB, gb + y1, yb1);
+      cp_async16_u32(dst + 5 * kTileB, vb + y0, yb0);
+      cp_async16_u32(dst + 5 * kTileB + kHalfB, vb + y1, yb1);
+      if constexpr (kLo) {
+        cp_async16_u32(dst + 6 * kTileB, gb_lo + y0, yb0);
+        cp_async16_u32(dst + 6 * kTileB + kHalfB, gb_lo + y1, yb1);
+        cp_async16_u32(dst + 7 * kTileB, vb_lo + y0, yb0);
+        cp_async16_u32(dst + 7 * kTileB + kHalfB, vb_lo + y1, yb1);
+      }
+      cp_async_commit();
+    };
+    float acc[2][4][4] = {}, hdh[4] = {};  // hdh[k]: latent row tid / 16 + 16 k
+    __syncthreads();                       // the previous item's tiles are consumed
+    fetch(0, 0);
+    for (int et = 0; et < net; ++et) {
+      const uint32_t st = (et & 1) ? kStageB : 0u;
+      if (et + 1 < net) {
+        fetch(st ^ kStageB, (et + 1) * 64);  // into the stage consumed at et - 1
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      const unsigned char* hs = hd + st;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {  // <H, A_end> over this tile's 64 columns, from hi + lo
+        const uint32_t o = 2 * 16 * kRbS * k;
+        const uint2 h0 = *reinterpret_cast<const uint2*>(hs + o), h1 = *reinterpret_cast<const uint2*>(hs + kTileB + o);
+        const uint2 a0 = *reinterpret_cast<const uint2*>(hs + 2 * kTileB + o),
+                    a1 = *reinterpret_cast<const uint2*>(hs + 3 * kTileB + o);
+        // element u of the 4: word u / 2, the low half for even u (bf16 -> float: the upper 16 bits)
+        auto lo_f = [](uint32_t x) { return __uint_as_float(x << 16); };
+        auto hi_f = [](uint32_t x) { return __uint_as_float(x & 0xffff0000u); };
+        hdh[k] += (lo_f(h0.x) + lo_f(h1.x)) * (lo_f(a0.x) + lo_f(a1.x));
+        hdh[k] += (hi_f(h0.x) + hi_f(h1.x)) * (hi_f(a0.x) + hi_f(a1.x));
+        hdh[k] += (lo_f(h0.y) + lo_f(h1.y)) * (lo_f(a0.y) + lo_f(a1.y));
+        hdh[k] += (hi_f(h0.y) + hi_f(h1.y)) * (hi_f(a0.y) + hi_f(a1.y));
+      }
+      // [l][t] += sum_e S[l][e] Y[t][e]: A = S (stored [l][e]), B = Y^T (Y stored [t][e])
+      const uint32_t a = a_ln + st, b = b_ln + st;
+      warp_mma_32x32_u32<false, true, kRbS, kRbS, 64>(acc, a, b);
+      warp_mma_32x32_u32<false, true, kRbS, kRbS, 64>(acc, a + kTileB, b);
+      if constexpr (kLo) warp_mma_32x32_u32<false, true, kRbS, kRbS, 64>(acc, a, b + 2 * kTileB);
+      __syncthreads();  // this stage is refilled by the next step's fetch
+    }
+    float* out = is_u ? U : W;
+    if (l0 + wm + 32 <= L && wn + 32 <= Cn) {
+      // the whole block: rows (tokens) wn + 8 nt + 2 tq + cc, a running row pointer; latents
+      // wm + 16 mt + 8 hf + g at immediate offsets
+      float* p = out + (yt + wn + 2 * tq) * L + l0 + wm + g;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int cc = 0; cc < 2; ++cc) {
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) p[16 * mt + 8 * hf] = acc[mt][nt][2 * hf + cc];
+          p += cc == 0 ? L : 7 * L;
+        }
+    } else {
+      for_each_acc(acc, wm, wn, [&](int lr, int i, float& x) {
+        const int64_t l = l0 + lr;
+        if (l < L && i < Cn) out[(yt + i) * L + l] = x;
+      });
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // the 16 threads of a row are one half-warp: a fixed shuffle tree
+      float x = hdh[k];
+      for (int o = 8; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+      const int64_t l = l0 + tid / 16 + 16 * k;
+      if (tid % 16 == 0 && l < L) HdH[(int64_t{bh} * nC + c) * L + l] = x;
+    }
+    // the next item: (bh, c, lt) + the grid's (dbh, dc, dlt), with carries
+    lt += dlt;
+    const int c1 = lt >= nlt;
+    lt -= c1 ? nlt : 0;
+    c += dc + c1;
+    const int c2 = c >= nC;
+    c -= c2 ? nC : 0;
+    bh += dbh + c2;
+  }
+}
+// Version 2's indices: bh (plus the grid's step) in 32 bits, nC and the latent tiles in 32 bits;
+// beyond, the launcher runs version 1.
+inline bool readback_fit_32bit(const Dims& d) {
+  constexpr int64_t k30 = int64_t{1} << 30;
+  return d.nbh < k30 && d.nC < k30 && d.Lp / 64 < k30 && d.Ep / 64 < k30;
 }
 
 // gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t): the partial sums of bwd_local's latent blocks. A warp
@@ -1635,11 +1813,17 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     if constexpr (kTC) {
       constexpr bool kLo = kSplitValues<T>;
       if (!quadratic) {
-        RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(chunk_readback_mma_kernel<kLo>,
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, readback_smem<kLo>()));
-        chunk_readback_mma_kernel<kLo><<<grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, readback_smem<kLo>(),
-                                         stream>>>(d, Hs, Hs_lo, dHs, dHs_lo, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
-        RHOSCAN_CUDA_LAUNCHED("chunk_readback_mma_kernel");
+        // version 2 within its 32-bit limits (RHOSCAN_READBACK_VERSION=1: version 1 for the A/B)
+        auto readback = chunk_readback_mma_v1_kernel<kLo>;
+        bool v2 = false;
+#if RHOSCAN_READBACK_VERSION == 2
+        if (readback_fit_32bit(d)) readback = chunk_readback_mma_kernel<kLo>, v2 = true;
+#endif
+        RHOSCAN_CUDA_CHECK(
+            cudaFuncSetAttribute(readback, cudaFuncAttributeMaxDynamicSharedMemorySize, readback_smem<kLo>()));
+        readback<<<grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, readback_smem<kLo>(), stream>>>(
+            d, Hs, Hs_lo, dHs, dHs_lo, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
+        RHOSCAN_CUDA_LAUNCHED(v2 ? "chunk_readback_mma_kernel" : "chunk_readback_mma_v1_kernel");
       }
     }
     unsigned local_grid = grid_for(n * nC * nlt);

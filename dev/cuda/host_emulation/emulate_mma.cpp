@@ -4,7 +4,8 @@
 // chunk_states_mma_kernel and its 64-bit-index fallback chunk_states_mma_wide_kernel (forward with
 // bf16 and with float32 stored states, and reverse),
 // chunk_output_mma_v2_kernel and its version 1 chunk_output_mma_kernel (forward and dv; the two
-// compared bit for bit), chunk_readback_mma_kernel, the quadratic forward's
+// compared bit for bit), chunk_readback_mma_kernel (version 2, bitwise against version 1,
+// chunk_readback_mma_v1_kernel), the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel (and launch_final_state's
 // sub-batches) and quadratic_output_mma_kernel,
 // the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 5 (readback path), cut out
@@ -609,10 +610,36 @@ bool readback_case(const Problem& p) {
       Hs[x] = to_float(Hh[x]) + to_float(Hl[x]), As[x] = to_float(Ah[x]) + to_float(Al[x]);
     }
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * d.nC * L);
-  emu::launch(small_grid(items), kMmaThreads, readback_smem<kLo>(), [&] {
-    chunk_readback_mma_kernel<kLo>(d, Hh.data(), Hl.data(), Ah.data(), Al.data(), p.gb.data(), p.vb.data(), W.data(),
-                                   U.data(), HdH.data(), kLo ? p.glo.data() : nullptr, kLo ? p.vlo.data() : nullptr);
-  });
+  // kernel (version 1 or 2) on `grid` blocks into w, u, hdh
+  auto run = [&](auto kernel, unsigned grid, std::vector<float>& w, std::vector<float>& u, std::vector<float>& hdh) {
+    emu::launch(grid, kMmaThreads, readback_smem<kLo>(), [&] {
+      kernel(d, Hh.data(), Hl.data(), Ah.data(), Al.data(), p.gb.data(), p.vb.data(), w.data(), u.data(), hdh.data(),
+             kLo ? p.glo.data() : nullptr, kLo ? p.vlo.data() : nullptr);
+    });
+  };
+  // version 2 (the launcher's within readback_fit_32bit, which every emulated problem meets)
+  // against float64 on small_grid(items) blocks; version 1 on the same blocks, and version 2 on 3
+  // and 5 (its running item decomposition wrapping with other steps), must write the same bits
+  // (W, U, HdH; NaN where unwritten)
+  run(&chunk_readback_mma_kernel<kLo>, small_grid(items), W, U, HdH);
+  bool same = readback_fit_32bit(d);
+  if (!same) std::printf("  FAIL readback_fit_32bit false\n");
+  for (unsigned grid : {0u, 3u, 5u}) {  // 0: version 1 on small_grid(items)
+    auto W2 = nans<float>(W.size()), U2 = nans<float>(U.size()), H2 = nans<float>(HdH.size());
+    if (grid == 0)
+      run(&chunk_readback_mma_v1_kernel<kLo>, small_grid(items), W2, U2, H2);
+    else
+      run(&chunk_readback_mma_kernel<kLo>, grid, W2, U2, H2);
+    auto bits = [](const auto& x, const auto& y) {
+      return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
+    };
+    const bool ok = bits(W, W2) && bits(U, U2) && bits(HdH, H2);
+    if (!ok)
+      std::printf("  FAIL %s: not bit for bit version 2's first run (W %d, U %d, HdH %d)\n",
+                  grid == 0 ? "chunk_readback_mma_v1_kernel" : grid == 3 ? "version 2 on 3 blocks" : "version 2 on 5 blocks",
+                  int(bits(W, W2)), int(bits(U, U2)), int(bits(HdH, H2)));
+    same &= ok;
+  }
   std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh)
     for (int64_t t = 0; t < d.T; ++t)
@@ -632,7 +659,8 @@ bool readback_case(const Problem& p) {
         rW[(bh * d.T + t) * L + l] = w, rU[(bh * d.T + t) * L + l] = u;
         rH[(bh * d.nC + c) * L + l] = hh;
       }
-  return check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) & check("HdH", doubles(HdH), rH, 1e-4);
+  return check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) & check("HdH", doubles(HdH), rH, 1e-4) &
+         same;
 }
 
 // ---- quadratic backward (quadratic_backward.cuh) ------------------------------------------------
