@@ -304,13 +304,7 @@ __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_k
       if (tid % 16 == 0 && l < L) HdH[(int64_t{bh} * nC + c) * L + l] = x;
     }
     // the next item: (bh, c, lt) + the grid's (dbh, dc, dlt), with carries
-    lt += dlt;
-    const int c1 = lt >= nlt;
-    lt -= c1 ? nlt : 0;
-    c += dc + c1;
-    const int c2 = c >= nC;
-    c -= c2 ? nC : 0;
-    bh += dbh + c2;
+    bh += dbh + carry_add(c, dc, carry_add(lt, dlt, 0, nlt), nC);
   }
 }
 // Version 2's indices: bh (plus the grid's step) in 32 bits, nC and the latent tiles in 32 bits;
@@ -1423,7 +1417,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         if (16 * k < lim) {
           const float4 u4 = *reinterpret_cast<const float4*>(&S.u[pr + 16 * k][px]);
           const float4 w4 = *reinterpret_cast<const float4*>(&S.w[pr + 16 * k][px]);
-          *reinterpret_cast<float4*>(p + 16 * k * L) = make_float4(u4.x + w4.x, u4.y + w4.y, u4.z + w4.z, u4.w + w4.w);
+          store_float4(p + 16 * k * L, make_float4(u4.x + w4.x, u4.y + w4.y, u4.z + w4.z, u4.w + w4.w));
         }
       }
     } else {

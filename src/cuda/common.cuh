@@ -80,6 +80,20 @@ __device__ __forceinline__ float div_sparse(float x, float y) {
   return zero ? x * r : r;
 }
 
+// v to p (global memory, 16-byte aligned) as one 16-byte store. A plain float4 assignment is not
+// always one: in bwd_local's dqp stores NVVM emitted four 4-byte st.global.f32 (the PTX of 6f88d92),
+// so that each warp-wide store touched 16 sectors for 4 bytes each (Nsight Compute on the H200:
+// 36 % of that kernel's global sectors were excess, 1.7 GB of L2 traffic per call at BDH-8k).
+// __stwb is st.global.wb.v4.f32, the default write-back policy. (The host emulation has no
+// __CUDA_ARCH__: a plain store there.)
+__device__ __forceinline__ void store_float4(float* p, float4 v) {
+#ifdef __CUDA_ARCH__
+  __stwb(reinterpret_cast<float4*>(p), v);
+#else
+  *reinterpret_cast<float4*>(p) = v;
+#endif
+}
+
 // One digit of a mixed-radix work-item counter advanced by the grid's size (decomposed in the same
 // radices): x += dx + carry_in, wrapped into [0, n) (dx < n, so one subtraction); returns the carry
 // into the next digit. Persistent kernels walk their items this way instead of dividing an item
