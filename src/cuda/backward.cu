@@ -385,6 +385,11 @@ struct LocalSmemP {
   __align__(16) float u[64][kLocalLT + kPad];  // U, then gw / s + av (row phase)
   float red[8][kLocalLT];
   float hdh[kLocalLT];
+  // version 5: the chunk's N_0 and the latents' decay a, read as float2 at 2λ by lane λ (in ms's
+  // padding columns until 1351015, rows 2 apart per lane: 16-way bank conflicts, a quarter of the
+  // kernel's excess shared wavefronts in the H200 profile of round 8)
+  __align__(8) float n0[kLocalLT];
+  __align__(8) float al[kLocalLT];
 };
 using LocalSmem = LocalSmemP<0>;
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
@@ -1006,8 +1011,9 @@ __device__ __forceinline__ void bwd_local_v2(
 //   - dqp by float4 stores of the same pieces (L % 4 == 0: 4 stores per thread instead of 16; the
 //     same sum u + w per element);
 //   - the chunk's N_0 (Nc) and a, loaded at the item's start by the power tables' threads (a is
-//     their own al) into ms's padding columns 65 and 66, read there after the products: version
-//     4's loads of them sat in front of the N walk (long-scoreboard stalls there);
+//     their own al) into two [64] arrays (S.n0, S.al; until round 9 ms's padding columns 65 and
+//     66, 16-way bank-conflicted), read there after the products: version 4's loads of them sat
+//     in front of the N walk (long-scoreboard stalls there);
 //   - q's 4-latent pieces as 8-byte words (bf16 to float by shifts: no 16-bit register traffic);
 //   - the scans' full segments (8 tokens) without per-token checks (separate loops);
 //   - a persistent grid (the launcher, RHOSCAN_BWD_LOCAL_PERSISTENT): what a block computes once
@@ -1023,7 +1029,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
                                              const float* HdHr, float* gcp, float* dqp, float* dap, float* Bsum,
                                              float* Zs) {
   constexpr int LT = kLocalLT, RS = kLocalLT + kLocalPadV5;  // RS: floats per row of the [64][RS] tiles
-  static_assert(kLocalPadV5 >= 3, "ms's padding columns LT .. LT + 2: 1/s, N_0, a");
+  static_assert(kLocalPadV5 >= 1, "ms's padding column LT: 1/s");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   LocalSmemV5& S = *reinterpret_cast<LocalSmemV5*>(smem_raw);
   auto& qs = S.r.qs;
@@ -1142,10 +1148,8 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
       P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
       P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
-      // (ms's columns >= 64 are padding: LT 1/s below, LT + 1 N_0, LT + 2 a; M's copy, split and
-      // loops never touch them)
-      if (I == 1) ms[xc][LT + 1] = xok ? Nc[cb + bh * L + xc] : 0.0f;  // (bh (nC + 1) + c) L + l0 + xc
-      if (I == 2) ms[xc][LT + 2] = al;
+      if (I == 1) S.n0[xc] = xok ? Nc[cb + bh * L + xc] : 0.0f;  // (bh (nC + 1) + c) L + l0 + xc
+      if (I == 2) S.al[xc] = al;
     }
     if (four) {
 #pragma unroll
@@ -1179,7 +1183,8 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     __syncthreads();  // M's hi / lo tiles complete
     bwd_local_cross(S, *reinterpret_cast<const LocalPowTables*>(&ns[0][0]), Cn);
     __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed
-    const float a[2] = {ms[x0][LT + 2], ms[x0 + 1][LT + 2]};
+    const float2 a2 = *reinterpret_cast<const float2*>(&S.al[x0]);
+    const float a[2] = {a2.x, a2.y};
     float da[2] = {};
     float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
     // the two scans over segments of 8 tokens (version 4's change 4, above bwd_local_split_m)
@@ -1213,9 +1218,10 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     __syncthreads();  // the segments' z
     if (8 * warp < Cn) {
       const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
-      // N at the segment's start: N_0 (the chunk's, from ms's column LT + 1), then N <- a^8 N + z_v
-      // over the earlier (full) segments v < w; then the walk over the segment (ns)
-      float N[2] = {ms[x0][LT + 1], ms[x0 + 1][LT + 1]};
+      // N at the segment's start: N_0 (the chunk's, from S.n0), then N <- a^8 N + z_v over the
+      // earlier (full) segments v < w; then the walk over the segment (ns)
+      const float2 n02 = *reinterpret_cast<const float2*>(&S.n0[x0]);
+      float N[2] = {n02.x, n02.y};
       if (warp > 0) {
         const float a8[2] = {ipow64(a[0], 8), ipow64(a[1], 8)};
         for (int v = 0; v < warp; ++v) {
