@@ -1104,6 +1104,18 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       for (int k = 0; k < 4; ++k, qp += 16 * q.s[2])
         if (16 * k < lim) qr[k] = *reinterpret_cast<const uint2*>(qp);
     }
+    // the item's scalar loads too, before the barrier (their latency was the power tables' and the
+    // padding columns' long-scoreboard stalls in the round-8 profile, ~5 % of the samples): the
+    // thread's decay al; I == 0: HdH and s of row xc; I == 1: the chunk's N_0 of latent xc
+    const int I = threadIdx.x / LT;
+    const float al = xok ? a32[h * d.L + l0 + xc] : 0.0f;
+    float item_x = 0.0f, item_s = 1.0f;
+    if (I == 0) {
+      item_x = xok ? HdHr[cb + xc] : 0.0f;
+      if (xc < Cn) item_s = s[row0 + xc];
+    } else if (I == 1) {
+      item_x = xok ? Nc[cb + bh * L + xc] : 0.0f;  // (bh (nC + 1) + c) L + l0 + xc
+    }
     __syncthreads();  // the previous item's reads of shared memory are done
     auto copy_tile = [&](uint32_t dst, float (*dsts)[RS], const float* src) {  // the [64][64] tile at src + tb
       if (vec) {
@@ -1121,7 +1133,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     };
     copy_tile(w_dst, S.w, Wr);
     copy_tile(u_dst, S.u, Ur);
-    if (threadIdx.x < LT) S.hdh[threadIdx.x] = l0 + threadIdx.x < d.L ? HdHr[cb + threadIdx.x] : 0.0f;
+    if (I == 0) S.hdh[xc] = item_x;
     copy_tile(qp_dst, qps, Qp);
     // M of the chunk (split 0 holds the sum); at C = 64 the whole slot by the same pieces
     const float* Mc = M + (bh * nC + c) * d.nsplit * C * C;
@@ -1132,8 +1144,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     cp_async_commit();
     {  // the power tables (in ns: the previous item's reads of it are done), as version 4; and N_0, a
       LocalPowTables& P = *reinterpret_cast<LocalPowTables*>(&ns[0][0]);
-      const int I = threadIdx.x / LT, R = Cn - 16 * (I + 1);
-      const float al = xok ? a32[h * d.L + l0 + xc] : 0.0f;
+      const int R = Cn - 16 * (I + 1);
       if (I == 0) {
         float x = 1.0f, xp = 0.0f;
 #pragma unroll
@@ -1148,7 +1159,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
       P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
       P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
-      if (I == 1) S.n0[xc] = xok ? Nc[cb + bh * L + xc] : 0.0f;  // (bh (nC + 1) + c) L + l0 + xc
+      if (I == 1) S.n0[xc] = item_x;
       if (I == 2) S.al[xc] = al;
     }
     if (four) {
@@ -1176,7 +1187,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
     }
     // 1/s of the chunk's rows, once per item, in ms's padding column LT (as version 4)
-    if (threadIdx.x < LT) ms[threadIdx.x][LT] = threadIdx.x < Cn ? 1.0f / s[row0 + threadIdx.x] : 0.0f;
+    if (I == 0) ms[xc][LT] = xc < Cn ? 1.0f / item_s : 0.0f;
     cp_async_wait<0>();
     __syncthreads();
     bwd_local_split_m(S, Cn);
