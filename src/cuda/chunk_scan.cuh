@@ -34,8 +34,8 @@ namespace rhoscan::cuda_detail {
 // the E tiles of a pair) fetched by twice the blocks, with half the warps idle in the context.
 // Shared memory (kLp = Lp, the kernel's template parameter: compile-time strides): two stages of
 // {Xq [64][kLp + 8], Kq [64][kLp + 8], v [64][72] bf16; P [64][72] float32}, Sb [kLp][72] bf16 and
-// the rows' decay a^C, a^Cn: 224 KiB at Lp = 256 (1 block of 8 warps per SM), 100 KiB at Lp = 64
-// (2 blocks). The rows padded by 8 bf16 (16 bytes): ldmatrix and the Sb stores without bank
+// the rows' decay a^C, a^Cn: 224 KiB at Lp = 256, 100 KiB at Lp = 64; 1 block of 8 warps per SM
+// (kScanMinBlocks). The rows padded by 8 bf16 (16 bytes): ldmatrix and the Sb stores without bank
 // conflicts; P's rows by 8 floats: the fragment loads (float2, rows g) 2 wavefronts per warp.
 // The intra-chunk weights go from P's float32 tile straight into A fragments (float2 loads,
 // select, cvt): no bf16 copy, no barrier for it.
@@ -62,10 +62,10 @@ struct ScanLayout {
   static constexpr int bytes = static_cast<int>(kDecay + 2 * kLp * sizeof(float));
 };
 static_assert(ScanLayout<kScanMaxLp>::bytes <= 227 * 1024, "chunk_scan_mma: shared memory past the H200's");
-template <int kLp>
-constexpr int scan_min_blocks() {
-  return 2 * ScanLayout<kLp>::bytes <= 227 * 1024 ? 2 : 1;
-}
+// Blocks per multiprocessor the registers are budgeted for: 1. At Lp = 64 two blocks would fit in
+// shared memory, but within their 128 registers per thread ptxas (nvcc 13) spilled 4-60 bytes
+// (with the fetch loops unrolled or not, b and h recomputed or held); not yet compared on the H200.
+constexpr int kScanMinBlocks = 1;
 // The kernel's 32-bit indices: token rows bh T + c C (nbh T < 2^31; hence bh nC too) and pairs
 // (bh0 + nbh < 2^30, b and h by a 32-bit division).
 inline bool scan_fit_32bit(const Dims& d) {
@@ -76,7 +76,7 @@ inline bool scan_fit_32bit(const Dims& d) {
 // the sum, 16-byte aligned, C % 4 == 0 (its rows by 16-byte cp.async); init, rho: float32
 // [B,H,L,E] strided (init.p null: zeros; rho.p null: no final state); ctx: OutT [B,H,T,E] strided.
 template <int kLp, typename OutT>
-__global__ void __launch_bounds__(kScanThreads, scan_min_blocks<kLp>())
+__global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
     chunk_scan_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const bf16* vb, const float* P, const float* a32,
                           Str4 init, Str4 ctx, Str4 rho) {
   using Lay = ScanLayout<kLp>;
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kScanThreads, scan_min_blocks<kLp>())
   auto fetch = [&](int fst, int fbh, int fet, int c) {
     const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
     const uint32_t st = s0 + fst * Lay::kStageB;
-#pragma unroll
+#pragma unroll 1  // (unrolled, the pieces' addresses were hoisted and held across the step: registers)
     for (int r = 0; r < 64 * PPR / NT; ++r) {
       const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
       const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
@@ -126,14 +126,14 @@ __global__ void __launch_bounds__(kScanThreads, scan_min_blocks<kLp>())
       cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
     }
     const int e0 = fet * ET;
-#pragma unroll
+#pragma unroll 1
     for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
       const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
       cp_async16_u32(st + Lay::kV + 2 * (i * VS + p), vb + (static_cast<int64_t>(tr + min(i, Cn - 1)) * d.Ep + e0 + p),
                      i < Cn ? 16u : 0u);
     }
     const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;
-#pragma unroll
+#pragma unroll 1
     for (int r = 0; r < 64 * 16 / NT; ++r) {
       const int idx = tid + NT * r, i = idx / 16, p = 4 * (idx % 16);
       if (i < Cn && p < C) cp_async16_u32(st + Lay::kP + 4 * (i * PS + p), Pc + i * C + p);
@@ -148,8 +148,14 @@ __global__ void __launch_bounds__(kScanThreads, scan_min_blocks<kLp>())
   int stage = 0;  // the stage of the current chunk's tiles
   for (; bh < d.nbh; advance(bh, et)) {
     const int e0 = et * ET;
-    const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), qh = x / H;
-    const int64_t b = qh, h = x - qh * H;
+    // b, h of bh by one 32-bit division (bh0 + nbh < 2^30), again where needed (not held across the
+    // steps: registers, a spill at Lp = 64)
+    auto b_h = [&](int64_t& b, int64_t& h) {
+      const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), qh = x / H;
+      b = qh, h = x - qh * H;
+    };
+    int64_t b, h;
+    b_h(b, h);
     // the rows' decay: written after the previous item's last barrier B (its last reads are before it)
     for (int l = tid; l < kLp; l += NT) {
       const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
@@ -240,6 +246,7 @@ __global__ void __launch_bounds__(kScanThreads, scan_min_blocks<kLp>())
       // the context rows i < Cn, columns e < E (accC[nt][r]: token cm + g + 8 (r / 2), column
       // e0 + cn + 8 nt + 2 tq + r % 2), rounded as chunk_output's
       const int64_t t0 = static_cast<int64_t>(c) * C;
+      b_h(b, h);
       OutT* row = nullptr;
       if constexpr (sizeof(OutT) == 2) {
         if (cm + 16 <= Cn && e0 + cn + 32 <= d.E && ctx.s[3] == 1 && ctx.s[2] % 2 == 0) {
@@ -270,6 +277,7 @@ __global__ void __launch_bounds__(kScanThreads, scan_min_blocks<kLp>())
       stage ^= 1;
     }
     if (rho_p) {
+      b_h(b, h);
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         if (!holds(k)) continue;
@@ -305,7 +313,7 @@ bool scan_applies(const Dims& d, int64_t pairs) {
 template <typename T>
 void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const float* a32, Str4 init, Str4 ctx,
                        Str4 rho, cudaStream_t stream) {
-  if constexpr (std::is_same_v<T, bf16>) {
+  if constexpr (std::is_same_v<T, bf16> && RHOSCAN_FORWARD_SCAN) {  // (else not compiled: scan_applies is false)
     if (reinterpret_cast<uintptr_t>(P) % 16 != 0)
       throw Error(ErrorKind::internal, "rhoscan.forward (cuda): chunk_scan_mma needs P 16-byte aligned");
     auto run = [&](auto lp) {
