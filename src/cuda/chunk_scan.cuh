@@ -10,7 +10,7 @@ namespace rhoscan::cuda_detail {
 
 // ---- chunk_scan_mma: one block per (bh, 64 columns), the chunks in order -----------------------
 // chunk_states_mma stores every chunk-start state H_c (bf16, [bh][nC][Lp][Ep]) only for
-// chunk_output_mma to read it back once: at BDH-base (L = E = 256, T = 512) 50 MB each way per
+// chunk_output_mma to read it back once: at BDH-base (L = E = 256, T = 512) 100 MB each way per
 // forward. Here a block keeps the state tile S (all Lp latents × 64 columns, float32) in its mma
 // accumulators across the chunks and, per chunk c:
 //   1. S rounded to bf16 (chunk_states' stores: __floats2bfloat162_rn of the accumulator pairs)
