@@ -66,11 +66,12 @@ static_assert(ScanLayout<kScanMaxLp>::bytes <= 227 * 1024, "chunk_scan_mma: shar
 // shared memory, but within their 128 registers per thread ptxas (nvcc 13) spilled 4-60 bytes
 // (with the fetch loops unrolled or not, b and h recomputed or held); not yet compared on the H200.
 constexpr int kScanMinBlocks = 1;
-// The kernel's 32-bit indices: token rows bh T + c C (nbh T < 2^31; hence bh nC too) and pairs
-// (bh0 + nbh < 2^30, b and h by a 32-bit division).
+// The kernel's 32-bit indices: token rows bh T + c C (nbh T < 2^31; hence bh nC too), pairs
+// (bh0 + nbh < 2^30, b and h by a 32-bit division), column tiles and offsets inside a row (Lp, Ep <
+// 2^24: the bounds of the other kernels' checks, far past what the kernel takes).
 inline bool scan_fit_32bit(const Dims& d) {
-  constexpr int64_t k30 = int64_t{1} << 30, k31 = int64_t{1} << 31;
-  return d.bh0 + d.nbh < k30 && d.nbh * d.T < k31;
+  constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30, k31 = int64_t{1} << 31;
+  return d.Lp < k24 && d.Ep < k24 && d.bh0 + d.nbh < k30 && d.nbh * d.T < k31;
 }
 // Xq, Kq: [bh][T][Lp] (norm_apply); vb: [bh][T][Ep] (pack_bf16); P: [bh][c][nsplit][C][C], split 0
 // the sum, 16-byte aligned, C % 4 == 0 (its rows by 16-byte cp.async); init, rho: float32

@@ -4,7 +4,8 @@
 // chunk_states_mma_kernel and its 64-bit-index fallback chunk_states_mma_wide_kernel (forward with
 // bf16 and with float32 stored states, and reverse),
 // chunk_output_mma_v2_kernel and its version 1 chunk_output_mma_kernel (forward and dv; the two
-// compared bit for bit), chunk_readback_mma_kernel (version 2, bitwise against version 1,
+// compared bit for bit), chunk_scan_mma_kernel (the fused forward for Lp <= 256: bit for bit
+// chunk_states_mma + chunk_output_mma on the same inputs), chunk_readback_mma_kernel (version 2, bitwise against version 1,
 // chunk_readback_mma_v1_kernel), the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel (and launch_final_state's
 // sub-batches) and quadratic_output_mma_kernel,
@@ -1298,6 +1299,8 @@ int main(int argc, char** argv) {
                output_fit_32bit,
                {{64, 128 * 64, 0, 1 << 10, 1 << 14, (1 << 15) - 1, true, "items = 2^31 - 2^16"},
                 {64, 128 * 64, 0, 1 << 10, 1 << 15, 1 << 15, false, "items = 2^31"}});
+  check_limits(only, failures, "chunk_scan_mma launcher's 32-bit limits (scan_fit_32bit)", "scan_fit_32bit",
+               scan_fit_32bit, {});
   // bwd_local's versions 2 and 5 against float64, on their own shapes: full chunks of 64 and tails of 17,
   // 33, 50, 48 and 1 rows, chunks of 48, 32, 17 and 1, L past a 64-latent tile (70, 130), several
   // pairs, grids smaller than the work. EMU_QUICK: the first four.
