@@ -2,7 +2,9 @@
 //   chunked   intra-chunk scores, chunk-start states, chunk outputs (chunk_kernels.cuh for the
 //             formulas). The chunk-start states of a batch of (b, h) pairs live in a workspace
 //             bounded by options.max_workspace_bytes (default 2 GiB): when all pairs do not fit at
-//             once, the pairs are processed in consecutive batches.
+//             once, the pairs are processed in consecutive batches. bfloat16 with Lp <= 256
+//             (scan_applies): chunk_scan_mma instead of the states and outputs, no chunk-state
+//             workspace (RHOSCAN_FORWARD_SCAN=0 at build time: the two kernels).
 //   quadratic (quadratic.cuh) the tensor-core dtypes with no initial rho, T <= kQuadraticMaxT,
 //             L >= 8 T and chunks of 64 (the measurements are at quadratic_shape): the whole lower
 //             block-triangular score matrix instead of chunk-start states; the final state from
@@ -13,6 +15,7 @@
 #include <cstring>
 
 #include "cuda/chunk_products.cuh"
+#include "cuda/chunk_scan.cuh"
 #include "cuda/ops.h"
 #include "cuda/quadratic.cuh"
 #include "cuda/workspace.h"
@@ -53,7 +56,9 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
                             Workspace::bytes<QpT>(p.T * p.L) +
                             Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
                             operand_bytes<kTC, T>(d, 2, 1);
-  const int64_t chunked_bh = common_bh + chunk_state_bytes<StateT<kTC>>(d);
+  // chunk_scan_mma keeps the chunk-start states in shared memory: no workspace for them
+  const bool scan = scan_applies<T>(d, BH);
+  const int64_t chunked_bh = common_bh + (scan ? 0 : chunk_state_bytes<StateT<kTC>>(d));
   const int64_t cap = workspace_cap(f.options.max_workspace_bytes, kDefaultWorkspaceCap);
   const int64_t shared = Workspace::floats(p.H * p.L);
   int64_t cross_nsplit = 1, per_bh = chunked_bh;
@@ -110,7 +115,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     QpT* Qp = ws.take_array<QpT>(d.nbh * p.T * p.L);
     float* Nc = save ? f.saved + saved.Nc + bh0 * saved.Nc_pair : ws.take_floats(d.nbh * (d.nC + 1) * p.L);
     float* P = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
-    StateT<kTC>* Hs = quadratic ? nullptr : ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
+    StateT<kTC>* Hs = quadratic || scan ? nullptr : ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
     float* Pcross = !quadratic  ? nullptr
                     : save_scores ? f.saved + saved.Pcross + bh0 * saved.Pcross_pair
                                   : ws.take_floats(d.nbh * d.nC * d.nC * d.C * d.C);
@@ -125,18 +130,20 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     }
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     // quadratic (rho0 is null there: quadratic_forward): only the final state, by final_state_mma
-    // (it has no init term); chunked: the chunk states and the final state by the states kernel
+    // (it has no init term); chunked: the chunk states and the final state by the states kernel,
+    // or all of it (outputs and final state) by chunk_scan_mma
     if constexpr (kTC) {
       if (quadratic) launch_final_state<T>(d, a32, o, rho_out, stream);
     }
-    if (!quadratic) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
+    if (!quadratic && scan) launch_chunk_scan<T>(d, o, P, a32, rho0, ctx, rho_out, stream);
+    if (!quadratic && !scan) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
     if constexpr (kTC) {
       if (quadratic) {
         launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, stream);
         launch_quadratic_output<T>(d, P, Pcross, o, ctx, stream);
       }
     }
-    if (!quadratic) launch_chunk_output<kTC, T, T, false>(d, q, v, a32, Qp, o, Hs, P, ctx, nullptr, stream);
+    if (!quadratic && !scan) launch_chunk_output<kTC, T, T, false>(d, q, v, a32, Qp, o, Hs, P, ctx, nullptr, stream);
     ws.reset();
     ws.take_floats(p.H * p.L);  // a32 stays at the front
   }

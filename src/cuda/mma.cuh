@@ -133,6 +133,17 @@ __device__ __forceinline__ void warp_mma_32x32_u32(float (&acc)[2][4][4], uint32
         mma_bf16_16816(acc[mt][nt], af[mt], bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]);
   }
 }
+// One k step (16) of a warp's 16×32 block of C += A·B: A's fragment given (af, rows m0 .. m0 + 15:
+// from ldmatrix or built in registers), B stored [k][n] read by ldmatrix.trans from the lane's
+// address b (warp_mma_lane_b<false>, this k step). The B fragments and the mma sequence of
+// warp_mma_32x32_u32's row block mt (kBTrans = false): the same sums per accumulator.
+__device__ __forceinline__ void warp_mma_16x32_k16_u32(float (&acc)[4][4], const uint32_t (&af)[4], uint32_t b) {
+  uint32_t bf[2][4];
+#pragma unroll
+  for (int np = 0; np < 2; ++np) ldsm_x4_trans_u32(bf[np], b + 2 * 16 * np);
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) mma_bf16_16816(acc[nt], af, bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]);
+}
 // The lane's element offsets of warp_mma_32x32's ldmatrix rows at k0 = 0, mt = 0 (np = 0) in a tile
 // of row stride ld: A (rows m0 ..) and B (columns n0 ..).
 template <bool kATrans>

@@ -4,7 +4,8 @@
 // chunk_states_mma_kernel and its 64-bit-index fallback chunk_states_mma_wide_kernel (forward with
 // bf16 and with float32 stored states, and reverse),
 // chunk_output_mma_v2_kernel and its version 1 chunk_output_mma_kernel (forward and dv; the two
-// compared bit for bit), chunk_readback_mma_kernel (version 2, bitwise against version 1,
+// compared bit for bit), chunk_scan_mma_kernel (the fused forward for Lp <= 256: bit for bit
+// chunk_states_mma + chunk_output_mma on the same inputs), chunk_readback_mma_kernel (version 2, bitwise against version 1,
 // chunk_readback_mma_v1_kernel), the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel (and launch_final_state's
 // sub-batches) and quadratic_output_mma_kernel,
@@ -592,6 +593,115 @@ bool output_case(const Problem& p) {
   return check(kDv ? "dv" : "context", doubles(out), ref, 1e-2) && same;
 }
 
+// ---- chunk_scan_mma (the fused forward, Lp <= 256, C % 4 == 0): ctx_c = Xq_c · bf16(S_c) +
+//      Pm_c · v_c and S_{c+1} = a^Cn S_c + sum_i q_i a^(Cn-1-i) ⊗ v_i, S_0 = init (or 0), the final
+//      state to rho. Bit for bit the two kernels it replaces (chunk_states_mma with bf16 states, then
+//      chunk_output_mma, the launcher's selections) on the same inputs, on small_grid(items) and on
+//      5 blocks (several items per block: the pipeline across items, the running decomposition);
+//      and against float64 (S from q and v, as states_case; the context from Xq's bf16 values and
+//      P, as output_case). P's upper triangle and its other splits NaN.
+template <typename F>
+void with_scan_lp(int64_t Lp, F f) {
+  switch (Lp) {
+    case 64: f(std::integral_constant<int, 64>{}); break;
+    case 128: f(std::integral_constant<int, 128>{}); break;
+    case 192: f(std::integral_constant<int, 192>{}); break;
+    case 256: f(std::integral_constant<int, 256>{}); break;
+    default: std::abort();
+  }
+}
+bool scan_case(const Problem& p, bool with_init) {
+  const Dims& d = p.d;
+  if (d.Lp > kScanMaxLp || d.C % 4 != 0) {
+    std::printf("    (does not apply: Lp %lld, C %lld; the forward runs the two kernels)\n", (long long)d.Lp,
+                (long long)d.C);
+    return true;
+  }
+  const int64_t C = d.C, L = d.L, E = d.E;
+  std::vector<float> P(d.nbh * d.nC * d.nsplit * C * C, kNaN);
+  for (int64_t bc = 0; bc < d.nbh * d.nC; ++bc)
+    for (int64_t i = 0; i < C; ++i)
+      for (int64_t j = 0; j < i; ++j) P[(bc * d.nsplit * C + i) * C + j] = float(U01());
+  Str4 init = with_init ? p.init_s : Str4{};
+  // the two kernels
+  auto Hs = nans<bf16>(d.nbh * d.nC * d.Lp * d.Ep);
+  auto rho2 = nans<float>(p.init.size());
+  auto ctx2 = nans<bf16>(p.v.size());
+  Str4 rho2s = p.init_s, ctx2s = p.vs;
+  rho2s.p = rho2.data(), ctx2s.p = ctx2.data();
+  emu::launch(small_grid(states_items(d)), kStatesThreads, states_mma_smem<bf16>(), [&] {
+    chunk_states_mma_selected<bf16, false, false, false, false>()(d, p.Kq.data(), p.vb.data(), p.a32.data(), init,
+                                                                  Hs.data(), rho2s, nullptr, nullptr, nullptr);
+  });
+  emu::launch(small_grid(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, kOutMmaSmem, [&] {
+    chunk_output_mma_selected<bf16, bf16, false, false>()(d, p.Xq.data(), Hs.data(), P.data(), p.vb.data(), ctx2s,
+                                                          nullptr, nullptr);
+  });
+  // the fused kernel on `grid` blocks
+  const int64_t items = d.nbh * ((E + kScanET - 1) / kScanET);
+  auto run_scan = [&](unsigned grid, std::vector<bf16>& ctx, std::vector<float>& rho) {
+    Str4 rs = p.init_s, cs = p.vs;
+    rs.p = rho.data(), cs.p = ctx.data();
+    with_scan_lp(d.Lp, [&](auto lp) {
+      constexpr int kLp = decltype(lp)::value;
+      emu::launch(grid, kScanThreads, ScanLayout<kLp>::bytes, [&] {
+        chunk_scan_mma_kernel<kLp, bf16>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init, cs, rs);
+      });
+    });
+  };
+  auto bits = [](const auto& x, const auto& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
+  };
+  auto ctx = nans<bf16>(p.v.size());
+  auto rho = nans<float>(p.init.size());
+  run_scan(small_grid(items), ctx, rho);
+  bool same = true;
+  for (unsigned grid : {0u, 5u}) {  // 0: the two kernels; 5 blocks: the fused kernel again
+    auto c5 = nans<bf16>(ctx.size());
+    auto r5 = nans<float>(rho.size());
+    if (grid == 5u) run_scan(grid, c5, r5);
+    const auto& cx = grid == 0u ? ctx2 : c5;
+    const auto& rx = grid == 0u ? rho2 : r5;
+    const bool ok = bits(ctx, cx) && bits(rho, rx);
+    std::printf("    %s: ctx %s, rho %s\n", grid == 0u ? "against chunk_states_mma + chunk_output_mma" : "on 5 blocks",
+                bits(ctx, cx) ? "bitwise" : "DIFFERENT", bits(rho, rx) ? "bitwise" : "DIFFERENT");
+    if (!ok) std::printf("  FAIL not bit for bit\n");
+    same &= ok;
+  }
+  std::vector<Acc> ref_ctx(ctx.size(), kUnwritten), ref_rho(rho.size(), kUnwritten);
+  for (int64_t bh = 0; bh < d.nbh; ++bh) {
+    const int64_t b = p.b_of(bh), h = p.h_of(bh);
+    std::vector<Acc> st(L * E);
+    if (with_init)
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t e = 0; e < E; ++e) st[l * E + e] += p.init[p.init_s.at(b, h, l, e)];
+    for (int64_t c = 0; c < d.nC; ++c) {
+      const int64_t Cn = p.chunk_len(c), t0 = c * C;
+      for (int64_t i = 0; i < Cn; ++i)
+        for (int64_t e = 0; e < E; ++e) {
+          Acc x;
+          for (int64_t l = 0; l < L; ++l) {
+            const double xq = bf(p.Xq, (bh * d.T + t0 + i) * d.Lp + l);
+            x.x += xq * st[l * E + e].x, x.m += std::fabs(xq) * st[l * E + e].m;
+          }
+          for (int64_t j = 0; j < i; ++j)
+            x += double(P[(bh * d.nC + c) * d.nsplit * C * C + i * C + j]) * bf(p.vb, (bh * d.T + t0 + j) * d.Ep + e);
+          ref_ctx[p.vs.at(b, h, t0 + i, e)] = x;
+        }
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t e = 0; e < E; ++e) {
+          Acc x = st[l * E + e].scaled(p.apow(h, l, Cn));
+          for (int64_t i = 0; i < Cn; ++i)
+            x += p.qf(bh, t0 + i, l) * p.apow(h, l, Cn - 1 - i) * bf(p.vb, (bh * d.T + t0 + i) * d.Ep + e);
+          st[l * E + e] = x;
+        }
+    }
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t e = 0; e < E; ++e) ref_rho[p.init_s.at(b, h, l, e)] = st[l * E + e];
+  }
+  return check("context", doubles(ctx), ref_ctx, 1e-2) & check("rho", doubles(rho), ref_rho, 1e-2) && same;
+}
+
 // ---- readback: W[t][l] = H_c[l,:]·G_t, U[t][l] = A_end[l,:]·v_t, HdH[c][l] = <H_c[l,:], A_end[l,:]>
 template <bool kLo = false>
 bool readback_case(const Problem& p) {
@@ -1089,14 +1199,21 @@ int main(int argc, char** argv) {
   // eight chunks (the last of 2 tokens), as at BDH-8k: cross_scores version 3's rectangles up to
   // rows 6, 7 and both of its diagonal items (the second's row 7 short), the factor up to d = 6
   problems.push_back(make_problem("H1 pairs1 T450 L70 E20 C64", 1, 1, 0, 450, 70, 20, 64, 1, false));
+  // chunk_scan_mma only (`scan_only` below): Lp = 256 (two state blocks per warp) with a tail chunk
+  // of 12 and a column tile straddling E; Lp = 64 (warps 4-7 hold no state, 2 blocks per SM) with
+  // chunks of 48 (tail 4), four column tiles (the last of 8 columns), pairs carrying h into b
+  problems.push_back(make_problem("H2 pairs3@1 T140 L230 E70 C64", 2, 3, 1, 140, 230, 70, 64, 1, false));
+  problems.push_back(make_problem("H3 pairs4@2 T100 L40 E200 C48 [B,T,H,x]", 3, 4, 2, 100, 40, 200, 48, 2, true));
   // EMU_QUICK=1 (ctest's default set): on the six largest problems only the bfloat16 path's
   // kernels (`core`); the float32-state and split-value variants, and the second checks of the
   // quadratic kernels (three splits, slot by slot, the states without stores), on the other six.
   // The full run (ctest label long, or without EMU_QUICK) takes every kernel on every problem.
   const bool quick = std::getenv("EMU_QUICK") != nullptr;
-  const std::vector<bool> big = {true, false, true, false, false, false, false, true, false, true, true, true};
+  const std::vector<bool> big = {true, false, true, false, false, false, false, true, false, true, true, true, true, true};
   const std::vector<bool> quadratic_only = {false, false, false, false, false, false, false, false, false, true, true,
-                                            true};
+                                            true, false, false};
+  const std::vector<bool> scan_only = {false, false, false, false, false, false, false, false, false, false, false,
+                                       false, true, true};
   struct K {
     const char* name;
     std::function<bool(const Problem&)> f;
@@ -1119,6 +1236,8 @@ int main(int argc, char** argv) {
       {"chunk_output_mma forward", output_case<bf16, bf16, false>, true},
       {"chunk_output_mma dv", output_case<float, float, true>},
       {"chunk_output_mma dv, bf16 states", output_case<bf16, float, true>, true},
+      {"chunk_scan_mma forward", [](const Problem& p) { return scan_case(p, true); }, true},
+      {"chunk_scan_mma forward, no initial state", [](const Problem& p) { return scan_case(p, false); }},
       {"chunk_readback_mma", readback_case<false>, true},
       // the quadratic forward
       {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},
@@ -1180,6 +1299,8 @@ int main(int argc, char** argv) {
                output_fit_32bit,
                {{64, 128 * 64, 0, 1 << 10, 1 << 14, (1 << 15) - 1, true, "items = 2^31 - 2^16"},
                 {64, 128 * 64, 0, 1 << 10, 1 << 15, 1 << 15, false, "items = 2^31"}});
+  check_limits(only, failures, "chunk_scan_mma launcher's 32-bit limits (scan_fit_32bit)", "scan_fit_32bit",
+               scan_fit_32bit, {});
   // bwd_local's versions 2 and 5 against float64, on their own shapes: full chunks of 64 and tails of 17,
   // 33, 50, 48 and 1 rows, chunks of 48, 32, 17 and 1, L past a 64-latent tile (70, 130), several
   // pairs, grids smaller than the work. EMU_QUICK: the first four.
@@ -1220,7 +1341,8 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < problems.size(); ++i)
     for (const auto& k : kernels)
       if ((only.empty() || std::string(k.name).find(only) != std::string::npos) && !(quick && big[i] && !k.core) &&
-          (k.quadratic || !quadratic_only[i]))
+          (k.quadratic || !quadratic_only[i]) &&
+          (!scan_only[i] || std::string(k.name).find("chunk_scan_mma") != std::string::npos))
         run(problems[i], k.name, [&] { return k.f(problems[i]); });
   if (emu::errors) std::printf("%d emulation errors (see stderr)\n", int(emu::errors));
   std::printf("%s (%d failed)\n", failures || emu::errors ? "FAILED" : "all tensor-core kernels match", failures);

@@ -1,0 +1,346 @@
+// The fused chunked forward for small L on tensor cores (chunk_scan_mma): the chunk states and the
+// chunk outputs of the bfloat16 forward in one kernel, the chunk-start states never leaving the
+// block. Where it does not apply, the forward runs chunk_states_mma + chunk_output_mma
+// (chunk_products.cuh).
+#pragma once
+
+#include "cuda/chunk_products.cuh"
+
+namespace rhoscan::cuda_detail {
+
+// ---- chunk_scan_mma: one block per (bh, 64 columns), the chunks in order -----------------------
+// chunk_states_mma stores every chunk-start state H_c (bf16, [bh][nC][Lp][Ep]) only for
+// chunk_output_mma to read it back once: at BDH-base (L = E = 256, T = 512) 100 MB each way per
+// forward. Here a block keeps the state tile S (all Lp latents × 64 columns, float32) in its mma
+// accumulators across the chunks and, per chunk c:
+//   1. S rounded to bf16 (chunk_states' stores: __floats2bfloat162_rn of the accumulator pairs)
+//      into a shared tile Sb;
+//   2. ctx_c = Xq_c · Sb + Pm_c · v_c as chunk_output_mma computes it: float32 accumulators from
+//      zero, the L contraction in k steps of 16 latents in increasing order, then the intra-chunk
+//      product over all 64 token rows (Pm = bf16(P[i][j]) for j < i < Cn, else 0, selected, not
+//      multiplied), the same rounding of the output;
+//   3. S <- a^Cn ⊙ S + Kq_c^T v_c as chunk_states_mma: the rows scaled by ipow(a, C) or, at the last
+//      chunk, ipow(a, Cn), then (Cn + 15) / 16 k steps of 16 tokens (the rows past Cn zero-filled).
+// Each accumulator sees the same operands in the same mma sequence as in the two kernels, so ctx
+// and the final state are theirs bit for bit (an m16n8k16 result depends on its 16 products, in k
+// order, and its accumulator, not on where the warp tile lies; the host emulation compares the
+// bits). Only which warp computes which 16×8 tile differs.
+// The block's 8 warps: the state in 32×32 blocks (chunk_states' fragment layout), block sb = warp +
+// 8 k at latents 32 (sb / 2), columns 32 (sb % 2): Lp / 16 blocks, one or two per warp (every warp
+// busy at Lp = 128 and 256; warps 4-7 hold none at Lp = 64, one at 192); ctx in 16×32 blocks (tokens
+// 16 (warp % 4), columns 32 (warp / 4)): every warp one. 64 columns, not 128 or 32: a 128-column
+// state at Lp = 256 is 128 accumulators per thread of 256 (or a second Sb half: past the shared
+// memory), and 32 columns would have each Xq and Kq tile (the bulk of a chunk's loads, common to
+// the E tiles of a pair) fetched by twice the blocks, with half the warps idle in the context.
+// Shared memory (kLp = Lp, the kernel's template parameter: compile-time strides): two stages of
+// {Xq [64][kLp + 8], Kq [64][kLp + 8], v [64][72] bf16; P [64][72] float32}, Sb [kLp][72] bf16 and
+// the rows' decay a^C, a^Cn: 224 KiB at Lp = 256, 100 KiB at Lp = 64; 1 block of 8 warps per SM
+// (kScanMinBlocks). The rows padded by 8 bf16 (16 bytes): ldmatrix and the Sb stores without bank
+// conflicts; P's rows by 8 floats: the fragment loads (float2, rows g) 2 wavefronts per warp.
+// The intra-chunk weights go from P's float32 tile straight into A fragments (float2 loads,
+// select, cvt): no bf16 copy, no barrier for it.
+// Pipeline: the tiles of the next chunk (or, at an item's last chunk, of the block's next item's
+// first) are fetched by cp.async right after the step's first barrier, into the stage that the
+// previous step read, and land during this step's products. Two barriers per step: A (this
+// chunk's tiles and Sb complete; the other stage free) and B (Sb read: the next step may rewrite
+// it).
+// Items (bh, column tile) by a running decomposition advanced by the grid (carry_add), column
+// tiles only up to E (a tile past E would write nothing). 32-bit token rows and pair indices
+// (scan_fit_32bit, else the launcher runs the two kernels); 64-bit element offsets.
+constexpr int kScanThreads = 256;
+constexpr int kScanET = 64;      // state / output columns per block
+constexpr int kScanMaxLp = 256;  // the largest padded L the kernel takes (its state: 64 accumulators per thread)
+template <int kLp>
+struct ScanLayout {
+  static constexpr int XS = kLp + 8;         // Xq, Kq rows (bf16 elements)
+  static constexpr int VS = kScanET + 8;     // v, Sb rows (bf16 elements)
+  static constexpr int PS = 64 + 8;          // P rows (floats)
+  static constexpr uint32_t kXB = 2 * 64 * XS, kVB = 2 * 64 * VS, kPB = 4 * 64 * PS;  // tile bytes
+  static constexpr uint32_t kK = kXB, kV = 2 * kXB, kP = 2 * kXB + kVB;               // in a stage
+  static constexpr uint32_t kStageB = kP + kPB;
+  static constexpr uint32_t kSb = 2 * kStageB, kDecay = kSb + 2 * kLp * VS;
+  static constexpr int bytes = static_cast<int>(kDecay + 2 * kLp * sizeof(float));
+};
+static_assert(ScanLayout<kScanMaxLp>::bytes <= 227 * 1024, "chunk_scan_mma: shared memory past the H200's");
+// Blocks per multiprocessor the registers are budgeted for: 1. At Lp = 64 two blocks would fit in
+// shared memory, but within their 128 registers per thread ptxas (nvcc 13) spilled 4-60 bytes
+// (with the fetch loops unrolled or not, b and h recomputed or held); not yet compared on the H200.
+constexpr int kScanMinBlocks = 1;
+// The kernel's 32-bit indices: token rows bh T + c C (nbh T < 2^31; hence bh nC too), pairs
+// (bh0 + nbh < 2^30, b and h by a 32-bit division), column tiles and offsets inside a row (Lp, Ep <
+// 2^24: the bounds of the other kernels' checks, far past what the kernel takes).
+inline bool scan_fit_32bit(const Dims& d) {
+  constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30, k31 = int64_t{1} << 31;
+  return d.Lp < k24 && d.Ep < k24 && d.bh0 + d.nbh < k30 && d.nbh * d.T < k31;
+}
+// Xq, Kq: [bh][T][Lp] (norm_apply); vb: [bh][T][Ep] (pack_bf16); P: [bh][c][nsplit][C][C], split 0
+// the sum, 16-byte aligned, C % 4 == 0 (its rows by 16-byte cp.async); init, rho: float32
+// [B,H,L,E] strided (init.p null: zeros; rho.p null: no final state); ctx: OutT [B,H,T,E] strided.
+template <int kLp, typename OutT>
+__global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
+    chunk_scan_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const bf16* vb, const float* P, const float* a32,
+                          Str4 init, Str4 ctx, Str4 rho) {
+  using Lay = ScanLayout<kLp>;
+  constexpr int XS = Lay::XS, VS = Lay::VS, PS = Lay::PS, NT = kScanThreads, ET = kScanET;
+  constexpr int kBlocks = kLp / 16, kPer = (kBlocks + 7) / 8;  // the state's 32×32 blocks; per warp
+  constexpr int PPR = kLp / 8;                                  // 16-byte pieces per Xq / Kq row
+  static_assert(kLp % 64 == 0 && kLp <= kScanMaxLp && NT == 256 && ET == 64, "the fixed pieces below");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), Lp = static_cast<int>(d.Lp);
+  const int net = static_cast<int>((d.E + ET - 1) / ET);  // column tiles inside E
+  if (net == 0) return;
+  const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
+  const uint32_t s0 = smem_addr(smem_raw);
+  bf16* sb = reinterpret_cast<bf16*>(smem_raw + Lay::kSb);
+  float* decay_s = reinterpret_cast<float*>(smem_raw + Lay::kDecay);  // [2][kLp]: a^C, a^Cn of the last chunk
+  // the warp's state blocks (k < kPer): latents sm(k), columns sn(k) of the tile; held where sb < kBlocks
+  auto sm = [&](int k) { return 32 * ((warp + 8 * k) >> 1); };
+  auto sn = [&](int k) { return 32 * ((warp + 8 * k) & 1); };
+  auto holds = [&](int k) { return warp + 8 * k < kBlocks; };
+  const int cm = 16 * (warp & 3), cn = 32 * (warp >> 2);  // the warp's context block: tokens, columns
+  // the lane's ldmatrix addresses in stage 0 (k step 0): the context's A (Xq [i][l]) and B (Sb [l][e],
+  // v [j][e]); the state's A (Kq [i][l], transposed) and B (v [i][e]) per block
+  const uint32_t a_ctx = s0 + 2 * warp_mma_lane_a<false>(lane, cm, XS);
+  const uint32_t b_sb = s0 + Lay::kSb + 2 * warp_mma_lane_b<false>(lane, cn, VS);
+  const uint32_t b_pv = s0 + Lay::kV + 2 * warp_mma_lane_b<false>(lane, cn, VS);
+  uint32_t a_st[kPer], b_st[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    a_st[k] = s0 + Lay::kK + 2 * warp_mma_lane_a<true>(lane, sm(k), XS);
+    b_st[k] = s0 + Lay::kV + 2 * warp_mma_lane_b<false>(lane, sn(k), VS);
+  }
+  const float* init_p = static_cast<const float*>(init.p);
+  float* rho_p = const_cast<float*>(static_cast<const float*>(rho.p));
+  // The copies of chunk c of item (fbh, fet) into stage fst: Xq, Kq rows (clamped to Cn - 1, zero
+  // filled past it, as both kernels), v's 64 columns (the same), P's rows i < Cn (C floats each; the
+  // rest is never selected). One commit group per call of the caller.
+  auto fetch = [&](int fst, int fbh, int fet, int c) {
+    const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
+    const uint32_t st = s0 + fst * Lay::kStageB;
+#pragma unroll 1  // (unrolled, the pieces' addresses were hoisted and held across the step: registers)
+    for (int r = 0; r < 64 * PPR / NT; ++r) {
+      const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
+      const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
+      const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + 2 * (i * XS + p);
+      cp_async16_u32(dst, Xq + o, bytes);
+      cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
+    }
+    const int e0 = fet * ET;
+#pragma unroll 1
+    for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
+      const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
+      cp_async16_u32(st + Lay::kV + 2 * (i * VS + p), vb + (static_cast<int64_t>(tr + min(i, Cn - 1)) * d.Ep + e0 + p),
+                     i < Cn ? 16u : 0u);
+    }
+    const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;
+#pragma unroll 1
+    for (int r = 0; r < 64 * 16 / NT; ++r) {
+      const int idx = tid + NT * r, i = idx / 16, p = 4 * (idx % 16);
+      if (i < Cn && p < C) cp_async16_u32(st + Lay::kP + 4 * (i * PS + p), Pc + i * C + p);
+    }
+  };
+  // items (bh, et), item = bh net + et, advanced by the grid
+  const int grid = static_cast<int>(gridDim.x), det = grid % net, dbh = grid / net;
+  auto advance = [&](int& bh, int& et) { bh += dbh + carry_add(et, det, 0, net); };
+  int bh = static_cast<int>(blockIdx.x) / net, et = static_cast<int>(blockIdx.x) % net;
+  if (bh < d.nbh && nC > 0) fetch(0, bh, et, 0);
+  cp_async_commit();
+  int stage = 0;  // the stage of the current chunk's tiles
+  for (; bh < d.nbh; advance(bh, et)) {
+    const int e0 = et * ET;
+    // b, h of bh by one 32-bit division (bh0 + nbh < 2^30), again where needed (not held across the
+    // steps: registers, a spill at Lp = 64)
+    auto b_h = [&](int64_t& b, int64_t& h) {
+      const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), qh = x / H;
+      b = qh, h = x - qh * H;
+    };
+    int64_t b, h;
+    b_h(b, h);
+    // the rows' decay: written after the previous item's last barrier B (its last reads are before it)
+    for (int l = tid; l < kLp; l += NT) {
+      const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
+      decay_s[l] = ipow(al, C);
+      decay_s[kLp + l] = ipow(al, CnLast);
+    }
+    // accS[k][mt][nt][r]: the state at latent sm(k) + 16 mt + g + 8 (r / 2), column e0 + sn(k) + 8 nt + 2 tq + r % 2
+    float accS[kPer][2][4][4];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+      for_each_acc(accS[k], sm(k), sn(k), [&](int l, int ec, float& v) {
+        const int64_t e = e0 + ec;
+        v = (init_p && l < d.L && e < d.E) ? init_p[init.at(b, h, l, e)] : 0.0f;
+      });
+    for (int c = 0; c < nC; ++c) {
+      const bool last = c == nC - 1;
+      const int Cn = last ? CnLast : C;
+      // 1. Sb = bf16(S) (its readers of the previous step passed barrier B)
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        if (!holds(k)) continue;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+              *reinterpret_cast<__nv_bfloat162*>(sb + (sm(k) + 16 * mt + 8 * hf + g) * VS + sn(k) + 8 * nt + 2 * tq) =
+                  __floats2bfloat162_rn(accS[k][mt][nt][2 * hf], accS[k][mt][nt][2 * hf + 1]);
+      }
+      cp_async_wait<0>();  // this thread's copies of chunk c (the only group in flight)
+      __syncthreads();     // A: everyone's copies and Sb; the other stage's readers (step c - 1) done
+      if (!last) {
+        fetch(stage ^ 1, bh, et, c + 1);
+      } else {  // the first chunk of the block's next item
+        int nbh = bh, nt_ = et;
+        advance(nbh, nt_);
+        if (nbh < d.nbh) fetch(stage ^ 1, nbh, nt_, 0);
+      }
+      cp_async_commit();
+      const uint32_t so = stage * Lay::kStageB;
+      // 2a. ctx = Xq_c · Sb: k steps of 16 latents, increasing (chunk_output's 64-latent tiles in order)
+      float accC[4][4] = {};
+#pragma unroll 4
+      for (int kt = 0; kt < kLp / 16; ++kt) {
+        uint32_t af[4];
+        ldsm_x4_u32(af, a_ctx + so + 2 * 16 * kt);
+        warp_mma_16x32_k16_u32(accC, af, b_sb + 2 * 16 * VS * kt);
+      }
+      // 3. S <- a^Cn ⊙ S + Kq_c^T v_c (chunk_states' scaling and k steps)
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        if (!holds(k)) continue;
+        const float* f = decay_s + (last ? kLp : 0) + sm(k) + g;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const float fx = f[16 * mt + 8 * hf];
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+              accS[k][mt][nt][2 * hf] *= fx;
+              accS[k][mt][nt][2 * hf + 1] *= fx;
+            }
+          }
+        const int nk = (Cn + 15) / 16;
+        constexpr uint32_t kKA = 2 * 16 * XS, kKV = 2 * 16 * VS;  // 16 tokens on in Kq's, v's tile
+#pragma unroll 1
+        for (int j = 0; j < nk; ++j) warp_mma_32x32_u32<true, false, XS, VS, 16>(accS[k], a_st[k] + so + j * kKA, b_st[k] + so + j * kKV);
+      }
+      __syncthreads();  // B: Sb read
+      // 2b. ctx += Pm_c · v_c over all 64 token rows (chunk_output's intra-chunk product); Pm's A
+      // fragments from P's float32 rows: rows i, i + 8, columns j, j + 1 (a0, a1) and j + 8, j + 9 (a2, a3)
+      const float* pt = reinterpret_cast<const float*>(smem_raw + so + Lay::kP);
+      const int i0 = cm + g, i1 = i0 + 8;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const int j = 16 * kk + 2 * tq;
+        auto pair = [&](int i, int jj) {
+          const float2 w = *reinterpret_cast<const float2*>(pt + i * PS + jj);
+          const bool in = i < Cn;
+          const __nv_bfloat162 p = __floats2bfloat162_rn(in && jj < i ? w.x : 0.0f, in && jj + 1 < i ? w.y : 0.0f);
+          return *reinterpret_cast<const uint32_t*>(&p);
+        };
+        const uint32_t af[4] = {pair(i0, j), pair(i1, j), pair(i0, j + 8), pair(i1, j + 8)};
+        warp_mma_16x32_k16_u32(accC, af, b_pv + so + 2 * 16 * VS * kk);
+      }
+      // the context rows i < Cn, columns e < E (accC[nt][r]: token cm + g + 8 (r / 2), column
+      // e0 + cn + 8 nt + 2 tq + r % 2), rounded as chunk_output's
+      const int64_t t0 = static_cast<int64_t>(c) * C;
+      b_h(b, h);
+      OutT* row = nullptr;
+      if constexpr (sizeof(OutT) == 2) {
+        if (cm + 16 <= Cn && e0 + cn + 32 <= d.E && ctx.s[3] == 1 && ctx.s[2] % 2 == 0) {
+          row = static_cast<OutT*>(const_cast<void*>(ctx.p)) + ctx.at(b, h, t0 + cm + g, e0 + cn + 2 * tq);
+          if (reinterpret_cast<uintptr_t>(row) % 4 != 0) row = nullptr;
+        }
+      }
+      if (row != nullptr) {  // packed pairs of 16-bit outputs, rows 8 s[2] apart
+        struct alignas(4) Pair {
+          OutT x, y;
+        };
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf, row += 8 * ctx.s[2])
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+            *reinterpret_cast<Pair*>(row + 8 * nt) =
+                Pair{from_float<OutT>(accC[nt][2 * hf]), from_float<OutT>(accC[nt][2 * hf + 1])};
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int i = cm + g + 8 * (r / 2);
+            const int64_t e = e0 + cn + 8 * nt + 2 * tq + r % 2;
+            if (i < Cn && e < d.E) store<OutT>(const_cast<void*>(ctx.p), ctx.at(b, h, t0 + i, e), accC[nt][r]);
+          }
+      }
+      stage ^= 1;
+    }
+    if (rho_p) {
+      b_h(b, h);
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) {
+        if (!holds(k)) continue;
+        for_each_acc(accS[k], sm(k), sn(k), [&](int l, int ec, float& v) {
+          const int64_t e = e0 + ec;
+          if (l < d.L && e < d.E) rho_p[rho.at(b, h, l, e)] = v;
+        });
+      }
+    }
+  }
+}
+// ---- launchers (chunk_scan) -------------------------------------------------------------------
+
+// RHOSCAN_FORWARD_SCAN: 1 (default) runs chunk_scan_mma where it applies, 0 always the two
+// kernels (chunk_states_mma + chunk_output_mma), for the A/B.
+#ifndef RHOSCAN_FORWARD_SCAN
+#define RHOSCAN_FORWARD_SCAN 1
+#endif
+// Whether the forward runs chunk_scan_mma: bfloat16 (float16's split values would need second
+// passes), Lp <= 256 (the state in registers), chunks of a multiple of 4 tokens (P's rows by
+// 16-byte cp.async; the workspace's P is 256-byte aligned), and scan_fit_32bit for every batch of
+// at most `pairs` pairs.
+template <typename T>
+bool scan_applies(const Dims& d, int64_t pairs) {
+  if constexpr (!std::is_same_v<T, bf16> || !RHOSCAN_FORWARD_SCAN) {
+    return false;
+  } else {
+    Dims all = d;
+    all.bh0 = 0, all.nbh = pairs;
+    return d.Lp <= kScanMaxLp && d.Lp % kMmaLT == 0 && d.C % 4 == 0 && scan_fit_32bit(all);
+  }
+}
+template <typename T>
+void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const float* a32, Str4 init, Str4 ctx,
+                       Str4 rho, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, bf16> && RHOSCAN_FORWARD_SCAN) {  // (else not compiled: scan_applies is false)
+    if (reinterpret_cast<uintptr_t>(P) % 16 != 0)
+      throw Error(ErrorKind::internal, "rhoscan.forward (cuda): chunk_scan_mma needs P 16-byte aligned");
+    auto run = [&](auto lp) {
+      constexpr int kLp = decltype(lp)::value;
+      auto kernel = chunk_scan_mma_kernel<kLp, T>;
+      constexpr int smem = ScanLayout<kLp>::bytes;
+      RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      // as many blocks as fit at once (at most one per item): each block's cp.async pipeline runs on
+      // across its items
+      int dev = 0, sms = 0, per_sm = 0;
+      RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+      RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kScanThreads, smem));
+      const int64_t items = d.nbh * ((d.E + kScanET - 1) / kScanET);
+      kernel<<<grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm)), kScanThreads, smem, stream>>>(
+          d, o.Xq, o.Kq, o.vb, P, a32, init, ctx, rho);
+      RHOSCAN_CUDA_LAUNCHED("chunk_scan_mma_kernel");
+    };
+    switch (d.Lp) {
+      case 64: run(std::integral_constant<int, 64>{}); break;
+      case 128: run(std::integral_constant<int, 128>{}); break;
+      case 192: run(std::integral_constant<int, 192>{}); break;
+      case 256: run(std::integral_constant<int, 256>{}); break;
+      default: throw Error(ErrorKind::internal, "rhoscan.forward (cuda): chunk_scan_mma with Lp past 256");
+    }
+  }
+}
+
+}  // namespace rhoscan::cuda_detail
