@@ -177,7 +177,11 @@ Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int6
   const bf16 zero = __float2bfloat16_rn(0.0f);
   p.Xq.assign(nbh * T * d.Lp, zero), p.Kq = p.Xq, p.Kq_lo = p.Xq;
   p.gb.assign(nbh * T * d.Ep, zero), p.glo = p.gb;
-  p.vb.assign(p.vrows() * T * d.Ep, zero), p.vlo = p.vb;
+  // vb, vlo: the packed rows (zeros in the padding), then NaN rows up to nbh (the per-pair size):
+  // a reader that took a pair's row for its batch row would read them (or another row's values)
+  p.vb = nans<bf16>(nbh * T * d.Ep);
+  std::fill(p.vb.begin(), p.vb.begin() + p.vrows() * T * d.Ep, zero);
+  p.vlo = p.vb;
   for (int64_t bh = 0; bh < nbh; ++bh)
     for (int64_t t = 0; t < T; ++t) {
       const int64_t c = t / C, i = t % C, Cn = p.chunk_len(c), b = p.b_of(bh), h = p.h_of(bh);
@@ -208,9 +212,11 @@ double val(const std::vector<bf16>& hi, const std::vector<bf16>& lo, bool split,
 //      [r][t][Ep] per batch row r of the batch, from v's (b, 0, t); G (d.per_pair()) per pair ----
 bool pack_case(const Problem& p) {
   const Dims& d = p.d;
-  auto out = nans<bf16>(p.vrows() * d.T * d.Ep);
+  const size_t n = p.vrows() * d.T * d.Ep;  // (p.vb's packed rows; NaN rows follow where d.v_rows)
+  auto out = nans<bf16>(n);
   emu::launch(3, 64, 0, [&] { pack_bf16_kernel<bf16>(d, p.vs, out.data()); });
-  bool ok = check(d.v_rows ? "vb per row" : "vb", doubles(out), exact(doubles(p.vb)), 0);
+  const std::vector<bf16> vb(p.vb.begin(), p.vb.begin() + n);
+  bool ok = check(d.v_rows ? "vb per row" : "vb", doubles(out), exact(doubles(vb)), 0);
   if (d.v_rows) {  // G per pair, from the same Dims less v_rows
     auto gout = nans<bf16>(p.gb.size());
     emu::launch(2, 96, 0, [&] { pack_bf16_kernel<bf16>(d.per_pair(), p.gs, gout.data()); });
@@ -234,7 +240,6 @@ bool pack_case(const Problem& p) {
   for (auto& x : vf) x = float(2 * U01() - 1);
   Str4 vfs = p.vs;
   vfs.p = vf.data();
-  const size_t n = p.vb.size();
   auto hi = nans<bf16>(n), lo = nans<bf16>(n);
   emu::launch(2, 64, 0, [&] { pack_bf16_kernel<float>(d, vfs, hi.data(), lo.data()); });
   std::vector<double> ref_hi(n, 0.0), ref_lo(n, 0.0);
@@ -322,8 +327,8 @@ bool quadratic_output_case(const Problem& p) {
         for (int64_t J = 0; J < I; ++J)
           for (int64_t j = 0; j < C; ++j) Pc[(((bh * nC + I) * nC + J) * C + i) * C + j] = float(2 * U01() - 1);
       }
-  auto out = nans<bf16>(p.v.size());
-  Str4 outs = p.vs;
+  auto out = nans<bf16>(p.g.size());  // the context [B,H,T,E]: G's layout (v's may have Hv = 1)
+  Str4 outs = p.gs;
   outs.p = out.data();
   emu::launch(small_grid(items), kMmaThreads, quadratic_output_smem<kLo>(), [&] {
     quadratic_output_mma_kernel<bf16, kLo>(d, P.data(), Pc.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, outs);
@@ -364,8 +369,8 @@ bool quadratic_chain_case(const Problem& p) {
     cross_scores_mma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), Pc.data(), parts.data(), 2);
   });
   emu::launch(2, 64, 0, [&] { cross_reduce_kernel(d, Pc.data(), parts.data(), 2); });
-  auto out = nans<bf16>(p.v.size());
-  Str4 outs = p.vs;
+  auto out = nans<bf16>(p.g.size());  // the context [B,H,T,E]: G's layout (v's may have Hv = 1)
+  Str4 outs = p.gs;
   outs.p = out.data();
   emu::launch(small_grid(d.nbh * nC * (d.Ep / kMmaET)), kMmaThreads, quadratic_output_smem<false>(), [&] {
     quadratic_output_mma_kernel<bf16, false>(d, P.data(), Pc.data(), p.vb.data(), nullptr, outs);
@@ -381,7 +386,7 @@ bool quadratic_chain_case(const Problem& p) {
           for (int64_t l = 0; l < d.L; ++l)
             x += double(p.Qp[(bh * d.T + i) * d.L + l]) * p.apow(h, l, i - 1 - j) * p.qf(bh, j, l) * vj;
         }
-        ref[p.vs.at(p.b_of(bh), h, i, e)] = x;
+        ref[outs.at(p.b_of(bh), h, i, e)] = x;
       }
   }
   // per term: Qp to bf16, the two operand roundings (Xq and Kq, or Xs and Kd), the scaled key, P to bf16
@@ -573,8 +578,8 @@ bool output_case(const Problem& p) {
     for (int64_t i = 0; i < C; ++i)
       for (int64_t j = 0; j < i; ++j) P[(bc * d.nsplit * C + i) * C + j] = float(U01());
   // forward: out Str4 in OutT, same layout as v; dv: out_ws [bh][t][e] float
-  std::vector<OutT> out = nans<OutT>(kDv ? d.nbh * d.T * E : p.v.size());
-  Str4 outs = p.vs;
+  std::vector<OutT> out = nans<OutT>(kDv ? d.nbh * d.T * E : p.g.size());
+  Str4 outs = p.gs;  // (the context [B,H,T,E]: G's layout; v's may have Hv = 1)
   outs.p = out.data();
   // kernel (either version) on `grid` blocks into o
   auto run_output = [&](auto kernel, unsigned grid, std::vector<OutT>& o) {
