@@ -26,7 +26,8 @@
 // It checks index logic, fragment layouts and synchronisation, not GPU rounding or speed.
 //   dev/cuda/host_emulation/run_mma.sh [KERNEL_SUBSTRING]     (about half a minute on 2 cores)
 // EMU_VERBOSE=1 prints the worst element of every output; EMU_STOP_AT_FIRST=1 stops at the
-// first failing kernel (mutants_mma.sh uses it).
+// first failing kernel (mutants_mma.sh uses it); EMU_PROBLEMS=SUBSTRING runs only the problems
+// whose name contains it.
 //
 // Adding a kernel (say sequence_scores_mma_kernel, written in chunk_products.cuh between the
 // pack_bf16 section and the launchers, so extract.py takes it along): write a function like
@@ -217,6 +218,12 @@ bool pack_case(const Problem& p) {
   emu::launch(3, 64, 0, [&] { pack_bf16_kernel<bf16>(d, p.vs, out.data()); });
   const std::vector<bf16> vb(p.vb.begin(), p.vb.begin() + n);
   bool ok = check(d.v_rows ? "vb per row" : "vb", doubles(out), exact(doubles(vb)), 0);
+  if (d.v_rows) {  // a warp per row (2 per block): every row a warp's first, from its divisions
+    out = nans<bf16>(n);
+    emu::launch(unsigned(std::max<int64_t>(1, (p.vrows() * d.T + 1) / 2)), 64, 0,
+                [&] { pack_bf16_kernel<bf16>(d, p.vs, out.data()); });
+    ok &= check("vb per row, a warp per row", doubles(out), exact(doubles(vb)), 0);
+  }
   if (d.v_rows) {  // G per pair, from the same Dims less v_rows
     auto gout = nans<bf16>(p.gb.size());
     emu::launch(2, 96, 0, [&] { pack_bf16_kernel<bf16>(d.per_pair(), p.gs, gout.data()); });
@@ -1257,11 +1264,15 @@ int main(int argc, char** argv) {
       }
     }
   }
-  for (size_t i = 0; i < problems.size(); ++i)
+  // EMU_PROBLEMS=SUBSTRING: only the problems whose name contains it (e.g. Hv1, for the hv1 mutants)
+  const char* only_problems = std::getenv("EMU_PROBLEMS");
+  for (size_t i = 0; i < problems.size(); ++i) {
+    if (only_problems && problems[i].name.find(only_problems) == std::string::npos) continue;
     for (const auto& k : kernels)
       if ((only.empty() || std::string(k.name).find(only) != std::string::npos) && !(quick && big[i] && !k.core) &&
           (k.quadratic || !quadratic_only[i]))
         run(problems[i], k.name, [&] { return k.f(problems[i]); });
+  }
   if (emu::errors) std::printf("%d emulation errors (see stderr)\n", int(emu::errors));
   std::printf("%s (%d failed)\n", failures || emu::errors ? "FAILED" : "all tensor-core kernels match", failures);
   return failures || emu::errors ? 1 : 0;

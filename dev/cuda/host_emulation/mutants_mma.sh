@@ -2,7 +2,8 @@
 # Sensitivity check of emulate_mma.cpp: plants known bugs (one at a time) in a copy of src/cuda
 # and expects run_mma's check to fail on each (a mutant that passes is reported as MISSED).
 #   dev/cuda/host_emulation/mutants_mma.sh [NAME_SUBSTRING]      (from anywhere; a few minutes)
-# NAME_SUBSTRING: only the mutants whose name contains it (e.g. "scores:").
+# NAME_SUBSTRING: only the mutants whose name contains it (e.g. "scores:"). The hv1 mutants are
+# quicker with EMU_PROBLEMS=Hv1 (only the Hv = 1 problems: EMU_PROBLEMS=Hv1 mutants_mma.sh hv1:).
 set -u
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
