@@ -86,21 +86,22 @@ __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_v
     const int64_t bh = item / (d.nC * nlt), c = (item / nlt) % d.nC, l0 = (item % nlt) * 64, t0 = c * d.C;
     const int Cn = static_cast<int>(d.chunk_len(c));
     const int64_t s0 = ((bh * d.nC + c) * d.Lp + l0) * d.Ep;  // the item's rows of the state planes
-    const int64_t y0 = (bh * d.T + t0) * d.Ep;                 // the chunk's rows of G and v
+    const int64_t y0 = (bh * d.T + t0) * d.Ep;                 // the chunk's rows of G
+    const int64_t v0 = (d.v_row(bh) * d.T + t0) * d.Ep;        // of v (per batch row where d.v_rows)
     auto fetch = [&](int stage, int64_t e0) {
       for (int idx = threadIdx.x; idx < 64 * 8; idx += blockDim.x) {
         const int r = idx / 8, p = 8 * (idx % 8);
-        const int64_t so = s0 + r * d.Ep + e0 + p, yo = y0 + min(r, Cn - 1) * d.Ep + e0 + p;
+        const int64_t so = s0 + r * d.Ep + e0 + p, yr = min(r, Cn - 1) * d.Ep + e0 + p, yo = y0 + yr, vo = v0 + yr;
         const int o = r * kRbS + p;
         cp_async16(tile(stage, 0) + o, Hs + so);
         cp_async16(tile(stage, 1) + o, Hs_lo + so);
         cp_async16(tile(stage, 2) + o, dHs + so);
         cp_async16(tile(stage, 3) + o, dHs_lo + so);
         cp_async16(tile(stage, 4) + o, gb + yo, r < Cn);
-        cp_async16(tile(stage, 5) + o, vb + yo, r < Cn);
+        cp_async16(tile(stage, 5) + o, vb + vo, r < Cn);
         if constexpr (kLo) {
           cp_async16(tile(stage, 6) + o, gb_lo + yo, r < Cn);
-          cp_async16(tile(stage, 7) + o, vb_lo + yo, r < Cn);
+          cp_async16(tile(stage, 7) + o, vb_lo + vo, r < Cn);
         }
       }
       cp_async_commit();
@@ -218,6 +219,10 @@ __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_k
       yr0 = min(fr, Cn - 1), yr1 = min(fr + 32, Cn - 1);
     }
     const int64_t yo0 = (yt + yr0) * Ep + fp, yo1 = (yt + yr1) * Ep + fp;
+    // v's pieces vdo further on: 0, or where v is packed per batch row (d.v_rows, Hv = 1) (v_row(bh)
+    // - bh) T Ep <= 0, so inside the per-pair layout's range (64-bit: readback_fit_32bit does not
+    // bound bh0; a division per item, only where d.v_rows)
+    const int64_t vdo = d.v_rows ? (d.v_row(bh) - bh) * d.T * Ep : 0;
     auto fetch = [&](uint32_t st, int e0) {
       const uint32_t dst = f_dst + st;
       const int64_t s = so + e0, y0 = yo0 + e0, y1 = yo1 + e0, s32 = s + 32 * Ep;
@@ -231,13 +236,13 @@ __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_k
       cp_async16_u32(dst + 3 * kTileB + kHalfB, dHs_lo + s32);
       cp_async16_u32(dst + 4 * kTileB, gb + y0, yb0);
       cp_async16_u32(dst + 4 * kTileB + kHalfB, gb + y1, yb1);
-      cp_async16_u32(dst + 5 * kTileB, vb + y0, yb0);
-      cp_async16_u32(dst + 5 * kTileB + kHalfB, vb + y1, yb1);
+      cp_async16_u32(dst + 5 * kTileB, vb + (vdo + y0), yb0);
+      cp_async16_u32(dst + 5 * kTileB + kHalfB, vb + (vdo + y1), yb1);
       if constexpr (kLo) {
         cp_async16_u32(dst + 6 * kTileB, gb_lo + y0, yb0);
         cp_async16_u32(dst + 6 * kTileB + kHalfB, gb_lo + y1, yb1);
-        cp_async16_u32(dst + 7 * kTileB, vb_lo + y0, yb0);
-        cp_async16_u32(dst + 7 * kTileB + kHalfB, vb_lo + y1, yb1);
+        cp_async16_u32(dst + 7 * kTileB, vb_lo + (vdo + y0), yb0);
+        cp_async16_u32(dst + 7 * kTileB + kHalfB, vb_lo + (vdo + y1), yb1);
       }
       cp_async_commit();
     };
@@ -1692,6 +1697,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   d.nC = (p.T + d.C - 1) / d.C;
   constexpr bool kTC = kTensorCoreBackward<T>;
   set_padding<kTC>(d);
+  d.v_rows = kTC && p.Hv == 1 && p.H > 1;  // v packed once per batch row (see Dims)
   static_assert(kMaxChunk == 64, "bwd_local_kernel: 64-row chunk tiles, exponents < 64 (ipow64)");
   const int64_t nT = p.T, L = p.L, E = p.E, nC = d.nC, C = d.C;
   const int64_t shared = Workspace::floats(p.H * L) + Workspace::doubles(p.H * L) +
@@ -1801,7 +1807,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     // FFMA chunk_scores kernel, with P)
     if (!saved_scores) launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, kTC ? nullptr : M, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
-    pack_values<kTC, T>(d, gctx, o.gb, o.glo, stream);
+    pack_values<kTC, T>(d.per_pair(), gctx, o.gb, o.glo, stream);  // (G: per pair)
     if constexpr (kTC) {
       if (!quadratic) launch_diagonal_values<kSplitValues<T>>(d, o, M, stream);
     }

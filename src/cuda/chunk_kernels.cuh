@@ -54,8 +54,36 @@ struct Dims {
   // row stride of the tensor-core operands Xq, Kq: L and E on the float32 path, padded to the
   // tensor-core tiles (zeros in the padding) on the 16-bit path.
   int64_t Lp = 0, Ep = 0;
+  // Hv = 1 on the tensor-core path: the packed values (vb, vlo) hold one row [T][Ep] per batch row
+  // that the batch touches (local row b - bh0 / H), not one per pair, since every head reads the
+  // same v. Their readers take pair bh's row from v_row. The launchers clear it (per_pair) for
+  // kernels whose packed operand is the upstream gradient G, always per pair (the reverse states
+  // and the dv outputs also ignore it at compile time). The packed rows are never more
+  // than nbh, so every offset stays within what the per-pair layout (and the kernels' 32-bit
+  // checks) allowed.
+  bool v_rows = false;
   __device__ __forceinline__ int64_t b_of(int64_t bh) const { return (bh0 + bh) / H; }
   __device__ __forceinline__ int64_t h_of(int64_t bh) const { return (bh0 + bh) % H; }
+  // the packed value row of local pair bh: bh, or its batch row less the batch's first
+  __host__ __device__ __forceinline__ int64_t v_row(int64_t bh) const {
+    return v_rows ? (bh0 + bh) / H - bh0 / H : bh;
+  }
+  // v_row(bh) - bh by 32-bit divisions (for the kernels' 32-bit paths: bh0 + nbh < 2^30 there)
+  __device__ __forceinline__ int v_row_delta32(int bh) const {
+    if (!v_rows) return 0;
+    const uint32_t Hu = static_cast<uint32_t>(H), b0 = static_cast<uint32_t>(bh0);
+    return static_cast<int>((b0 + static_cast<uint32_t>(bh)) / Hu - b0 / Hu) - bh;
+  }
+  // the packed value rows of the batch: nbh, or the batch rows of pairs bh0 .. bh0 + nbh - 1
+  __host__ __device__ __forceinline__ int64_t v_packed_rows() const {
+    return v_rows && nbh > 0 ? (bh0 + nbh - 1) / H - bh0 / H + 1 : nbh;
+  }
+  // the same sizes with per-pair packed values (for the kernels that read G through their value operand)
+  __host__ __device__ __forceinline__ Dims per_pair() const {
+    Dims s = *this;
+    s.v_rows = false;
+    return s;
+  }
   __device__ __forceinline__ int64_t chunk_len(int64_t c) const {
     int64_t n = T - c * C;
     return n < C ? n : C;

@@ -67,6 +67,7 @@ int64_t operand_bytes(const Dims& d, int lat, int cols) {
 }
 
 // ---- y (v or G, strided, any 16-bit type) to contiguous bf16 rows [bh][t][Ep], zero padded ----
+// (d.v_rows, v with Hv = 1: rows [r][t][Ep] per batch row r = b - bh0 / H instead, see Dims)
 // A warp per row (bh, t), 8 rows per block of 256 threads; lane λ converts the row's 8 elements
 // from 8 λ on, then every 256th: one 16-byte store (per plane), and one 16-byte load where y's rows
 // are contiguous and 16-byte aligned (else 8 element loads, any strides). The row's indices once
@@ -93,16 +94,19 @@ __global__ void __launch_bounds__(kPackThreads) pack_bf16_kernel(Dims d, Str4 y,
   // one 16-byte load for 16-bit T
   const bool vec = sizeof(T) == 2 && y.s[3] == 1 && ((y.s[0] | y.s[1] | y.s[2]) & 7) == 0 &&
                    reinterpret_cast<uintptr_t>(y.p) % 16 == 0;
-  const int64_t r0 = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32, rows = d.nbh * d.T;
+  // d.v_rows (Hv = 1): a row per (batch row, t), local batch row r = b - bh0 / H, from v's head 0
+  // (as if H were 1); else a row per (pair bh, t)
+  const int64_t r0 = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32, rows = d.v_packed_rows() * d.T;
   if (r0 >= rows) return;
+  const int64_t Hr = d.v_rows ? 1 : d.H;  // the heads that the packed rows run over
   // the warp's rows (bh, t) and their (b, h): the first by divisions, then on by the grid's warps
   // with carries (carry_add), so that no row waits for 64-bit divisions before its load
-  int64_t bh = r0 / d.T, t = r0 - bh * d.T, b = d.b_of(bh), h = d.h_of(bh);
-  const int64_t dbh = warps / d.T, dt = warps - dbh * d.T, db = dbh / d.H, dh = dbh - db * d.H;
+  int64_t bh = r0 / d.T, t = r0 - bh * d.T, b = d.v_rows ? d.bh0 / d.H + bh : d.b_of(bh), h = d.v_rows ? 0 : d.h_of(bh);
+  const int64_t dbh = warps / d.T, dt = warps - dbh * d.T, db = dbh / Hr, dh = dbh - db * Hr;
   auto next_row = [&] {
     const int carry = carry_add(t, dt, 0, d.T);
     bh += dbh + carry;
-    b += db + carry_add(h, dh, carry, d.H);
+    b += db + carry_add(h, dh, carry, Hr);
   };
   const T* y0 = static_cast<const T*>(y.p);
   // the 8 elements x of row r from column e0 on: hi (and lo) as one 16-byte store each
@@ -364,7 +368,8 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
             cp_async16(ks_lo + (fst * 64 + i) * KS + p, keys_lo + (kc - keys) + min(i, Cn - 1) * d.Lp + p, i < Cn);
         }
       }
-      const bf16* vc = vals + (bh * d.T + c * d.C) * d.Ep + e0;
+      // (v_row: Hv = 1's values per batch row; reverse: G, per pair)
+      const bf16* vc = vals + ((kReverse ? bh : d.v_row(bh)) * d.T + c * d.C) * d.Ep + e0;
 #pragma unroll 1
       for (int idx = threadIdx.x; idx < 64 * (ET / 8); idx += NT) {
         const int i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
@@ -576,7 +581,8 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
   // sources' element offsets ft Lp + the tile's latent + k_thr and ft Ep + its column + v_thr (the
   // same in the lo planes), k_thr, v_thr: the thread's first piece. (32-bit: the launcher takes
   // version 1 where Lp or Ep >= 2^24 or nbh T >= 2^31. A running 64-bit offset per operand took
-  // the registers past 128: spills.)
+  // the registers past 128: spills.) Values packed per batch row (d.v_rows, Hv = 1): their token
+  // row is ft + vd, vd = (v_row(bh) - bh) T <= 0 per item, so within [0, nbh T) as ft is.
   const int k_thr = kr0 * static_cast<int>(d.Lp) + kp, v_thr = vr0 * static_cast<int>(d.Ep) + vp;
   const int c_first = kReverse ? nC - 1 : 0, ft_step = kReverse ? -C : C;  // an item's first chunk, the step's move
   // the step's copies; kFull: a chunk of 64 tokens (no clamp, no zero fill), else rows i >= lim
@@ -615,11 +621,12 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
 
   // the copies of step fstep of item (., flt, fet), chunk start ft, into stage fst (the K pieces of
   // a 128-latent tile may lie past Lp, and are then not fetched)
-  auto fetch = [&](int fst, int fstep, int ft, int flt, int fet) {
+  // fvd: the item's v_row_delta32 times T (0 but for Hv = 1's values: their token row is ft + fvd)
+  auto fetch = [&](int fst, int fstep, int ft, int fvd, int flt, int fet) {
     const int lim = (kReverse ? fstep == 0 : fstep == nC - 1) ? CnLast : C;  // the chunk's tokens
     const bool k_pieces = LT == kMmaLT || flt * LT + kp < d.Lp;  // (64-latent tiles: Lp is a multiple of 64)
     const int64_t ko = static_cast<int64_t>(ft) * d.Lp + (flt * LT + k_thr);
-    const int64_t vo = static_cast<int64_t>(ft) * d.Ep + (fet * ET + v_thr);
+    const int64_t vo = static_cast<int64_t>(ft + fvd) * d.Ep + (fet * ET + v_thr);
     if (lim == 64)
       copies(fst * kKB, fst * kVB, ko, vo, lim, k_pieces, std::true_type{});
     else
@@ -628,7 +635,9 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
   const int bh_first = static_cast<int>(blockIdx.x) / per_bh;
   const int lt_first = static_cast<int>(blockIdx.x / net % nlt), et_first = static_cast<int>(blockIdx.x % net);
   int ft = bh_first * static_cast<int>(d.T) + c_first * C;
-  if (bh_first < d.nbh && nC > 0) fetch(0, 0, ft, lt_first, et_first);
+  // the values' token row less ft: (v_row(bh) - bh) T (0 but for Hv = 1's values; reverse: G, per pair)
+  auto v_delta = [&](int vbh) { return kReverse ? 0 : d.v_row_delta32(vbh) * static_cast<int>(d.T); };
+  if (bh_first < d.nbh && nC > 0) fetch(0, 0, ft, v_delta(bh_first), lt_first, et_first);
   cp_async_commit();
   int stage = 0;  // the stage of the current step's tiles
   // the staged stores: lane -> rows lane / PR + (32 / PR) k of the warp's block, piece lane % PR
@@ -651,6 +660,7 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
     };
     int b, h;
     b_h(b, h);
+    const int vd = v_delta(bh);  // the values' token row less ft (fetch)
     const bool active = l0 + wm < d.Lp;  // false: the warp's latents are past Lp (an odd last tile)
     // the warp's 32 x 32 block inside L and E: init and out through row pointers, unchecked
     auto full = [&] { return l0 + wm + 32 <= d.L && e0 + wn + 32 <= d.E; };
@@ -728,13 +738,13 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
       }
       if (step + 1 < nC) {  // this item's next step
         ft += ft_step;
-        fetch(stage ^ 1, step + 1, ft, lt, et);
+        fetch(stage ^ 1, step + 1, ft, vd, lt, et);
       } else {  // the first step of the block's next item
         int nbh = bh, nlt_ = lt, net_ = et;
         advance(nbh, nlt_, net_);
         if (nbh < d.nbh) {
           ft = nbh * static_cast<int>(d.T) + c_first * C;
-          fetch(stage ^ 1, 0, ft, nlt_, net_);
+          fetch(stage ^ 1, 0, ft, v_delta(nbh), nlt_, net_);
         }
       }
       cp_async_commit();  // (empty past the block's last item)
@@ -889,8 +899,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
       if (i < Cn && j < Cn && (kDv ? j > i : j < i)) pm = Pc[kDv ? j * C + i : i * C + j];
       xs[i * XS + j] = __float2bfloat16_rn(pm);
     }
-    fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep + e0, d.Ep, ET);
-    if constexpr (kLo) fetch_rows(hs + 64 * HS, HS, Y_lo + (bh * d.T + t0) * d.Ep + e0, d.Ep, ET);  // stage 1
+    const int64_t yr = (kDv ? bh : d.v_row(bh)) * d.T + t0;  // Y's token row (v_row: Hv = 1's values; dv: G)
+    fetch_rows(hs, HS, Y + yr * d.Ep + e0, d.Ep, ET);
+    if constexpr (kLo) fetch_rows(hs + 64 * HS, HS, Y_lo + yr * d.Ep + e0, d.Ep, ET);  // stage 1
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -1068,7 +1079,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
       for (int k = 0; k < 8; ++k)
         *reinterpret_cast<__nv_bfloat162*>(dst + 2 * XS * k) = __floats2bfloat162_rn(pm[0][k], pm[1][k]);
     }
-    const int64_t yo = static_cast<int64_t>(trow) * Ep + (e0 + h_thr);
+    // Y's token row: trow, or for values packed per batch row (Hv = 1) trow + (v_row(bh) - bh) T,
+    // which is smaller (so within nbh T < 2^31 as trow)
+    // (dv: Y is G, per pair)
+    const int ydelta = kDv ? 0 : d.v_row_delta32(bh) * static_cast<int>(d.T);
+    const int64_t yo = static_cast<int64_t>(trow + ydelta) * Ep + (e0 + h_thr);
     rows(h_dst, Y + yo, Ep, hr0, std::integral_constant<int, 16>{}, 2 * 16 * HS);
     if constexpr (kLo) rows(h_dst + kHB, Y_lo + yo, Ep, hr0, std::integral_constant<int, 16>{}, 2 * 16 * HS);
     cp_async_commit();
@@ -1477,9 +1492,9 @@ __global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
 struct Operands16 {
   bf16* Xq = nullptr;  // Qp_i a^i       [bh][T][Lp]
   bf16* Kq = nullptr;  // q_i a^(Cn-1-i) [bh][T][Lp] (the state keys; backward: also the dv operand)
-  bf16* vb = nullptr;  // v packed       [bh][T][Ep]
+  bf16* vb = nullptr;  // v packed       [bh][T][Ep], or [r][T][Ep] per batch row r (d.v_rows: Hv = 1)
   bf16* gb = nullptr;  // G packed       [bh][T][Ep] (backward)
-  bf16* vlo = nullptr;  // v - vb, bf16   [bh][T][Ep] (split values only)
+  bf16* vlo = nullptr;  // v - vb, bf16   as vb (split values only)
   bf16* glo = nullptr;  // G - gb, bf16   [bh][T][Ep] (split values, backward)
   bf16* Kq_lo = nullptr;  // the remainders of Kq [bh][T][Lp] (split values, backward)
 };
@@ -1489,20 +1504,24 @@ Operands16 take_operands(Workspace& ws, const Dims& d, bool backward) {
   if constexpr (kTC) {
     o.Xq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
     o.Kq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
-    o.vb = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
+    // (the values' arrays: d.v_packed_rows() rows, at most nbh; operand_bytes budgets nbh)
+    o.vb = ws.take_array<bf16>(d.v_packed_rows() * d.T * d.Ep);
     if (backward) o.gb = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
     if constexpr (kSplitValues<T>) {
-      o.vlo = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
+      o.vlo = ws.take_array<bf16>(d.v_packed_rows() * d.T * d.Ep);
       if (backward) o.glo = ws.take_array<bf16>(d.nbh * d.T * d.Ep);
       if (backward) o.Kq_lo = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
     }
   }
   return o;
 }
+// y packed into out (and lo): per pair, or per batch row where d.v_rows (v with Hv = 1; pack G
+// with d.per_pair())
 template <bool kTC, typename T>
 void pack_values(const Dims& d, Str4 y, bf16* out, bf16* lo, cudaStream_t stream) {
   if constexpr (kTC) {
-    pack_bf16_kernel<T><<<grid_for(d.nbh * d.T, kPackThreads / 32 * kPackRows), kPackThreads, 0, stream>>>(d, y, out, lo);
+    pack_bf16_kernel<T><<<grid_for(d.v_packed_rows() * d.T, kPackThreads / 32 * kPackRows), kPackThreads, 0, stream>>>(
+        d, y, out, lo);
     RHOSCAN_CUDA_LAUNCHED("pack_bf16_kernel");
   }
 }
@@ -1544,8 +1563,10 @@ void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, co
         kernel = chunk_states_mma_wide_kernel<S, kReverse, kLo, kKeyLo, kSplit>, name = "chunk_states_mma_wide_kernel";
       constexpr int smem = states_mma_smem<S, kLo, kKeyLo>();
       RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      kernel<<<states_grid(kernel, smem, states_items(d)), kStatesThreads, smem, stream>>>(d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb, a32,
-                                                             init, Hs, out, kReverse ? o.glo : o.vlo, o.Kq_lo, Hs_lo);
+      // (reverse: the values are G, per pair)
+      kernel<<<states_grid(kernel, smem, states_items(d)), kStatesThreads, smem, stream>>>(
+          kReverse ? d.per_pair() : d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb, a32, init, Hs, out,
+          kReverse ? o.glo : o.vlo, o.Kq_lo, Hs_lo);
       RHOSCAN_CUDA_LAUNCHED(name);
     };
     auto launch_store = [&](auto key_lo) {
@@ -1580,7 +1601,7 @@ void launch_chunk_output(const Dims& d, Str4 q, Str4 y, const float* a32, const 
       kernel = chunk_output_mma_kernel<S, OutT, kDv, kLo>, name = "chunk_output_mma_kernel";
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOutMmaSmem));
     kernel<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, kOutMmaSmem, stream>>>(
-        d, kDv ? o.Kq : o.Xq, Hs, P, kDv ? o.gb : o.vb, out, out_ws, kDv ? o.glo : o.vlo);
+        kDv ? d.per_pair() : d, kDv ? o.Kq : o.Xq, Hs, P, kDv ? o.gb : o.vb, out, out_ws, kDv ? o.glo : o.vlo);  // (dv: G, per pair)
     RHOSCAN_CUDA_LAUNCHED(name);
   } else {
     chunk_output_kernel<T, OutT, kDv><<<grid_for(d.nbh * d.nC * ((d.E + 63) / 64)), kOutThreads, 0, stream>>>(

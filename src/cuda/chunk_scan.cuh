@@ -73,7 +73,7 @@ inline bool scan_fit_32bit(const Dims& d) {
   constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30, k31 = int64_t{1} << 31;
   return d.Lp < k24 && d.Ep < k24 && d.bh0 + d.nbh < k30 && d.nbh * d.T < k31;
 }
-// Xq, Kq: [bh][T][Lp] (norm_apply); vb: [bh][T][Ep] (pack_bf16); P: [bh][c][nsplit][C][C], split 0
+// Xq, Kq: [bh][T][Lp] (norm_apply); vb: [v_row(bh)][T][Ep] (pack_bf16); P: [bh][c][nsplit][C][C], split 0
 // the sum, 16-byte aligned, C % 4 == 0 (its rows by 16-byte cp.async); init, rho: float32
 // [B,H,L,E] strided (init.p null: zeros; rho.p null: no final state); ctx: OutT [B,H,T,E] strided.
 template <int kLp, typename OutT>
@@ -127,10 +127,13 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
       cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
     }
     const int e0 = fet * ET;
+    // v's first token row: pair fbh's packed row (its batch row's with Hv = 1, d.v_rows; never
+    // past tr, so within scan_fit_32bit's bounds)
+    const int vtr = tr + d.v_row_delta32(fbh) * static_cast<int>(d.T);
 #pragma unroll 1
     for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
       const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
-      cp_async16_u32(st + Lay::kV + 2 * (i * VS + p), vb + (static_cast<int64_t>(tr + min(i, Cn - 1)) * d.Ep + e0 + p),
+      cp_async16_u32(st + Lay::kV + 2 * (i * VS + p), vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + e0 + p),
                      i < Cn ? 16u : 0u);
     }
     const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;

@@ -46,6 +46,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   d.nC = (p.T + d.C - 1) / d.C;
   constexpr bool kTC = kTensorCoreForward<T>;
   set_padding<kTC>(d);
+  d.v_rows = kTC && p.Hv == 1 && p.H > 1;  // v packed once per batch row (see Dims)
   const int64_t BH = p.B * p.H;
   using QpT = std::conditional_t<kTC, bf16, float>;  // bf16 where only the mma scores read it
   // Per pair, both paths: s and its latent blocks' partials (norm_sums_kernel), Qp, the

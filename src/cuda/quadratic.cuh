@@ -310,6 +310,7 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
   const int64_t net = d.Ep / ET, items = d.nbh * d.nC * net;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t bh = item / (d.nC * net), e0 = item % net * ET;
+    const int64_t vr = d.v_row(bh);  // V's row: bh, or its batch row (d.v_rows: Hv = 1)
     const int I = static_cast<int>(item / net % d.nC), CnI = static_cast<int>(d.chunk_len(I));
     const int64_t t0 = int64_t{I} * C;
     float preg[4][4];  // this thread's P pieces of the next block: row (tid + 256 r) / 16, columns p .. p+3
@@ -338,7 +339,7 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
           preg[r][k] = i < CnI && j < CnJ && (J < I || j < i) ? x[k] : 0.0f;
         }
       }
-      const bf16* Vj = V + (bh * d.T + int64_t{J} * C) * d.Ep + e0;
+      const bf16* Vj = V + (vr * d.T + int64_t{J} * C) * d.Ep + e0;
       for (int idx = tid; idx < 64 * (ET / 8); idx += kMmaThreads) {
         const int j = idx / (ET / 8), q8 = 8 * (idx % (ET / 8));
         cp_async16(vs + (st * 64 + j) * VS + q8, Vj + min(j, CnJ - 1) * d.Ep + q8, j < CnJ);
@@ -501,11 +502,14 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
   int fbh = static_cast<int>(blockIdx.x / (net * nlt));
   int flt = static_cast<int>(blockIdx.x / net % nlt), fet = static_cast<int>(blockIdx.x % net), fstep = 0;
   int64_t ft = int64_t{fbh} * d.T + row0;  // the token row of the thread's first piece in the fetch step's chunk
+  // V's token row less ft: 0, or for values packed per batch row (d.v_rows, Hv = 1) (v_row(fbh) -
+  // fbh) T <= 0, set once per item (bh0 + nbh < 2^30: the 32-bit division)
+  int64_t fvd = int64_t{d.v_row_delta32(fbh < d.nbh ? fbh : 0)} * d.T;
   auto fetch_next = [&](uint32_t so) {  // so: the stage's byte offset
     if (fbh < d.nbh && nC > 0) {
       const int lim = (fstep == nC - 1 ? CnLast : C) - row0;  // piece r holds a token where 8 r < lim
       const bf16* ksrc = Kq + ft * d.Lp + flt * LT + p;
-      const int64_t voff = ft * d.Ep + fet * ET + p;
+      const int64_t voff = (ft + fvd) * d.Ep + fet * ET + p;
       if (flt * LT + p < d.Lp) {  // the piece's latents inside Lp (else not fetched)
 #pragma unroll
         for (int r = 0; r < 8; ++r) cp_async16_u32(k_dst + so + 2 * 8 * KS * r, ksrc + r * 8 * d.Lp, 8 * r < lim ? 16u : 0u);
@@ -520,6 +524,7 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
         fstep = 0;
         advance(fbh, flt, fet);
         ft = int64_t{fbh} * d.T + row0;
+        if (fbh < d.nbh) fvd = int64_t{d.v_row_delta32(fbh)} * d.T;
       } else {
         ft += d.C;
       }
@@ -751,9 +756,12 @@ void launch_final_state(const Dims& d, const float* a32, const Operands16& o, St
   // (one launch, or sub-batches past 2^30 pairs: the kernel's 32-bit pair indices)
   final_state_batches(d, a32, out, int64_t{1} << 30, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
     const unsigned grid = grid_for(final_state_items(s), 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
-    const int64_t kv = first * d.T;  // the sub-batch's first token row of Kq and V
-    kernel<<<grid, kFsThreads, smem, stream>>>(s, o.Kq + kv * d.Lp, o.vb + kv * d.Ep,
-                                               o.vlo != nullptr ? o.vlo + kv * d.Ep : nullptr, as, os);
+    // the sub-batch's first token row of Kq, and of V: d.v_row(first)'s (values packed per batch row
+    // where d.v_rows: the sub-batch's pairs lie in one batch row, or start at h = 0, so that s's
+    // own v_row, from s.bh0 = 0, counts its rows from there)
+    const int64_t kv = first * d.T, vv = d.v_row(first) * d.T;
+    kernel<<<grid, kFsThreads, smem, stream>>>(s, o.Kq + kv * d.Lp, o.vb + vv * d.Ep,
+                                               o.vlo != nullptr ? o.vlo + vv * d.Ep : nullptr, as, os);
     RHOSCAN_CUDA_LAUNCHED("final_state_mma_kernel");
   });
 }

@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
       I = J = k - npairs;
     const int CnI = static_cast<int>(d.chunk_len(I)), CnJ = static_cast<int>(d.chunk_len(J));
     const bf16* gI = gb + (bh * d.T + I * d.C) * d.Ep;
-    const bf16* vJ = vb + (bh * d.T + J * d.C) * d.Ep;
+    const bf16* vJ = vb + (d.v_row(bh) * d.T + J * d.C) * d.Ep;  // (G per pair; v per batch row where d.v_rows)
     auto fetch = [&](int stage, int64_t e0) {
       for (int idx = threadIdx.x; idx < 64 * 8; idx += blockDim.x) {
         const int r = idx / 8, p = 8 * (idx % 8);

@@ -16,7 +16,8 @@
 // compared with a plain float64 loop of its formula (the comments of chunk_products.cuh and
 // backward.cu) on small random problems: odd L and E (padding to the 64 / 128 tiles), a tail
 // chunk, chunks of 64, 32, 17 and 1, T = 1 and 0, decay exactly 0 and 1, several (b, h) pairs with a
-// batch offset bh0, both token-major and sequence-first layouts, score splits (some empty), grids
+// batch offset bh0, v with Hv = 1 packed once per batch row (Dims::v_rows; G per pair), both
+// token-major and sequence-first layouts, score splits (some empty), grids
 // smaller than the work (grid-stride loops). Outputs start as NaN: an element left unwritten, or
 // one written that should not be, counts as a failure. Inputs that a kernel must not read (the
 // upper triangle of P, the score splits past 0) are NaN too. Tolerance, element by element:
@@ -26,7 +27,8 @@
 // It checks index logic, fragment layouts and synchronisation, not GPU rounding or speed.
 //   dev/cuda/host_emulation/run_mma.sh [KERNEL_SUBSTRING]     (about half a minute on 2 cores)
 // EMU_VERBOSE=1 prints the worst element of every output; EMU_STOP_AT_FIRST=1 stops at the
-// first failing kernel (mutants_mma.sh uses it).
+// first failing kernel (mutants_mma.sh uses it); EMU_PROBLEMS=SUBSTRING runs only the problems
+// whose name contains it.
 //
 // Adding a kernel (say sequence_scores_mma_kernel, written in chunk_products.cuh between the
 // pack_bf16 section and the launchers, so extract.py takes it along): write a function like
@@ -110,7 +112,7 @@ struct Problem {
   bool seq_first = false;  // [B,T,H,x] instead of [B,H,T,x]
   std::vector<bf16> q, v, g;                 // inputs [B,H,T,L] / [B,H,T,E] (or sequence-first)
   std::vector<float> a32, Qp;                // decay [H][L]; read weights [nbh][T][L]
-  std::vector<bf16> Xq, Kq, vb, gb;          // operands [nbh][T][Lp] / [nbh][T][Ep]
+  std::vector<bf16> Xq, Kq, vb, gb;          // operands [nbh][T][Lp] / [nbh][T][Ep] (vb: see vr)
   // split values (float16 inputs): the bf16 remainders of v and G, [nbh][T][Ep]. Here a quarter of
   // the values' size, not the 2^-9 of real remainders, so that a missing lo pass stands out.
   std::vector<bf16> vlo, glo, Kq_lo;  // Kq_lo [nbh][T][Lp]: split keys (the same quarter size)
@@ -128,18 +130,28 @@ struct Problem {
     return s;
   }
   int64_t b_of(int64_t bh) const { return (d.bh0 + bh) / d.H; }
+  // Hv = 1 (d.v_rows): v is [B,1,T,E] (head stride 0), and vb, vlo hold a row [T][Ep] per batch
+  // row of the batch (pack_bf16 with d.v_rows): pair bh's values are row vr(bh) = b - bh0 / H;
+  // else row bh. (Written here from b_of, not from Dims::v_row.)
+  int64_t vr(int64_t bh) const { return d.v_rows ? b_of(bh) - d.bh0 / d.H : bh; }
+  int64_t vrows() const { return d.nbh == 0 ? 0 : d.v_rows ? b_of(d.nbh - 1) - d.bh0 / d.H + 1 : d.nbh; }
+  // the offset of v's packed element (pair bh, token t, column e)
+  int64_t vo(int64_t bh, int64_t t, int64_t e) const { return (vr(bh) * d.T + t) * d.Ep + e; }
   int64_t h_of(int64_t bh) const { return (d.bh0 + bh) % d.H; }
   int64_t chunk_len(int64_t c) const { return std::min(d.C, d.T - c * d.C); }
   double apow(int64_t h, int64_t l, int64_t n) const { return std::pow(double(a32[h * d.L + l]), double(n)); }
   float qf(int64_t bh, int64_t t, int64_t l) const { return to_float(q[qs.at(b_of(bh), h_of(bh), t, l)]); }
 };
 
+// hv1: v with Hv = 1 ([B,1,T,E], read by every head through a zero head stride), packed once per
+// batch row (d.v_rows)
 Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int64_t T, int64_t L, int64_t E,
-                     int64_t C, int64_t nsplit, bool seq_first) {
+                     int64_t C, int64_t nsplit, bool seq_first, bool hv1 = false) {
   Problem p;
   p.name = name;
   Dims& d = p.d;
   d.H = H, d.T = T, d.L = L, d.E = E, d.C = C, d.nC = (T + C - 1) / C, d.bh0 = bh0, d.nbh = nbh, d.nsplit = nsplit;
+  d.v_rows = hv1;
   d.Lp = (L + kMmaLT - 1) / kMmaLT * kMmaLT, d.Ep = (E + kMmaET - 1) / kMmaET * kMmaET;
   p.B = (bh0 + nbh + H - 1) / H;
   p.seq_first = seq_first;
@@ -148,7 +160,7 @@ Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int6
     for (auto& y : x) y = __float2bfloat16_rn(U01() < zeros ? 0.0f : float(lo + (hi - lo) * U01()));
   };
   fill(p.q, p.B * H * T * L, 0, 1, 0.5);
-  fill(p.v, p.B * H * T * E, -1, 1, 0);
+  fill(p.v, p.B * (hv1 ? 1 : H) * T * E, -1, 1, 0);
   fill(p.g, p.B * H * T * E, -1, 1, 0);
   p.a32.resize(H * L);  // of every five latents: decay 0, decay 1, one in [0.3, 0.9), two in [0.9, 1)
   for (int64_t i = 0; i < H * L; ++i)
@@ -158,12 +170,20 @@ Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int6
   p.init.resize(p.B * H * L * E);
   for (auto& x : p.init) x = float(2 * U01() - 1);
   p.qs = p.strided(p.q.data(), L), p.vs = p.strided(p.v.data(), E), p.gs = p.strided(p.g.data(), E);
+  if (hv1) {  // [B,1,T,E] ([B,T,1,E] sequence-first), head stride 0
+    p.vs.s[0] = T * E, p.vs.s[1] = 0, p.vs.s[2] = E;
+  }
   p.init_s.p = p.init.data();
   p.init_s.s[0] = H * L * E, p.init_s.s[1] = L * E, p.init_s.s[2] = E, p.init_s.s[3] = 1;
   // operands, as norm_apply_kernel and pack_bf16_kernel write them (zeros in the padding)
   const bf16 zero = __float2bfloat16_rn(0.0f);
   p.Xq.assign(nbh * T * d.Lp, zero), p.Kq = p.Xq, p.Kq_lo = p.Xq;
-  p.vb.assign(nbh * T * d.Ep, zero), p.gb = p.vb, p.vlo = p.vb, p.glo = p.vb;
+  p.gb.assign(nbh * T * d.Ep, zero), p.glo = p.gb;
+  // vb, vlo: the packed rows (zeros in the padding), then NaN rows up to nbh (the per-pair size):
+  // a reader that took a pair's row for its batch row would read them (or another row's values)
+  p.vb = nans<bf16>(nbh * T * d.Ep);
+  std::fill(p.vb.begin(), p.vb.begin() + p.vrows() * T * d.Ep, zero);
+  p.vlo = p.vb;
   for (int64_t bh = 0; bh < nbh; ++bh)
     for (int64_t t = 0; t < T; ++t) {
       const int64_t c = t / C, i = t % C, Cn = p.chunk_len(c), b = p.b_of(bh), h = p.h_of(bh);
@@ -173,10 +193,10 @@ Problem make_problem(const char* name, int64_t H, int64_t nbh, int64_t bh0, int6
         p.Kq[(bh * T + t) * d.Lp + l] = __float2bfloat16_rn(p.qf(bh, t, l) * ipow(a, int(Cn - 1 - i)));
         p.Kq_lo[(bh * T + t) * d.Lp + l] = __float2bfloat16_rn(float(0.5 * U01() - 0.25));
       }
-      for (int64_t e = 0; e < E; ++e) {
-        p.vb[(bh * T + t) * d.Ep + e] = p.v[p.vs.at(b, h, t, e)];
+      for (int64_t e = 0; e < E; ++e) {  // (with v_rows, a batch row's values written by each of its pairs)
+        p.vb[p.vo(bh, t, e)] = p.v[p.vs.at(b, h, t, e)];
         p.gb[(bh * T + t) * d.Ep + e] = p.g[p.gs.at(b, h, t, e)];
-        p.vlo[(bh * T + t) * d.Ep + e] = __float2bfloat16_rn(float(0.5 * U01() - 0.25));
+        p.vlo[p.vo(bh, t, e)] = __float2bfloat16_rn(float(0.5 * U01() - 0.25));
         p.glo[(bh * T + t) * d.Ep + e] = __float2bfloat16_rn(float(0.5 * U01() - 0.25));
       }
     }
@@ -190,37 +210,53 @@ double val(const std::vector<bf16>& hi, const std::vector<bf16>& lo, bool split,
   return bf(hi, i) + (split ? bf(lo, i) : 0.0);
 }
 
-// ---- pack_bf16: y strided -> [bh][t][Ep] bf16, zero padded (exact) ----------------------------
+// ---- pack_bf16: y strided -> [bh][t][Ep] bf16, zero padded (exact); with d.v_rows (Hv = 1)
+//      [r][t][Ep] per batch row r of the batch, from v's (b, 0, t); G (d.per_pair()) per pair ----
 bool pack_case(const Problem& p) {
   const Dims& d = p.d;
-  auto out = nans<bf16>(d.nbh * d.T * d.Ep);
+  const size_t n = p.vrows() * d.T * d.Ep;  // (p.vb's packed rows; NaN rows follow where d.v_rows)
+  auto out = nans<bf16>(n);
   emu::launch(3, 64, 0, [&] { pack_bf16_kernel<bf16>(d, p.vs, out.data()); });
-  bool ok = check("vb", doubles(out), exact(doubles(p.vb)), 0);
-  // Hv = 1: every head reads head 0's values (h stride 0)
+  const std::vector<bf16> vb(p.vb.begin(), p.vb.begin() + n);
+  bool ok = check(d.v_rows ? "vb per row" : "vb", doubles(out), exact(doubles(vb)), 0);
+  if (d.v_rows) {  // a warp per row (2 per block): every row a warp's first, from its divisions
+    out = nans<bf16>(n);
+    emu::launch(unsigned(std::max<int64_t>(1, (p.vrows() * d.T + 1) / 2)), 64, 0,
+                [&] { pack_bf16_kernel<bf16>(d, p.vs, out.data()); });
+    ok &= check("vb per row, a warp per row", doubles(out), exact(doubles(vb)), 0);
+  }
+  if (d.v_rows) {  // G per pair, from the same Dims less v_rows
+    auto gout = nans<bf16>(p.gb.size());
+    emu::launch(2, 96, 0, [&] { pack_bf16_kernel<bf16>(d.per_pair(), p.gs, gout.data()); });
+    ok &= check("gb per pair", doubles(gout), exact(doubles(p.gb)), 0);
+  }
+  // Hv = 1 packed per pair (every head reads head 0's values: h stride 0)
   Str4 v1 = p.vs;
   v1.s[1] = 0;
-  std::vector<double> ref(out.size(), 0.0);
-  for (int64_t x = 0; x < int64_t(out.size()); ++x) {
+  const Dims dp = d.per_pair();
+  std::vector<double> ref(d.nbh * d.T * d.Ep, 0.0);
+  for (int64_t x = 0; x < int64_t(ref.size()); ++x) {
     const int64_t e = x % d.Ep, t = x / d.Ep % d.T, bh = x / (d.Ep * d.T);
     if (e < d.E) ref[x] = to_float(p.v[v1.at(p.b_of(bh), p.h_of(bh), t, e)]);
   }
-  out = nans<bf16>(out.size());
-  emu::launch(2, 96, 0, [&] { pack_bf16_kernel<bf16>(d, v1, out.data()); });
-  ok &= check("vb Hv=1", doubles(out), exact(ref), 0);
+  out = nans<bf16>(ref.size());
+  emu::launch(2, 96, 0, [&] { pack_bf16_kernel<bf16>(dp, v1, out.data()); });
+  ok &= check("vb Hv=1 per pair", doubles(out), exact(ref), 0);
   // split values: float inputs with more bits than bf16, hi = bf16(x) and lo = bf16(x - hi)
+  // (per batch row where d.v_rows)
   std::vector<float> vf(p.v.size());
   for (auto& x : vf) x = float(2 * U01() - 1);
   Str4 vfs = p.vs;
   vfs.p = vf.data();
-  auto hi = nans<bf16>(out.size()), lo = nans<bf16>(out.size());
+  auto hi = nans<bf16>(n), lo = nans<bf16>(n);
   emu::launch(2, 64, 0, [&] { pack_bf16_kernel<float>(d, vfs, hi.data(), lo.data()); });
-  std::vector<double> ref_hi(out.size(), 0.0), ref_lo(out.size(), 0.0);
-  for (int64_t x = 0; x < int64_t(out.size()); ++x) {
-    const int64_t e = x % d.Ep, t = x / d.Ep % d.T, bh = x / (d.Ep * d.T);
-    if (e >= d.E) continue;
-    const float y = vf[vfs.at(p.b_of(bh), p.h_of(bh), t, e)];
-    ref_hi[x] = rbf(y), ref_lo[x] = rbf(y - rbf(y));
-  }
+  std::vector<double> ref_hi(n, 0.0), ref_lo(n, 0.0);
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t t = 0; t < d.T; ++t)
+      for (int64_t e = 0; e < d.E; ++e) {
+        const float y = vf[vfs.at(p.b_of(bh), p.h_of(bh), t, e)];
+        ref_hi[p.vo(bh, t, e)] = rbf(y), ref_lo[p.vo(bh, t, e)] = rbf(y - rbf(y));
+      }
   return ok & check("vb hi (split)", doubles(hi), exact(ref_hi), 0) & check("vb lo (split)", doubles(lo), exact(ref_lo), 0);
 }
 
@@ -299,8 +335,8 @@ bool quadratic_output_case(const Problem& p) {
         for (int64_t J = 0; J < I; ++J)
           for (int64_t j = 0; j < C; ++j) Pc[(((bh * nC + I) * nC + J) * C + i) * C + j] = float(2 * U01() - 1);
       }
-  auto out = nans<bf16>(p.v.size());
-  Str4 outs = p.vs;
+  auto out = nans<bf16>(p.g.size());  // the context [B,H,T,E]: G's layout (v's may have Hv = 1)
+  Str4 outs = p.gs;
   outs.p = out.data();
   emu::launch(small_grid(items), kMmaThreads, quadratic_output_smem<kLo>(), [&] {
     quadratic_output_mma_kernel<bf16, kLo>(d, P.data(), Pc.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, outs);
@@ -315,7 +351,7 @@ bool quadratic_output_case(const Problem& p) {
             for (int64_t j = 0; j < (J < I ? C : i); ++j) {
               const double pm = J < I ? Pc[(((bh * nC + I) * nC + J) * C + i) * C + j]
                                       : P[((bh * nC + I) * d.nsplit * C + i) * C + j];
-              x += pm * val(p.vb, p.vlo, kLo, (bh * d.T + J * C + j) * d.Ep + e);
+              x += pm * val(p.vb, p.vlo, kLo, p.vo(bh, J * C + j, e));
             }
           ref[outs.at(p.b_of(bh), p.h_of(bh), I * C + i, e)] = x;
         }
@@ -341,8 +377,8 @@ bool quadratic_chain_case(const Problem& p) {
     cross_scores_mma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), Pc.data(), parts.data(), 2);
   });
   emu::launch(2, 64, 0, [&] { cross_reduce_kernel(d, Pc.data(), parts.data(), 2); });
-  auto out = nans<bf16>(p.v.size());
-  Str4 outs = p.vs;
+  auto out = nans<bf16>(p.g.size());  // the context [B,H,T,E]: G's layout (v's may have Hv = 1)
+  Str4 outs = p.gs;
   outs.p = out.data();
   emu::launch(small_grid(d.nbh * nC * (d.Ep / kMmaET)), kMmaThreads, quadratic_output_smem<false>(), [&] {
     quadratic_output_mma_kernel<bf16, false>(d, P.data(), Pc.data(), p.vb.data(), nullptr, outs);
@@ -358,7 +394,7 @@ bool quadratic_chain_case(const Problem& p) {
           for (int64_t l = 0; l < d.L; ++l)
             x += double(p.Qp[(bh * d.T + i) * d.L + l]) * p.apow(h, l, i - 1 - j) * p.qf(bh, j, l) * vj;
         }
-        ref[p.vs.at(p.b_of(bh), h, i, e)] = x;
+        ref[outs.at(p.b_of(bh), h, i, e)] = x;
       }
   }
   // per term: Qp to bf16, the two operand roundings (Xq and Kq, or Xs and Kd), the scaled key, P to bf16
@@ -407,7 +443,8 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
     Str4 os = outs;
     os.p = o.data();
     emu::launch(grid, kStatesThreads, states_mma_smem<S, kLo, kKeyLo>(), [&] {
-      kernel(d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init,
+      // (as launch_chunk_states: reverse, the values are G, per pair)
+      kernel(kReverse ? d.per_pair() : d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init,
              store_H ? h.data() : nullptr, os, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr,
              kKeyLo ? p.Kq_lo.data() : nullptr, kSplitStore ? h_lo.data() : nullptr);
     });
@@ -446,7 +483,7 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
           for (int64_t i = 0; i < Cn; ++i) {
             const int64_t t = c * d.C + i;
             const double k = kReverse ? bf(p.Xq, (bh * d.T + t) * d.Lp + l) : p.qf(bh, t, l) * p.apow(h, l, Cn - 1 - i);
-            const int64_t y = (bh * d.T + t) * d.Ep + e;
+            const int64_t y = kReverse ? (bh * d.T + t) * d.Ep + e : p.vo(bh, t, e);
             x += k * val(kReverse ? p.gb : p.vb, kReverse ? p.glo : p.vlo, kLo, y);
             // split keys: K_lo times V's hi (the kernel leaves out K_lo V_lo)
             if (kKeyLo) x += bf(p.Kq_lo, (bh * d.T + t) * d.Lp + l) * bf(p.vb, y);
@@ -466,7 +503,7 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
     outs2.p = out2.data();
     emu::launch(small_grid(items), kStatesThreads, states_mma_smem<float, kLo, kKeyLo>(), [&] {
       chunk_states_mma_selected<float, kReverse, kLo, kKeyLo, false>()(
-          d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init, Hf.data(),
+          kReverse ? d.per_pair() : d, kReverse ? p.Xq.data() : p.Kq.data(), kReverse ? p.gb.data() : p.vb.data(), p.a32.data(), init, Hf.data(),
           outs2, kLo ? (kReverse ? p.glo.data() : p.vlo.data()) : nullptr, kKeyLo ? p.Kq_lo.data() : nullptr, nullptr);
     });
     std::vector<double> sum = doubles(Hs);
@@ -504,10 +541,10 @@ std::vector<float> run_final_state(const Problem& p, unsigned grid, Str4 rs, siz
   Str4 outs = rs;
   outs.p = out.data();
   final_state_batches(p.d, p.a32.data(), outs, limit, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
-    const int64_t kv = first * p.d.T;
+    const int64_t kv = first * p.d.T, vv = p.vr(first) * p.d.T;  // (as launch_final_state)
     emu::launch(grid, kFsThreads, final_state_smem<kLo>(), [&] {
-      final_state_mma_kernel<kLo>(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + kv * p.d.Ep,
-                                  kLo ? p.vlo.data() + kv * p.d.Ep : nullptr, as, os);
+      final_state_mma_kernel<kLo>(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + vv * p.d.Ep,
+                                  kLo ? p.vlo.data() + vv * p.d.Ep : nullptr, as, os);
     });
   });
   return out;
@@ -526,7 +563,7 @@ bool final_state_case(const Problem& p, unsigned grid, bool padded = false, int6
       for (int64_t e = 0; e < E; ++e) {
         Acc x;
         for (int64_t t = 0; t < d.T; ++t) {
-          const double vt = to_float(p.v[p.vs.at(b, h, t, e)]) + (kLo ? bf(p.vlo, (bh * d.T + t) * d.Ep + e) : 0.0);
+          const double vt = to_float(p.v[p.vs.at(b, h, t, e)]) + (kLo ? bf(p.vlo, p.vo(bh, t, e)) : 0.0);
           x += p.qf(bh, t, l) * p.apow(h, l, d.T - 1 - t) * vt;
         }
         ref[rs.at(b, h, l, e)] = x;
@@ -549,15 +586,16 @@ bool output_case(const Problem& p) {
     for (int64_t i = 0; i < C; ++i)
       for (int64_t j = 0; j < i; ++j) P[(bc * d.nsplit * C + i) * C + j] = float(U01());
   // forward: out Str4 in OutT, same layout as v; dv: out_ws [bh][t][e] float
-  std::vector<OutT> out = nans<OutT>(kDv ? d.nbh * d.T * E : p.v.size());
-  Str4 outs = p.vs;
+  std::vector<OutT> out = nans<OutT>(kDv ? d.nbh * d.T * E : p.g.size());
+  Str4 outs = p.gs;  // (the context [B,H,T,E]: G's layout; v's may have Hv = 1)
   outs.p = out.data();
   // kernel (either version) on `grid` blocks into o
   auto run_output = [&](auto kernel, unsigned grid, std::vector<OutT>& o) {
     Str4 os = outs;
     os.p = o.data();
     emu::launch(grid, kMmaThreads, kOutMmaSmem, [&] {
-      kernel(d, kDv ? p.Kq.data() : p.Xq.data(), Hs.data(), P.data(), kDv ? p.gb.data() : p.vb.data(),
+      // (as launch_chunk_output: dv, Y is G, per pair)
+      kernel(kDv ? d.per_pair() : d, kDv ? p.Kq.data() : p.Xq.data(), Hs.data(), P.data(), kDv ? p.gb.data() : p.vb.data(),
              kDv ? Str4{} : os, kDv ? reinterpret_cast<float*>(o.data()) : nullptr,
              kLo ? (kDv ? p.glo.data() : p.vlo.data()) : nullptr);
     });
@@ -585,7 +623,8 @@ bool output_case(const Problem& p) {
                  double(to_float(Hs[((bh * d.nC + c) * d.Lp + l) * d.Ep + e]));
           for (int64_t j = kDv ? i + 1 : 0; j < (kDv ? Cn : i); ++j) {
             const double pm = P[(bh * d.nC + c) * d.nsplit * C * C + (kDv ? j * C + i : i * C + j)];
-            x += pm * val(kDv ? p.gb : p.vb, kDv ? p.glo : p.vlo, kLo, (bh * d.T + t0 + j) * d.Ep + e);
+            x += pm * val(kDv ? p.gb : p.vb, kDv ? p.glo : p.vlo, kLo,
+                          kDv ? (bh * d.T + t0 + j) * d.Ep + e : p.vo(bh, t0 + j, e));
           }
           ref[kDv ? (bh * d.T + t0 + i) * E + e : outs.at(p.b_of(bh), p.h_of(bh), t0 + i, e)] = x;
         }
@@ -626,8 +665,8 @@ bool scan_case(const Problem& p, bool with_init) {
   // the two kernels
   auto Hs = nans<bf16>(d.nbh * d.nC * d.Lp * d.Ep);
   auto rho2 = nans<float>(p.init.size());
-  auto ctx2 = nans<bf16>(p.v.size());
-  Str4 rho2s = p.init_s, ctx2s = p.vs;
+  auto ctx2 = nans<bf16>(p.g.size());
+  Str4 rho2s = p.init_s, ctx2s = p.gs;
   rho2s.p = rho2.data(), ctx2s.p = ctx2.data();
   emu::launch(small_grid(states_items(d)), kStatesThreads, states_mma_smem<bf16>(), [&] {
     chunk_states_mma_selected<bf16, false, false, false, false>()(d, p.Kq.data(), p.vb.data(), p.a32.data(), init,
@@ -640,7 +679,7 @@ bool scan_case(const Problem& p, bool with_init) {
   // the fused kernel on `grid` blocks
   const int64_t items = d.nbh * ((E + kScanET - 1) / kScanET);
   auto run_scan = [&](unsigned grid, std::vector<bf16>& ctx, std::vector<float>& rho) {
-    Str4 rs = p.init_s, cs = p.vs;
+    Str4 rs = p.init_s, cs = p.gs;
     rs.p = rho.data(), cs.p = ctx.data();
     with_scan_lp(d.Lp, [&](auto lp) {
       constexpr int kLp = decltype(lp)::value;
@@ -652,7 +691,7 @@ bool scan_case(const Problem& p, bool with_init) {
   auto bits = [](const auto& x, const auto& y) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
   };
-  auto ctx = nans<bf16>(p.v.size());
+  auto ctx = nans<bf16>(p.g.size());
   auto rho = nans<float>(p.init.size());
   run_scan(small_grid(items), ctx, rho);
   bool same = true;
@@ -685,14 +724,14 @@ bool scan_case(const Problem& p, bool with_init) {
             x.x += xq * st[l * E + e].x, x.m += std::fabs(xq) * st[l * E + e].m;
           }
           for (int64_t j = 0; j < i; ++j)
-            x += double(P[(bh * d.nC + c) * d.nsplit * C * C + i * C + j]) * bf(p.vb, (bh * d.T + t0 + j) * d.Ep + e);
-          ref_ctx[p.vs.at(b, h, t0 + i, e)] = x;
+            x += double(P[(bh * d.nC + c) * d.nsplit * C * C + i * C + j]) * bf(p.vb, p.vo(bh, t0 + j, e));
+          ref_ctx[p.gs.at(b, h, t0 + i, e)] = x;
         }
       for (int64_t l = 0; l < L; ++l)
         for (int64_t e = 0; e < E; ++e) {
           Acc x = st[l * E + e].scaled(p.apow(h, l, Cn));
           for (int64_t i = 0; i < Cn; ++i)
-            x += p.qf(bh, t0 + i, l) * p.apow(h, l, Cn - 1 - i) * bf(p.vb, (bh * d.T + t0 + i) * d.Ep + e);
+            x += p.qf(bh, t0 + i, l) * p.apow(h, l, Cn - 1 - i) * bf(p.vb, p.vo(bh, t0 + i, e));
           st[l * E + e] = x;
         }
     }
@@ -761,9 +800,9 @@ bool readback_case(const Problem& p) {
           // split values: S (hi + lo) times Y's hi, plus S's bf16 hi times Y's lo (the kernel's three
           // products; S_lo·Y_lo is left out, below float32 resolution with real float16 remainders)
           // (S's hi plane itself: bf16(hi + lo) is another value where lo is a rounding tie)
-          const int64_t y = (bh * d.T + t) * d.Ep + e, s = ((bh * d.nC + c) * d.Lp + l) * d.Ep + e;
+          const int64_t y = (bh * d.T + t) * d.Ep + e, s = ((bh * d.nC + c) * d.Lp + l) * d.Ep + e, yv = p.vo(bh, t, e);
           w += double(h[e]) * bf(p.gb, y) + (kLo ? double(to_float(Hh[s])) * bf(p.glo, y) : 0.0);
-          u += double(a[e]) * bf(p.vb, y) + (kLo ? double(to_float(Ah[s])) * bf(p.vlo, y) : 0.0);
+          u += double(a[e]) * bf(p.vb, yv) + (kLo ? double(to_float(Ah[s])) * bf(p.vlo, yv) : 0.0);
           hh += double(h[e]) * a[e];
         }
         rW[(bh * d.T + t) * L + l] = w, rU[(bh * d.T + t) * L + l] = u;
@@ -807,7 +846,7 @@ bool cross_values_case(const Problem& p) {
             Acc x;
             if (i < p.chunk_len(I) && j < p.chunk_len(J))
               for (int64_t e = 0; e < d.E; ++e) {
-                const int64_t gi = (bh * d.T + I * d.C + i) * d.Ep + e, vj = (bh * d.T + J * d.C + j) * d.Ep + e;
+                const int64_t gi = (bh * d.T + I * d.C + i) * d.Ep + e, vj = p.vo(bh, J * d.C + j, e);
                 x += bf(p.gb, gi) * bf(p.vb, vj);
                 if (kLo) x += bf(p.gb, gi) * bf(p.vlo, vj), x += bf(p.glo, gi) * bf(p.vb, vj);
               }
@@ -824,7 +863,7 @@ bool cross_values_case(const Problem& p) {
           Acc x;
           if (i < p.chunk_len(c) && j < p.chunk_len(c))
             for (int64_t e = 0; e < d.E; ++e) {
-              const int64_t gi = (bh * d.T + c * C + i) * d.Ep + e, vj = (bh * d.T + c * C + j) * d.Ep + e;
+              const int64_t gi = (bh * d.T + c * C + i) * d.Ep + e, vj = p.vo(bh, c * C + j, e);
               x += bf(p.gb, gi) * bf(p.vb, vj);
               if (kLo) x += bf(p.gb, gi) * bf(p.vlo, vj), x += bf(p.glo, gi) * bf(p.vb, vj);
             }
@@ -873,7 +912,7 @@ bool quad_readback_case(const Problem& p) {
           for (int64_t J = 0; J < c; ++J)
             for (int64_t j = 0; j < p.chunk_len(J); ++j) {
               const double t = p.apow(h, l, (c - 1 - J) * C) * bf(p.Kq, (bh * d.T + J * C + j) * d.Lp + l) *
-                               bf(p.vb, (bh * d.T + J * C + j) * d.Ep + e);
+                               bf(p.vb, p.vo(bh, J * C + j, e));
               Hv[c * E + e] += t, Hm[c * E + e] += std::fabs(t);
             }
           for (int64_t I = c + 1; I < nC; ++I)
@@ -890,7 +929,7 @@ bool quad_readback_case(const Problem& p) {
           const int64_t t = c * C + i;
           Acc w, u;
           for (int64_t e = 0; e < E; ++e) {
-            const double g = bf(p.gb, (bh * d.T + t) * d.Ep + e), v = bf(p.vb, (bh * d.T + t) * d.Ep + e);
+            const double g = bf(p.gb, (bh * d.T + t) * d.Ep + e), v = bf(p.vb, p.vo(bh, t, e));
             w.x += Hv[c * E + e] * g, w.m += Hm[c * E + e] * std::fabs(g);
             u.x += Av[c * E + e] * v, u.m += Am[c * E + e] * std::fabs(v);
           }
@@ -1204,16 +1243,24 @@ int main(int argc, char** argv) {
   // chunks of 48 (tail 4), four column tiles (the last of 8 columns), pairs carrying h into b
   problems.push_back(make_problem("H2 pairs3@1 T140 L230 E70 C64", 2, 3, 1, 140, 230, 70, 64, 1, false));
   problems.push_back(make_problem("H3 pairs4@2 T100 L40 E200 C48 [B,T,H,x]", 3, 4, 2, 100, 40, 200, 48, 2, true));
-  // EMU_QUICK=1 (ctest's default set): on the six largest problems only the bfloat16 path's
+  // Hv = 1: v [B,1,T,E], packed once per batch row (d.v_rows), batches that start and end inside a
+  // batch row: pairs 1..3 of H = 2 (rows 0, 1, 1), 4..5 of H = 3 (one row), 3..5 of H = 2 (the
+  // quadratic kernels), 2..6 of H = 3 (rows 0, 1, 1, 1, 2; every kernel, split values too)
+  problems.push_back(make_problem("H2 pairs3@1 T150 L70 E130 C64 splits2 Hv1", 2, 3, 1, 150, 70, 130, 64, 2, false, true));
+  problems.push_back(make_problem("H3 pairs2@4 T64 L64 E128 C64 splits3 Hv1", 3, 2, 4, 64, 64, 128, 64, 3, false, true));
+  problems.push_back(make_problem("H2 pairs3@3 T300 L70 E136 C64 [B,T,H,x] Hv1", 2, 3, 3, 300, 70, 136, 64, 2, true, true));
+  problems.push_back(make_problem("H3 pairs5@2 T40 L13 E20 C17 [B,T,H,x] Hv1", 3, 5, 2, 40, 13, 20, 17, 1, true, true));
+  // EMU_QUICK=1 (ctest's default set): on the large problems (`big`) only the bfloat16 path's
   // kernels (`core`); the float32-state and split-value variants, and the second checks of the
-  // quadratic kernels (three splits, slot by slot, the states without stores), on the other six.
+  // quadratic kernels (three splits, slot by slot, the states without stores), on the others.
   // The full run (ctest label long, or without EMU_QUICK) takes every kernel on every problem.
   const bool quick = std::getenv("EMU_QUICK") != nullptr;
-  const std::vector<bool> big = {true, false, true, false, false, false, false, true, false, true, true, true, true, true};
-  const std::vector<bool> quadratic_only = {false, false, false, false, false, false, false, false, false, true, true,
-                                            true, false, false};
-  const std::vector<bool> scan_only = {false, false, false, false, false, false, false, false, false, false, false,
-                                       false, true, true};
+  const std::vector<bool> big = {true, false, true, false, false, false, false, true, false,
+                                 true, true,  true, true, true,  true,  true, true,  false};
+  const std::vector<bool> quadratic_only = {false, false, false, false, false, false, false, false, false,
+                                            true,  true,  true,  false, false, false, false, true,  false};
+  const std::vector<bool> scan_only = {false, false, false, false, false, false, false, false, false,
+                                       false, false, false, true,  true,  false, false, false, false};
   struct K {
     const char* name;
     std::function<bool(const Problem&)> f;
@@ -1338,12 +1385,16 @@ int main(int argc, char** argv) {
       }
     }
   }
-  for (size_t i = 0; i < problems.size(); ++i)
+  // EMU_PROBLEMS=SUBSTRING: only the problems whose name contains it (e.g. Hv1, for the hv1 mutants)
+  const char* only_problems = std::getenv("EMU_PROBLEMS");
+  for (size_t i = 0; i < problems.size(); ++i) {
+    if (only_problems && problems[i].name.find(only_problems) == std::string::npos) continue;
     for (const auto& k : kernels)
       if ((only.empty() || std::string(k.name).find(only) != std::string::npos) && !(quick && big[i] && !k.core) &&
           (k.quadratic || !quadratic_only[i]) &&
           (!scan_only[i] || std::string(k.name).find("chunk_scan_mma") != std::string::npos))
         run(problems[i], k.name, [&] { return k.f(problems[i]); });
+  }
   if (emu::errors) std::printf("%d emulation errors (see stderr)\n", int(emu::errors));
   std::printf("%s (%d failed)\n", failures || emu::errors ? "FAILED" : "all tensor-core kernels match", failures);
   return failures || emu::errors ? 1 : 0;

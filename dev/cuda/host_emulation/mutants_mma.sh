@@ -2,7 +2,8 @@
 # Sensitivity check of emulate_mma.cpp: plants known bugs (one at a time) in a copy of src/cuda
 # and expects run_mma's check to fail on each (a mutant that passes is reported as MISSED).
 #   dev/cuda/host_emulation/mutants_mma.sh [NAME_SUBSTRING]      (from anywhere; a few minutes)
-# NAME_SUBSTRING: only the mutants whose name contains it (e.g. "scores:").
+# NAME_SUBSTRING: only the mutants whose name contains it (e.g. "scores:"). The hv1 mutants are
+# quicker with EMU_PROBLEMS=Hv1 (only the Hv = 1 problems: EMU_PROBLEMS=Hv1 mutants_mma.sh hv1:).
 set -u
 cd "$(dirname "$0")/../../.."
 root=$(pwd)
@@ -18,7 +19,7 @@ mutants=(
   "B trans column half (warp_mma_32x32)|src/cuda/mma.cuh|ldsm_x4_trans(b[np], Bs + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ldb + n + (lane >> 4) * 8)|ldsm_x4_trans(b[np], Bs + (k0 + (lane >> 4) * 8 + (lane & 7)) * ldb + n + ((lane >> 3) & 1) * 8)|deferred|caught"
   "accumulator column (for_each_acc)|src/cuda/mma.cuh|n0 + 8 * nt + 2 * q + r % 2|n0 + 8 * nt + 2 * q + r / 2|deferred|caught"
   "pack: a row group's stores all at its first row|src/cuda/chunk_products.cuh|        rr[k] = r;\n|        rr[k] = rr[0];\n|deferred|caught||pack_bf16"
-  "pack: the next row without the head's carry into b|src/cuda/chunk_products.cuh|    b += db + carry_add(h, dh, carry, d.H);|    b += db; carry_add(h, dh, carry, d.H);|deferred|caught||pack_bf16"
+  "pack: the next row without the head's carry into b|src/cuda/chunk_products.cuh|    b += db + carry_add(h, dh, carry, Hr);|    b += db; carry_add(h, dh, carry, Hr);|deferred|caught||pack_bf16"
   "pack: the row group's loads without advancing the row|src/cuda/chunk_products.cuh|          r += warps;\n          next_row();|          r += warps;|deferred|caught||pack_bf16"
   "states: no wait for the next stage|src/cuda/chunk_products.cuh|      cp_async_wait<NS - 1>();\n|\n|deferred|caught"
   "states: no wait (eager cp.async misses it)|src/cuda/chunk_products.cuh|      cp_async_wait<NS - 1>();\n|\n|eager|missed"
@@ -33,7 +34,7 @@ mutants=(
   "scores: diagonal quadrant A rows 8-15 from the next block|src/cuda/chunk_products.cuh|ldsm_x4(af, A + (lane \\& 7) * kScS + k0 + 16 * kk|ldsm_x4(af, A + (lane \\& 15) * kScS + k0 + 16 * kk|deferred|caught"
   "scores: triangle sums to the wrong lanes|src/cuda/chunk_products.cuh|halving_step<2>(v, lane), halving_step<1>(v, lane);|halving_step<1>(v, lane), halving_step<2>(v, lane);|deferred|caught"
   "output: P not transposed for dv|src/cuda/chunk_products.cuh|pm = Pc[kDv ? j * C + i : i * C + j];|pm = Pc[i * C + j];|deferred|caught"
-  "output: intra-chunk Y tile without the column offset|src/cuda/chunk_products.cuh|fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep + e0, d.Ep, ET);|fetch_rows(hs, HS, Y + (bh * d.T + t0) * d.Ep, d.Ep, ET);|deferred|caught"
+  "output: intra-chunk Y tile without the column offset|src/cuda/chunk_products.cuh|fetch_rows(hs, HS, Y + yr * d.Ep + e0, d.Ep, ET);|fetch_rows(hs, HS, Y + yr * d.Ep, d.Ep, ET);|deferred|caught"
   "output: no barrier after the stage's wait (a race: caught when the threads interleave)|src/cuda/chunk_products.cuh|        cp_async_wait<0>();\n      }\n      __syncthreads();\n      warp_mma_32x32<false, false>|        cp_async_wait<0>();\n      }\n      warp_mma_32x32<false, false>|deferred|caught"
   "readback: lo plane dropped (H's lo tile fetched from the hi plane)|src/cuda/backward.cu|cp_async16(tile(stage, 1) + o, Hs_lo + so);|cp_async16(tile(stage, 1) + o, Hs + so);|deferred|caught"
   "readback v2: a fetch piece's shared row swapped with its neighbour's|src/cuda/backward.cu|const uint32_t f_dst = s0 + 2 * (fr * kRbS + fp);|const uint32_t f_dst = s0 + 2 * ((fr ^ 1) * kRbS + fp);|deferred|caught||chunk_readback_mma"
@@ -172,6 +173,15 @@ mutants=(
   "final state: h of bh in 32-bit without the quotient's multiple of H|src/cuda/quadratic.cuh|b = q, h = x - q * H;|b = q, h = x - q;|deferred|caught||final_state_mma"
   "final state: a full tile's row pointer one row per (mt, hf) instead of 8|src/cuda/quadratic.cuh|row += 8 * out.s[2];|row += out.s[2];|deferred|caught||final_state_mma"
   "final state: sub-batches (past 2^30 pairs) with rho not moved to the first pair's head|src/cuda/quadratic.cuh|+ b0 * out.s[0] + h0 * out.s[1];|+ b0 * out.s[0];|deferred|caught||final_state_mma, sub-batches"
+  "hv1: pack: the per-row copy one batch row short|src/cuda/chunk_products.cuh|rows = d.v_packed_rows() * d.T;|rows = (d.v_packed_rows() - (d.v_rows ? 1 : 0)) * d.T;|deferred|caught||pack_bf16"
+  "hv1: pack: a per-row copy's b from the pair's b of the row index|src/cuda/chunk_products.cuh|b = d.v_rows ? d.bh0 / d.H + bh : d.b_of(bh)|b = d.b_of(bh)|deferred|caught||pack_bf16"
+  "hv1: states v2: the values' row of the pair within an item (the first step's right)|src/cuda/chunk_products.cuh|const int vd = v_delta(bh);|const int vd = 0;|deferred|caught||chunk_states_mma forward"
+  "hv1: states v2: the next item's first values' row of the current item|src/cuda/chunk_products.cuh|fetch(stage ^ 1, 0, ft, v_delta(nbh), nlt_, net_);|fetch(stage ^ 1, 0, ft, vd, nlt_, net_);|deferred|caught||chunk_states_mma forward"
+  "hv1: output v2: Y of the pair's row (values per batch row)|src/cuda/chunk_products.cuh|const int ydelta = kDv ? 0 : d.v_row_delta32(bh) * static_cast<int>(d.T);|const int ydelta = 0;|deferred|caught||chunk_output_mma forward"
+  "hv1: readback v2: v of the pair's row|src/cuda/backward.cu|const int64_t vdo = d.v_rows ? (d.v_row(bh) - bh) * d.T * Ep : 0;|const int64_t vdo = 0;|deferred|caught||chunk_readback_mma"
+  "hv1: final state: V's row not moved at the next item|src/cuda/quadratic.cuh|        if (fbh < d.nbh) fvd = int64_t{d.v_row_delta32(fbh)} * d.T;\n|\n|deferred|caught||final_state_mma"
+  "hv1: cross_values: v of the pair's row|src/cuda/quadratic_backward.cuh|vb + (d.v_row(bh) * d.T + J * d.C) * d.Ep|vb + (bh * d.T + J * d.C) * d.Ep|deferred|caught||cross_values_mma"
+  "hv1: quadratic output: V of the pair's row|src/cuda/quadratic.cuh|const int64_t vr = d.v_row(bh);|const int64_t vr = bh;|deferred|caught||quadratic_output_mma"
   "final state: sub-batches (past 2^30 pairs) with the decay of the batch's first head|src/cuda/quadratic.cuh|f(s, first, a32 + h0 * d.L, o);|f(s, first, a32, o);|deferred|caught||final_state_mma, sub-batches"
 )
 missed=0
