@@ -80,7 +80,8 @@ for s in $stages; do
       done ;;
     source)
       # Nsight Compute's full set with source correlation for one launch of each of SOURCE_KERNELS
-      # (regexes, space-separated; default bwd_local_kernel) at BDH-8k forward+backward, from a
+      # (regexes, space-separated; default bwd_local_kernel; `regex@case` profiles it in that bench case,
+      # else SOURCE_CASE, default BDH-8k) in the case's forward+backward, from a
       # -lineinfo build of the CLI: $OUT/source_<n>.ncu-rep (open it in the Nsight Compute GUI),
       # the details page and the source page (CUDA lines with their samples, stalls and
       # instruction counts, CSV) as text.
@@ -89,10 +90,13 @@ for s in $stages; do
         cmake --build /tmp/b_lineinfo -j16 --target rhoscan_cli > $OUT/source_build.log 2>&1 ||
         { echo "lineinfo build failed"; tail -20 $OUT/source_build.log; exit 1; }
       n=0
-      for kernel in ${SOURCE_KERNELS:-${SOURCE_KERNEL:-bwd_local_kernel}}; do
+      for spec in ${SOURCE_KERNELS:-${SOURCE_KERNEL:-bwd_local_kernel}}; do
         n=$((n + 1))
+        kernel=${spec%@*}; case_name=${SOURCE_CASE:-BDH-8k}
+        [ "$spec" != "$kernel" ] && case_name=${spec#*@}
+        echo "source_$n: $kernel in $case_name"
         timeout 200 ncu --clock-control none -k regex:$kernel -c 1 --set full --import-source yes \
-          -o $OUT/source_$n /tmp/b_lineinfo/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 1 \
+          -o $OUT/source_$n /tmp/b_lineinfo/tools/rhoscan bench --device cuda --cases $case_name --backward --repeats 1 \
           > $OUT/source_${n}_ncu.log 2>&1; echo "ncu $kernel rc=$?"
         ncu --import $OUT/source_$n.ncu-rep --page details > $OUT/source_${n}_details.txt 2>&1
         ncu --import $OUT/source_$n.ncu-rep --page source --csv --print-source cuda > $OUT/source_${n}_cuda.csv 2>&1 ||
