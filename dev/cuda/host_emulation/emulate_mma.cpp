@@ -210,6 +210,51 @@ double val(const std::vector<bf16>& hi, const std::vector<bf16>& lo, bool split,
   return bf(hi, i) + (split ? bf(lo, i) : 0.0);
 }
 
+// ---- bscan (the normaliser gradient across chunks): Bend_c = B at the end of chunk c, B_start =
+//      a^Cn Bend + Bsum, da's share sum_c Bend_c Zs_c, dN_0 = B_0; from the upstream gradient gn
+//      (or 0). Inputs positive, so each output's magnitude is its value; float64 loop. Chunks of
+//      C / 8 (T = 150: 19 chunks, the last of 6; T = 450: 57): more than one batch of kBscanBatch ----
+bool bscan_case(const Problem& p) {
+  Dims d = p.d;
+  d.C = std::max<int64_t>(1, d.C / 8), d.nC = (d.T + d.C - 1) / d.C;
+  auto chunk_len = [&](int64_t c) { return std::min(d.C, d.T - c * d.C); };
+  const int64_t L = d.L, nC = d.nC, rows = (p.b_of(d.nbh > 0 ? d.nbh - 1 : 0) + 1) * d.H;
+  std::vector<float> Bsum(d.nbh * nC * L), Zs(Bsum.size()), gn(rows * L);
+  for (auto& x : Bsum) x = float(U01());
+  for (auto& x : Zs) x = float(U01());
+  for (auto& x : gn) x = float(U01());
+  bool ok = true;
+  for (bool with_gn : {true, false}) {
+    auto Bend = nans<float>(Bsum.size());
+    auto daB = nans<float>(d.nbh * L);
+    auto dn0 = nans<float>(gn.size());
+    Str3 gs{}, ds{};
+    if (with_gn) gs.p = gn.data(), gs.s[0] = d.H * L, gs.s[1] = L, gs.s[2] = 1;
+    ds.p = dn0.data(), ds.s[0] = d.H * L, ds.s[1] = L, ds.s[2] = 1;
+    emu::launch(small_grid((d.nbh * L + 255) / 256), 256, 0,
+                [&] { bscan_kernel(d, p.a32.data(), gs, Bsum.data(), Zs.data(), Bend.data(), daB.data(), ds); });
+    std::vector<Acc> rBend(Bend.size(), kUnwritten), rda(daB.size(), kUnwritten), rdn0(dn0.size(), kUnwritten);
+    for (int64_t bh = 0; bh < d.nbh; ++bh)
+      for (int64_t l = 0; l < L; ++l) {
+        const int64_t g = (p.b_of(bh) * d.H + p.h_of(bh)) * L + l;
+        double B = with_gn ? gn[g] : 0.0, da = 0.0;
+        for (int64_t c = nC - 1; c >= 0; --c) {
+          const int64_t o = (bh * nC + c) * L + l;
+          rBend[o] = {B, B};
+          da += B * Zs[o];
+          B = p.apow(p.h_of(bh), l, chunk_len(c)) * B + Bsum[o];
+        }
+        rda[bh * L + l] = {da, da};
+        rdn0[g] = {B, B};
+      }
+    const std::string tag = with_gn ? "" : ", no upstream gradient";
+    ok &= check("bscan Bend" + tag, doubles(Bend), rBend, 1e-5);
+    ok &= check("bscan da share" + tag, doubles(daB), rda, 1e-5);
+    ok &= check("bscan dN_0" + tag, doubles(dn0), rdn0, 1e-5);
+  }
+  return ok;
+}
+
 // ---- pack_bf16: y strided -> [bh][t][Ep] bf16, zero padded (exact); with d.v_rows (Hv = 1)
 //      [r][t][Ep] per batch row r of the batch, from v's (b, 0, t); G (d.per_pair()) per pair ----
 bool pack_case(const Problem& p) {
@@ -1269,6 +1314,7 @@ int main(int argc, char** argv) {
   };
   const std::vector<K> kernels = {
       {"pack_bf16", pack_case, true},
+      {"bscan", bscan_case, true},
       {"chunk_scores_mma", scores_case<float>, true},
       {"chunk_scores_mma (bf16 Qp)", scores_case<bf16>, true},
       {"chunk_states_mma forward, bf16 states", [](const Problem& p) { return states_case<bf16, false>(p, true); },
