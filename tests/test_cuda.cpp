@@ -384,38 +384,46 @@ TEST_F(Cuda, ForwardPathQuadraticNeedsNoInitialRho) {
 
 // The forward's saved buffer (core/saved.h): a backward that reads it gives gradients within the
 // tolerance of the float64 reference and of the backward that recomputes, bitwise the same on a
-// second run; the header says which sections the forward filled (the scores only where both
-// directions take the quadratic path), and the token sums are the forward's.
+// second run; the header says which sections the forward filled (the intra-chunk scores P for
+// 16-bit inputs where L >= 4 C or the cross-chunk scores are reserved, the cross-chunk scores
+// only where the forward takes the quadratic path), and the token sums are the forward's.
 TEST_F(Cuda, SavedBufferReplacesTheRecomputation) {
   struct Case {
     ProblemSpec s;
-    bool scores;   // whether the forward fills P and Pcross (its quadratic path)
-    bool bitwise;  // whether the backward reads only s and Nc, bitwise its own: the same gradients
+    uint32_t filled;  // the header's sections: 1 s and Nc, 2 P, 4 Pcross
+    bool bitwise;     // whether the backward reads only s and Nc, bitwise its own: the same gradients
   };
   std::vector<Case> cases;
-  auto add = [&](ProblemSpec s, bool scores, bool bitwise, auto&& tweak) {
+  auto add = [&](ProblemSpec s, uint32_t filled, bool bitwise, auto&& tweak) {
     tweak(s);
-    cases.push_back({s, scores, bitwise});
+    cases.push_back({s, filled, bitwise});
   };
-  add(spec(2, 2, 1, 200, 1600, 64, DType::bfloat16), true, false, [](ProblemSpec& s) {  // 200 = 3 · 64 + 8
+  add(spec(2, 2, 1, 200, 1600, 64, DType::bfloat16), 7, false, [](ProblemSpec& s) {  // 200 = 3 · 64 + 8
     s.q_zero_fraction = 0.9;
     s.initial_rho_norm = true;
   });
-  add(spec(1, 2, 2, 130, 1100, 40, DType::float16), true, false, [](ProblemSpec& s) {
+  add(spec(1, 2, 2, 130, 1100, 40, DType::float16), 7, false, [](ProblemSpec& s) {
     s.q_zero_fraction = 0.0;
     s.initial_rho_norm = true;
     s.decay = DecayKind::with_zeros_and_ones;
   });
-  add(spec(2, 3, 1, 1, 70, 20, DType::bfloat16), true, false, [](ProblemSpec& s) { s.zero_q_rows = true; });
-  add(spec(1, 2, 1, 70, 600, 36, DType::bfloat16), false, true, [](ProblemSpec& s) {  // initial rho: chunked
+  add(spec(2, 3, 1, 1, 70, 20, DType::bfloat16), 7, false, [](ProblemSpec& s) { s.zero_q_rows = true; });
+  // initial rho: chunked both ways; P saved (L >= 4 C) and read by the chunked backward
+  add(spec(1, 2, 1, 70, 600, 36, DType::bfloat16), 3, false, [](ProblemSpec& s) {
     s.initial_rho = s.initial_rho_norm = s.grad_rho_out = true;
   });
-  add(spec(2, 2, 1, 100, 96, 40, DType::float32), false, true, [](ProblemSpec& s) {  // FFMA, chunked
+  // L < 4 C: only s and Nc, bitwise
+  add(spec(1, 2, 1, 70, 200, 36, DType::bfloat16), 1, true, [](ProblemSpec& s) {
+    s.initial_rho = s.initial_rho_norm = s.grad_rho_out = true;
+  });
+  // chunk_scan_mma's forward (L = 256 < 8 T) saves P; the chunked backward reads it
+  add(spec(2, 2, 1, 200, 256, 40, DType::bfloat16), 3, false, [](ProblemSpec& s) { s.initial_rho_norm = true; });
+  add(spec(2, 2, 1, 100, 96, 40, DType::float32), 1, true, [](ProblemSpec& s) {  // FFMA, chunked
     s.initial_rho_norm = s.grad_rho_norm_out = true;
     s.decay = DecayKind::all_one;
   });
-  // grad_rho_out: the forward is quadratic (fills the scores), the backward chunked (reads s, Nc)
-  add(spec(1, 2, 1, 130, 1100, 24, DType::bfloat16), true, true, [](ProblemSpec& s) { s.grad_rho_out = true; });
+  // grad_rho_out: the forward is quadratic (fills the scores), the backward chunked (reads s, Nc, P)
+  add(spec(1, 2, 1, 130, 1100, 24, DType::bfloat16), 7, false, [](ProblemSpec& s) { s.grad_rho_out = true; });
   for (const Case& c : cases) {
     const ProblemSpec& s = c.s;
     SCOPED_TRACE(s.name() + " " + dtype_name(s.dtype));
@@ -446,7 +454,7 @@ TEST_F(Cuda, SavedBufferReplacesTheRecomputation) {
     std::memcpy(&magic, saved.data(), 4);
     std::memcpy(&filled, static_cast<const char*>(saved.data()) + 56, 4);  // SavedHeader::filled
     EXPECT_EQ(magic, 0x53564852u);
-    EXPECT_EQ(filled, c.scores ? 3u : 1u) << "the sections the forward filled";
+    EXPECT_EQ(filled, c.filled) << "the sections the forward filled";
     // s (at float 64): the token sums of q, as float32 sums of the stored values
     const std::vector<double> q = plain.q.values();
     for (int64_t bt : {int64_t{0}, s.B * s.H * s.T - 1}) {

@@ -295,19 +295,21 @@ TEST(Validation, StepShapes) {
   EXPECT_NO_THROW(step({q.view(), v.view(), d.view(), rho.view(), norm.view(), c.view()}));
 }
 
-// The saved buffer's length is a function of the shapes (core/saved.h): header 64, then s, Nc and,
-// where the CUDA forward's quadratic path applies by default, P and Pcross, each section rounded up
-// to 64 floats.
+// The saved buffer's length is a function of the shapes (core/saved.h): header 64, then s, Nc,
+// P for 16-bit inputs where L >= 4 C or the quadratic path applies, and Pcross where the CUDA
+// forward's quadratic path applies by default, each section rounded up to 64 floats.
 TEST(Validation, SavedNumelFollowsTheShapes) {
   // T = 64, L = 512 = 8 T, bfloat16, no rho: 64 + s 64 + Nc 2·512 + P 64² + Pcross 64².
   EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, false), 64 + 64 + 1024 + 4096 + 4096);
   EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::float16, false, 64), 64 + 64 + 1024 + 4096 + 4096);
-  // no scores: an initial rho, float32, L < 8 T, a chunk other than 64, T > 1024
-  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, true), 64 + 64 + 1024);
+  // no Pcross, P (L >= 4 C): an initial rho, L < 8 T, a chunk other than 64 (P nC·32²), T > 1024
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, true), 64 + 64 + 1024 + 4096);
+  EXPECT_EQ(saved_numel(1, 1, 64, 511, DType::bfloat16, false), 64 + 64 + 1024 + 4096);  // Nc 1022 -> 1024
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, false, 32), 64 + 64 + 3 * 512 + 2 * 1024);
+  EXPECT_EQ(saved_numel(1, 1, 1025, 1 << 14, DType::bfloat16, false), 64 + 1088 + 18 * (1 << 14) + 17 * 4096);
+  // no scores: float32, L < 4 C (Nc 2·200 -> 448)
   EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::float32, false), 64 + 64 + 1024);
-  EXPECT_EQ(saved_numel(1, 1, 64, 511, DType::bfloat16, false), 64 + 64 + 1024);  // Nc 1022 -> 1024
-  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, false, 32), 64 + 64 + 3 * 512);
-  EXPECT_EQ(saved_numel(1, 1, 1025, 1 << 14, DType::bfloat16, false), 64 + 1088 + 18 * (1 << 14));
+  EXPECT_EQ(saved_numel(1, 1, 64, 200, DType::bfloat16, false), 64 + 64 + 448);
   // two pairs, a tail chunk: T = 100 (nC = 2), L = 800
   EXPECT_EQ(saved_numel(2, 1, 100, 800, DType::bfloat16, false), 64 + 256 + 4800 + 2 * 2 * 4096 + 2 * 4 * 4096);
   EXPECT_EQ(saved_numel(2, 3, 0, 800, DType::bfloat16, false), 0);

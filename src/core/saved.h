@@ -7,13 +7,16 @@
 //   header   [kSavedHeaderFloats]              SavedHeader, then zeros
 //   s        [B·H][T]                          token sums sum_l q_t[l]
 //   Nc       [B·H][nC + 1][L]                  chunk-start normalisers (after the carry)
-//   P        [B·H][nC][C][C]                   intra-chunk scores          (only if `scores`)
-//   Pcross   [B·H][nC][nC][C][C]               cross-chunk scores          (only if `scores`)
+//   P        [B·H][nC][C][C]                   intra-chunk scores          (only if `diag_scores`)
+//   Pcross   [B·H][nC][nC][C][C]               cross-chunk scores          (only if `cross_scores`)
 // where C is the chunk (options.chunk_size, 0: 64, at most 64) and nC = ceil(T / C).
-// The scores are reserved only where the CUDA forward takes its quadratic path by default
-// (16-bit inputs, no initial rho, C = 64, T <= 1024, L >= 8 T): there they are at most a quarter
-// of q's bytes, and the backward's cross_scores and chunk_scores (about 0.5 ms at BDH-8k) need
-// not run again. s and Nc are always reserved (T + (nC + 1) L floats per pair, about 1/60 of q).
+// The cross-chunk scores are reserved only where the CUDA forward takes its quadratic path by
+// default (16-bit inputs, no initial rho, C = 64, T <= 1024, L >= 8 T): there they are at most a
+// quarter of q's bytes, and the backward's cross_scores (about 0.3 ms at BDH-8k) need not run
+// again. The intra-chunk scores (T C floats per pair) are reserved there and wherever the inputs
+// are 16-bit and L >= 4 C, where they are at most half of q's bytes: the backward's chunk_scores
+// (0.14 ms at B=1, H=4, T=8192, L=2048 and 0.04 ms at B=24, H=4, T=512, L=256 on the H200) need
+// not run either. s and Nc are always reserved (T + (nC + 1) L floats per pair, about 1/60 of q).
 #pragma once
 
 #include <cstdint>
@@ -24,25 +27,27 @@ namespace rhoscan::detail {
 
 inline constexpr int64_t kSavedHeaderFloats = 64;  // 256 bytes: sections stay 256-byte aligned
 inline constexpr uint32_t kSavedMagic = 0x53564852u;  // "RHVS" little-endian
-inline constexpr uint32_t kSavedVersion = 1;
+inline constexpr uint32_t kSavedVersion = 2;  // 2: P reserved apart from Pcross
 
 // Section flags of SavedHeader::filled.
-inline constexpr uint32_t kSavedNorm = 1u;    // s and Nc
-inline constexpr uint32_t kSavedScores = 2u;  // P and Pcross
+inline constexpr uint32_t kSavedNorm = 1u;         // s and Nc
+inline constexpr uint32_t kSavedDiagScores = 2u;   // P
+inline constexpr uint32_t kSavedCrossScores = 4u;  // Pcross
 
 struct SavedHeader {
   uint32_t magic = 0, version = 0;
   int64_t B = 0, H = 0, T = 0, L = 0, C = 0;
   int32_t dtype = 0;         // DType of q
   int32_t has_rho_norm = 0;  // whether the forward had an initial rho_norm (Nc depends on it)
-  uint32_t filled = 0;       // kSavedNorm | kSavedScores: what the forward wrote
+  uint32_t filled = 0;       // kSavedNorm | kSavedDiagScores | kSavedCrossScores: what the forward wrote
   uint32_t reserved = 0;
 };
 static_assert(sizeof(SavedHeader) <= kSavedHeaderFloats * 4, "the header fits its floats");
 
 struct SavedLayout {
   int64_t C = 0, nC = 0;
-  bool scores = false;  // whether P and Pcross are reserved
+  bool diag_scores = false;   // whether P is reserved
+  bool cross_scores = false;  // whether Pcross is reserved
   // offsets in floats from the buffer's start (bh 0), and per-pair sizes in floats
   int64_t s = 0, Nc = 0, P = 0, Pcross = 0, total = 0;
   int64_t s_pair = 0, Nc_pair = 0, P_pair = 0, Pcross_pair = 0;
@@ -59,11 +64,12 @@ inline SavedLayout saved_layout(int64_t B, int64_t H, int64_t T, int64_t L, DTyp
   g.nC = (T + g.C - 1) / g.C;
   if (B * H * T == 0) return g;
   const bool sixteen = dtype == DType::bfloat16 || dtype == DType::float16;
-  g.scores = sixteen && !has_rho && g.C == 64 && T <= 1024 && L >= 8 * T;
+  g.cross_scores = sixteen && !has_rho && g.C == 64 && T <= 1024 && L >= 8 * T;
+  g.diag_scores = g.cross_scores || (sixteen && L >= 4 * g.C);
   g.s_pair = T;
   g.Nc_pair = (g.nC + 1) * L;
-  g.P_pair = g.scores ? g.nC * g.C * g.C : 0;
-  g.Pcross_pair = g.scores ? g.nC * g.nC * g.C * g.C : 0;
+  g.P_pair = g.diag_scores ? g.nC * g.C * g.C : 0;
+  g.Pcross_pair = g.cross_scores ? g.nC * g.nC * g.C * g.C : 0;
   auto aligned = [](int64_t floats) { return (floats + 63) / 64 * 64; };  // 256-byte sections
   const int64_t BH = B * H;
   g.s = kSavedHeaderFloats;

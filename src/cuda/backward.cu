@@ -1749,12 +1749,16 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                     ", L=" + std::to_string(L) + ", E=" + std::to_string(E) + "), over the cap of " +
                     std::to_string(cap) + " bytes: raise options.max_workspace_bytes");
   // The forward's saved buffer (core/saved.h; its header checked by validation): s and Nc replace
-  // the token sums and the normaliser's chunk sums and carry; on the quadratic path P and Pcross replace
-  // chunk_scores and cross_scores (P has one split there, so d.nsplit = 1 and M has one split too).
+  // the token sums and the normaliser's chunk sums and carry; P (where the forward saved it, on
+  // either path) replaces chunk_scores, and on the quadratic path Pcross replaces cross_scores (the
+  // saved P has one split, so d.nsplit = 1 and M has one split too). The saved P comes from the
+  // forward's bf16 Qp, this backward's own from float32 Qp: gradients differ in the last bits
+  // (dv rounds the scores to bf16 either way).
   const detail::SavedLayout saved =
       detail::saved_layout(p.B, p.H, nT, L, p.dtype, g.rho0 != nullptr, g.options.chunk_size);
   const bool saved_norm = g.saved != nullptr && (g.saved_filled & detail::kSavedNorm) != 0;
-  const bool saved_scores = g.saved != nullptr && (g.saved_filled & detail::kSavedScores) != 0 && quadratic;
+  const bool saved_diag = g.saved != nullptr && (g.saved_filled & detail::kSavedDiagScores) != 0;
+  const bool saved_scores = g.saved != nullptr && (g.saved_filled & detail::kSavedCrossScores) != 0 && quadratic;
   if (g.saved != nullptr && saved.C != C)
     throw Error(ErrorKind::internal, "rhoscan.backward (cuda): the saved layout's chunk differs from the kernels'");
   const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
@@ -1781,7 +1785,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     ws.take_floats(p.B * p.Hv * nT * E);
     d.bh0 = bh0;
     d.nbh = std::min(per_batch, BH - bh0);
-    d.nsplit = saved_scores ? 1 : score_splits(d.nbh, nC, L);
+    d.nsplit = saved_diag ? 1 : score_splits(d.nbh, nC, L);
     const int64_t n = d.nbh;
     // (the saved sections are only read: the kernels that would write them do not run)
     float* saved_at = const_cast<float*>(g.saved);
@@ -1791,7 +1795,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* Qp = ws.take_floats(n * nT * L);
     float* dqp = ws.take_floats(n * nT * L);
     float* Nc = saved_norm ? saved_at + saved.Nc + bh0 * saved.Nc_pair : ws.take_floats(n * (nC + 1) * L);
-    float* P = saved_scores ? saved_at + saved.P + bh0 * saved.P_pair : ws.take_floats(n * nC * d.nsplit * C * C);
+    float* P = saved_diag ? saved_at + saved.P + bh0 * saved.P_pair : ws.take_floats(n * nC * d.nsplit * C * C);
     float* M = ws.take_floats(n * nC * d.nsplit * C * C);
     // chunk states H and A_end: float32 (FFMA path), or bf16 hi and lo planes (tensor-core path;
     // the same bytes), the lo plane right after the hi plane
@@ -1825,7 +1829,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     make_key_remainders<kTC, T>(d, q, a32, o, stream);
     // (16-bit: M comes from cross_values_mma's diagonal items, on tensor cores; float32: from the
     // FFMA chunk_scores kernel, with P)
-    if (!saved_scores) launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, kTC ? nullptr : M, stream);
+    if (!saved_diag) launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, kTC ? nullptr : M, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     pack_values<kTC, T>(d.per_pair(), gctx, o.gb, o.glo, stream);  // (G: per pair)
     if constexpr (kTC) {

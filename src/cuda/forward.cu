@@ -80,11 +80,13 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
                     " bytes of chunk workspace (T=" + std::to_string(p.T) + ", L=" + std::to_string(p.L) +
                     ", E=" + std::to_string(p.E) + "), over the cap of " + std::to_string(cap) +
                     " bytes: raise options.max_workspace_bytes");
-  // The saved buffer (core/saved.h): s and Nc always, the scores where its layout reserved them
-  // and this call took the quadratic path. The kernels write those sections in place of the
-  // workspace's; only P is copied (the workspace holds its L-split partials).
+  // The saved buffer (core/saved.h): s and Nc always, P where its layout reserved it (every path
+  // computes P), Pcross where it is reserved and this call took the quadratic path. The kernels
+  // write s, Nc and Pcross in place of the workspace's; P is copied (the workspace holds its
+  // L-split partials).
   const detail::SavedLayout saved = detail::saved_layout(p.B, p.H, p.T, p.L, p.dtype, f.rho0 != nullptr, f.options.chunk_size);
-  const bool save = f.saved != nullptr, save_scores = save && quadratic && saved.scores;
+  const bool save = f.saved != nullptr, save_diag = save && saved.diag_scores;
+  const bool save_scores = save && quadratic && saved.cross_scores;
   if (save) {
     if (saved.C != d.C)
       throw Error(ErrorKind::internal, "rhoscan.forward (cuda): the saved layout's chunk differs from the kernels'");
@@ -93,7 +95,8 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     header.B = p.B, header.H = p.H, header.T = p.T, header.L = p.L, header.C = d.C;
     header.dtype = static_cast<int32_t>(p.dtype);
     header.has_rho_norm = f.rho_norm0 != nullptr;
-    header.filled = detail::kSavedNorm | (save_scores ? detail::kSavedScores : 0u);
+    header.filled = detail::kSavedNorm | (save_diag ? detail::kSavedDiagScores : 0u) |
+                    (save_scores ? detail::kSavedCrossScores : 0u);
     write_saved_header(f.saved, header, stream);
   }
   const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
@@ -124,7 +127,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     const Operands16 o = take_operands<kTC, T>(ws, d, false);
     launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, n_out, o.Xq, o.Kq, stream);
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
-    if (save_scores) {  // split 0 of each [nsplit][C][C] slot holds the sum
+    if (save_diag) {  // split 0 of each [nsplit][C][C] slot holds the sum
       const size_t CC = static_cast<size_t>(d.C * d.C) * sizeof(float);
       RHOSCAN_CUDA_CHECK(cudaMemcpy2DAsync(f.saved + saved.P + bh0 * saved.P_pair, CC, P, d.nsplit * CC, CC,
                                            static_cast<size_t>(d.nbh * d.nC), cudaMemcpyDeviceToDevice, stream));
