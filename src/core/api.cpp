@@ -27,7 +27,7 @@ const BackendImpl* find_backend(Backend id) {
 }
 
 // Host-memory value checks, walking any strides.
-bool BackendImpl::values_satisfy(const TensorView& t, ValueRule rule) const {
+bool BackendImpl::values_satisfy(const TensorView& t, ValueRule rule, const Options& /*options*/) const {
   int64_t index[kMaxRank] = {};
   const int64_t n = t.numel();
   for (int64_t i = 0; i < n; ++i) {

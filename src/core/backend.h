@@ -30,9 +30,10 @@ class BackendImpl {
   virtual std::string unsupported_reason(const Problem&) const { return ""; }
 
   // Value checks that validation needs (decay in [0, 1]; finite-checking). The defaults read
-  // host memory; backends whose tensors live on a device override them.
+  // host memory; backends whose tensors live on a device override them (on options.stream, so
+  // that the check sees what the caller's stream wrote).
   enum class ValueRule { finite, unit_interval };
-  virtual bool values_satisfy(const TensorView& view, ValueRule rule) const;
+  virtual bool values_satisfy(const TensorView& view, ValueRule rule, const Options& options) const;
 
   // Whether the backend fills and reads the forward's saved buffer (core/saved.h); if so, its
   // header, copied from wherever the buffer lives (validation checks it before the backward).

@@ -243,10 +243,10 @@ void copy_v_strides(int64_t* dst, const TensorView& v) {
   if (v.shape[1] == 1) dst[1] = 0;
 }
 
-void check_values(Validator& check, const BackendImpl& backend, const char* name,
+void check_values(Validator& check, const BackendImpl& backend, const Options& options, const char* name,
                   const TensorView* t, BackendImpl::ValueRule rule) {
   if (t == nullptr || t->numel() == 0) return;
-  if (!backend.values_satisfy(*t, rule)) {
+  if (!backend.values_satisfy(*t, rule, options)) {
     if (rule == BackendImpl::ValueRule::unit_interval)
       check.fail(std::string(name) + " " + t->shape_string() +
                  ": every value must be finite and in [0, 1]");
@@ -371,13 +371,13 @@ ValidatedForward validate_forward(const ForwardArgs& a, const Options& options) 
   check.check_memory(backend);
   check_supported(check, backend, f.p);
   if (options.chunk_size < 0) check.fail("options.chunk_size must be 0 (default) or positive");
-  check_values(check, backend, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
+  check_values(check, backend, options, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
   if (options.check_finite) {
     using R = BackendImpl::ValueRule;
-    check_values(check, backend, "q", &a.q, R::finite);
-    check_values(check, backend, "v", &a.v, R::finite);
-    check_values(check, backend, "rho", a.rho ? &*a.rho : nullptr, R::finite);
-    check_values(check, backend, "rho_norm", a.rho_norm ? &*a.rho_norm : nullptr, R::finite);
+    check_values(check, backend, options, "q", &a.q, R::finite);
+    check_values(check, backend, options, "v", &a.v, R::finite);
+    check_values(check, backend, options, "rho", a.rho ? &*a.rho : nullptr, R::finite);
+    check_values(check, backend, options, "rho_norm", a.rho_norm ? &*a.rho_norm : nullptr, R::finite);
   }
   f.q = a.q.data;                 copy_strides(f.q_stride, a.q);
   f.v = a.v.data;                 copy_v_strides(f.v_stride, a.v);
@@ -451,17 +451,17 @@ ValidatedBackward validate_backward(const BackwardArgs& a, const Options& option
   check.check_memory(backend);
   check_supported(check, backend, b.p);
   if (options.chunk_size < 0) check.fail("options.chunk_size must be 0 (default) or positive");
-  check_values(check, backend, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
+  check_values(check, backend, options, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
   if (options.check_finite) {
     using R = BackendImpl::ValueRule;
     auto opt = [](const std::optional<TensorView>& t) { return t ? &*t : nullptr; };
-    check_values(check, backend, "q", &a.q, R::finite);
-    check_values(check, backend, "v", &a.v, R::finite);
-    check_values(check, backend, "rho", opt(a.rho), R::finite);
-    check_values(check, backend, "rho_norm", opt(a.rho_norm), R::finite);
-    check_values(check, backend, "grad_context", &a.grad_context, R::finite);
-    check_values(check, backend, "grad_rho_out", opt(a.grad_rho_out), R::finite);
-    check_values(check, backend, "grad_rho_norm_out", opt(a.grad_rho_norm_out), R::finite);
+    check_values(check, backend, options, "q", &a.q, R::finite);
+    check_values(check, backend, options, "v", &a.v, R::finite);
+    check_values(check, backend, options, "rho", opt(a.rho), R::finite);
+    check_values(check, backend, options, "rho_norm", opt(a.rho_norm), R::finite);
+    check_values(check, backend, options, "grad_context", &a.grad_context, R::finite);
+    check_values(check, backend, options, "grad_rho_out", opt(a.grad_rho_out), R::finite);
+    check_values(check, backend, options, "grad_rho_norm_out", opt(a.grad_rho_norm_out), R::finite);
   }
   b.q = a.q.data;                 copy_strides(b.q_stride, a.q);
   b.v = a.v.data;                 copy_v_strides(b.v_stride, a.v);
@@ -519,13 +519,13 @@ ValidatedStep validate_step(const StepArgs& a, const Options& options) {
   const BackendImpl& backend = select_backend("step", options.backend, s.p.device);
   check.check_memory(backend);
   check_supported(check, backend, s.p);
-  check_values(check, backend, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
+  check_values(check, backend, options, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
   if (options.check_finite) {
     using R = BackendImpl::ValueRule;
-    check_values(check, backend, "q", &a.q, R::finite);
-    check_values(check, backend, "v", &a.v, R::finite);
-    check_values(check, backend, "rho", &a.rho, R::finite);
-    check_values(check, backend, "rho_norm", &a.rho_norm, R::finite);
+    check_values(check, backend, options, "q", &a.q, R::finite);
+    check_values(check, backend, options, "v", &a.v, R::finite);
+    check_values(check, backend, options, "rho", &a.rho, R::finite);
+    check_values(check, backend, options, "rho_norm", &a.rho_norm, R::finite);
   }
   s.q = a.q.data;               copy_strides(s.q_stride, a.q);
   s.v = a.v.data;               copy_strides(s.v_stride, a.v);

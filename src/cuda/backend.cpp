@@ -23,9 +23,9 @@ class CudaBackend final : public BackendImpl {
     return "";
   }
 
-  bool values_satisfy(const TensorView& view, ValueRule rule) const override {
-    if (view.device != Device::cuda) return BackendImpl::values_satisfy(view, rule);
-    return cuda_detail::run_values_satisfy(view, rule == ValueRule::unit_interval);
+  bool values_satisfy(const TensorView& view, ValueRule rule, const Options& options) const override {
+    if (view.device != Device::cuda) return BackendImpl::values_satisfy(view, rule, options);
+    return cuda_detail::run_values_satisfy(view, rule == ValueRule::unit_interval, options);
   }
 
   bool reads_saved() const override { return true; }

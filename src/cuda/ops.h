@@ -13,7 +13,7 @@ void run_forward(const detail::ForwardParams& params);
 void run_backward(const detail::BackwardParams& params);
 void run_step(const detail::StepParams& params);
 // Whether every element of a device tensor is finite (and in [0, 1] when unit_interval).
-bool run_values_satisfy(const TensorView& view, bool unit_interval);
+bool run_values_satisfy(const TensorView& view, bool unit_interval, const Options& options);
 // The saved buffer's header (saved.cu): written on `stream` (a cudaStream_t) by the forward, read
 // back on options.stream for the backward's validation.
 void write_saved_header(float* saved, const detail::SavedHeader& header, void* stream);

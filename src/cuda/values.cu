@@ -31,8 +31,13 @@ __global__ void values_kernel(View5 t, int64_t n, bool unit_interval, int* bad) 
 
 }  // namespace
 
-bool run_values_satisfy(const TensorView& view, bool unit_interval) {
+// On the caller's stream (options.stream), so that the check reads what that stream wrote; the
+// flag from the stream-ordered pool (the legacy default stream, cudaMalloc and cudaFree, as
+// until the tenth round, waited for the whole device and raced with work queued on a
+// non-blocking stream). One wait for the flag.
+bool run_values_satisfy(const TensorView& view, bool unit_interval, const Options& options) {
   DeviceGuard guard(view.device_index);
+  const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
   View5 t{view.data, view.rank, {}, {}};
   for (int d = 0; d < view.rank; ++d) {
     t.shape[d] = view.shape[d];
@@ -40,21 +45,23 @@ bool run_values_satisfy(const TensorView& view, bool unit_interval) {
   }
   const int64_t n = view.numel();
   int* bad = nullptr;
-  RHOSCAN_CUDA_CHECK(cudaMalloc(&bad, sizeof(int)));
+  RHOSCAN_CUDA_CHECK(cudaMallocAsync(&bad, sizeof(int), stream));
   int host = 0;
-  cudaError_t st = cudaMemset(bad, 0, sizeof(int));
+  cudaError_t st = cudaMemsetAsync(bad, 0, sizeof(int), stream);
   if (st == cudaSuccess) {
     const unsigned grid = grid_for(n, 256, 4096);
     switch (view.dtype) {
-      case DType::float64: values_kernel<double><<<grid, 256>>>(t, n, unit_interval, bad); break;
-      case DType::float32: values_kernel<float><<<grid, 256>>>(t, n, unit_interval, bad); break;
-      case DType::bfloat16: values_kernel<__nv_bfloat16><<<grid, 256>>>(t, n, unit_interval, bad); break;
-      case DType::float16: values_kernel<__half><<<grid, 256>>>(t, n, unit_interval, bad); break;
+      case DType::float64: values_kernel<double><<<grid, 256, 0, stream>>>(t, n, unit_interval, bad); break;
+      case DType::float32: values_kernel<float><<<grid, 256, 0, stream>>>(t, n, unit_interval, bad); break;
+      case DType::bfloat16: values_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(t, n, unit_interval, bad); break;
+      case DType::float16: values_kernel<__half><<<grid, 256, 0, stream>>>(t, n, unit_interval, bad); break;
     }
     st = cudaGetLastError();
-    if (st == cudaSuccess) st = cudaMemcpy(&host, bad, sizeof(int), cudaMemcpyDeviceToHost);
+    if (st == cudaSuccess) st = cudaMemcpyAsync(&host, bad, sizeof(int), cudaMemcpyDeviceToHost, stream);
   }
-  cudaFree(bad);
+  const cudaError_t freed = cudaFreeAsync(bad, stream);
+  if (st == cudaSuccess) st = freed;
+  if (st == cudaSuccess) st = cudaStreamSynchronize(stream);
   check_cuda(st, "value check on the device");
   return host == 0;
 }

@@ -391,8 +391,8 @@ class VulkanBackend final : public detail::BackendImpl {
   }
 
   // Vulkan tensors: read back (decay is small; check_finite costs a copy of each input).
-  bool values_satisfy(const TensorView& t, ValueRule rule) const override {
-    if (t.device != Device::vulkan) return BackendImpl::values_satisfy(t, rule);
+  bool values_satisfy(const TensorView& t, ValueRule rule, const Options& options) const override {
+    if (t.device != Device::vulkan) return BackendImpl::values_satisfy(t, rule, options);
     DeviceSpan span;
     const uint64_t extent = view_extent_bytes(t);
     std::string why = find_device_span(t.data, extent, &span);
@@ -402,7 +402,7 @@ class VulkanBackend final : public detail::BackendImpl {
     TensorView h = t;
     h.data = host.data();
     h.device = Device::cpu;
-    return BackendImpl::values_satisfy(h, rule);
+    return BackendImpl::values_satisfy(h, rule, options);
   }
 
   std::string unsupported_reason(const Problem& p) const override {
