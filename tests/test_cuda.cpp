@@ -3,10 +3,14 @@
 // GPU every test skips with the backend's reason (the one allowed skip).
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "support/device_memory.h"
 #include "support/problem.h"
@@ -511,6 +515,47 @@ TEST_F(Cuda, SavedBufferHeaderIsChecked) {
   Options other = cuda(32);  // another chunk: another length
   b.rho_norm = m.mirror(*p.rho_norm);
   EXPECT_THROW(backward(b, other), Error);
+}
+
+// The decay range check runs on options.stream: what the check reads is what that stream wrote
+// before the call, even when the write is still queued (behind a host function that sleeps) when
+// forward is called. A value past 1 written that way is an error naming decay; a valid decay
+// written that way over an invalid one is accepted. (Until the tenth round the check ran on the
+// legacy default stream, which does not wait for a non-blocking stream: it read the old values.)
+TEST_F(Cuda, ValueChecksReadWhatTheCallersStreamWrote) {
+  Problem p(spec(1, 2, 1, 8, 16, 4, DType::float32));
+  MirroredProblem m(p, Device::cuda);
+  ForwardArgs f = m.forward_args();
+  ASSERT_EQ(f.decay.dtype, DType::float32);
+  const size_t n = static_cast<size_t>(f.decay.numel()), bytes = n * sizeof(float);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  float* staged = nullptr;  // pinned: the queued copy reads it when its turn comes
+  ASSERT_EQ(cudaMallocHost(&staged, bytes), cudaSuccess);
+  auto sleep_then_copy = [&](float value) {
+    for (size_t i = 0; i < n; ++i) staged[i] = i == 3 ? value : 0.5f;
+    ASSERT_EQ(cudaLaunchHostFunc(
+                  stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(const_cast<void*>(f.decay.data), staged, bytes, cudaMemcpyHostToDevice, stream),
+              cudaSuccess);
+  };
+  Options o = cuda();
+  o.stream = stream;
+  sleep_then_copy(2.0f);  // the device's decay is valid until the queued copy runs
+  try {
+    forward(f, o);
+    ADD_FAILURE() << "a decay of 2 written on options.stream was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("decay"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);  // the device's decay now holds the 2
+  sleep_then_copy(0.25f);
+  EXPECT_NO_THROW(forward(f, o));
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  cudaFreeHost(staged);
+  cudaStreamDestroy(stream);
 }
 
 TEST_F(Cuda, Float64InputsAreUnsupported) {
