@@ -1597,8 +1597,11 @@ __global__ void __launch_bounds__(kDqThreads) dq_final_kernel(Dims d, const floa
 // increasing h. V adjacent e per thread (4 where E is a multiple of 4: 16-byte loads and stores,
 // a quarter of the index arithmetic that bounded the one-element version, 49 µs per call at
 // BDH-base); each element's sum in the same order either way.
-template <int V>
-__global__ void dv_accumulate_kernel(Dims d, int64_t Hv, const float* dvp, float* dv_acc) {
+// kStore (the whole backward in one batch): each sum starts from 0.0f, as it would from dv_acc's
+// zeros, and goes to grad_v through gv's strides as dv_store_kernel writes it: the same bits
+// without dv_acc's memset, its write and read, and dv_store's launch.
+template <int V, typename T = float, bool kStore = false>
+__global__ void dv_accumulate_kernel(Dims d, int64_t Hv, const float* dvp, float* dv_acc, Str4 gv = Str4{}) {
   struct alignas(4 * V) Vec {
     float x[V];
   };
@@ -1608,7 +1611,13 @@ __global__ void dv_accumulate_kernel(Dims d, int64_t Hv, const float* dvp, float
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ev = x % EV, t = (x / EV) % d.T, hv = (x / (EV * d.T)) % Hv, b = b_first + x / (EV * d.T * Hv);
     const int64_t o = ((b * Hv + hv) * d.T + t) * d.E + ev * V;
-    Vec acc = *reinterpret_cast<const Vec*>(dv_acc + o);
+    Vec acc;
+    if constexpr (kStore) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc.x[k] = 0.0f;
+    } else {
+      acc = *reinterpret_cast<const Vec*>(dv_acc + o);
+    }
     for (int64_t h = (Hv == 1 ? 0 : hv); h < (Hv == 1 ? d.H : hv + 1); ++h) {
       const int64_t bh = b * d.H + h - d.bh0;
       if (bh >= 0 && bh < d.nbh) {
@@ -1617,7 +1626,13 @@ __global__ void dv_accumulate_kernel(Dims d, int64_t Hv, const float* dvp, float
         for (int k = 0; k < V; ++k) acc.x[k] += y.x[k];
       }
     }
-    *reinterpret_cast<Vec*>(dv_acc + o) = acc;
+    if constexpr (kStore) {
+      const int64_t go = gv.at(b, hv, t, ev * V);
+#pragma unroll
+      for (int k = 0; k < V; ++k) store<T>(const_cast<void*>(gv.p), go + k * gv.s[3], acc.x[k]);
+    } else {
+      *reinterpret_cast<Vec*>(dv_acc + o) = acc;
+    }
   }
 }
 
@@ -1770,7 +1785,9 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                                                                  p.H, L, p.decay_dtype == DType::float64);
   RHOSCAN_CUDA_LAUNCHED("decay_to_f32_kernel");
   RHOSCAN_CUDA_CHECK(cudaMemsetAsync(da_acc, 0, sizeof(double) * p.H * L, stream));
-  RHOSCAN_CUDA_CHECK(cudaMemsetAsync(dv_acc, 0, sizeof(float) * p.B * p.Hv * nT * E, stream));
+  // one batch of every pair: dv_accumulate stores grad_v itself (kStore), dv_acc stays unused
+  const bool one_batch = BH > 0 && per_batch >= BH;
+  if (!one_batch) RHOSCAN_CUDA_CHECK(cudaMemsetAsync(dv_acc, 0, sizeof(float) * p.B * p.Hv * nT * E, stream));
 
   const Str4 q = str4(g.q, g.q_stride), v = str4(g.v, g.v_stride), gctx = str4(g.grad_context, g.grad_context_stride);
   const Str4 rho0 = str4(g.rho0, g.rho0_stride), gr = str4(g.grad_rho_out, g.grad_rho_out_stride);
@@ -1893,8 +1910,12 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     RHOSCAN_CUDA_LAUNCHED("dq_final_kernel");
     {
       const int64_t rows = ((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT;
-      if (E % 4 == 0)
+      if (E % 4 == 0 && one_batch)
+        dv_accumulate_kernel<4, T, true><<<grid_for(rows * (E / 4), 256), 256, 0, stream>>>(d, p.Hv, dvp, dv_acc, dv);
+      else if (E % 4 == 0)
         dv_accumulate_kernel<4><<<grid_for(rows * (E / 4), 256), 256, 0, stream>>>(d, p.Hv, dvp, dv_acc);
+      else if (one_batch)
+        dv_accumulate_kernel<1, T, true><<<grid_for(rows * E, 256), 256, 0, stream>>>(d, p.Hv, dvp, dv_acc, dv);
       else
         dv_accumulate_kernel<1><<<grid_for(rows * E, 256), 256, 0, stream>>>(d, p.Hv, dvp, dv_acc);
     }
@@ -1902,11 +1923,13 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     da_accumulate_kernel<<<grid_for(p.H * ((L + 31) / 32)), kDaThreads, 0, stream>>>(d, dap, daB, da_acc);
     RHOSCAN_CUDA_LAUNCHED("da_accumulate_kernel");
   }
-  if (E % 4 == 0)
-    dv_store_kernel<T, 4><<<grid_for(p.B * p.Hv * nT * E / 4, 256), 256, 0, stream>>>(p.B, p.Hv, nT, E, dv_acc, dv);
-  else
-    dv_store_kernel<T, 1><<<grid_for(p.B * p.Hv * nT * E, 256), 256, 0, stream>>>(p.B, p.Hv, nT, E, dv_acc, dv);
-  RHOSCAN_CUDA_LAUNCHED("dv_store_kernel");
+  if (!one_batch) {
+    if (E % 4 == 0)
+      dv_store_kernel<T, 4><<<grid_for(p.B * p.Hv * nT * E / 4, 256), 256, 0, stream>>>(p.B, p.Hv, nT, E, dv_acc, dv);
+    else
+      dv_store_kernel<T, 1><<<grid_for(p.B * p.Hv * nT * E, 256), 256, 0, stream>>>(p.B, p.Hv, nT, E, dv_acc, dv);
+    RHOSCAN_CUDA_LAUNCHED("dv_store_kernel");
+  }
   da_store_kernel<<<grid_for(p.H * L, 256), 256, 0, stream>>>(p.H, L, da_acc, g.grad_decay, g.grad_decay_stride[0],
                                                              g.grad_decay_stride[1], p.decay_dtype == DType::float64);
   RHOSCAN_CUDA_LAUNCHED("da_store_kernel");
