@@ -62,21 +62,35 @@ for s in $stages; do
     ab)
       # Compile-time variants against the main build in the same session: AB_VARIANTS is a list of
       # CUDA flag sets separated by ';' (e.g. "-DRHOSCAN_STATES_STAGES=2;-DRHOSCAN_LOCAL_MIN_BLOCKS=2");
-      # each gets its own build of the CLI, and AB_CASES are benchmarked in every build in turn.
+      # AB_TREES other source trees (directories carried beside this one, each with a COMMIT file:
+      # e.g. the base of a round); each gets its own build of the CLI, and AB_CASES are benchmarked
+      # in every build in turn, AB_ROUNDS times (default 1), so that a drift of the clocks shows.
       IFS=';' read -ra variants <<< "${AB_VARIANTS:-}"
-      builds=("$B")
+      builds=("$B") labels=("$commit")
       for i in "${!variants[@]}"; do
         vb=/tmp/b_ab$i
         cmake -S . -B $vb -G Ninja -DRHOSCAN_VULKAN=OFF -DRHOSCAN_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
           -DCMAKE_CUDA_FLAGS="${variants[$i]}" > $OUT/ab${i}_configure.log 2>&1 &&
-          cmake --build $vb -j16 --target rhoscan_cli > $OUT/ab${i}_build.log 2>&1 && builds+=("$vb") ||
+          cmake --build $vb -j16 --target rhoscan_cli > $OUT/ab${i}_build.log 2>&1 &&
+          { builds+=("$vb"); labels+=("$commit+${variants[$i]}"); } ||
           { echo "ab build '${variants[$i]}' failed"; tail -20 $OUT/ab${i}_build.log; }
       done
-      for k in "${!builds[@]}"; do
-        label=$commit; [ "$k" -gt 0 ] && label="$commit+${variants[$((k - 1))]}"
-        echo "-- $label"
-        timeout 120 ${builds[$k]}/tools/rhoscan bench --device cuda --cases ${AB_CASES:-BDH-8k,long-T8192} --backward \
-          --repeats 5 --json $OUT/bench-ab.jsonl --commit "$label" 2>&1 | grep -E "^(BDH|long|step)"
+      i=0
+      for tree in ${AB_TREES:-}; do
+        vb=/tmp/b_tree$i
+        cmake -S "$tree" -B $vb -G Ninja -DRHOSCAN_VULKAN=OFF -DRHOSCAN_BUILD_TESTS=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
+          > $OUT/tree${i}_configure.log 2>&1 &&
+          cmake --build $vb -j16 --target rhoscan_cli > $OUT/tree${i}_build.log 2>&1 &&
+          { builds+=("$vb"); labels+=("$(cat "$tree/COMMIT" 2>/dev/null || echo "$tree")"); } ||
+          { echo "ab build of $tree failed"; tail -20 $OUT/tree${i}_build.log; }
+        i=$((i + 1))
+      done
+      for round in $(seq 1 "${AB_ROUNDS:-1}"); do
+        for k in "${!builds[@]}"; do
+          echo "-- ${labels[$k]} (round $round)"
+          timeout 120 ${builds[$k]}/tools/rhoscan bench --device cuda --cases ${AB_CASES:-BDH-8k,long-T8192} --backward \
+            --repeats 5 --json $OUT/bench-ab.jsonl --commit "${labels[$k]}" 2>&1 | grep -E "^(BDH|long|step)"
+        done
       done ;;
     source)
       # Nsight Compute's full set with source correlation for one launch of each of SOURCE_KERNELS
