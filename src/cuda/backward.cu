@@ -1504,9 +1504,10 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
 // Bend_c = B at the end of chunk c; B_start = a^Cn Bend + Bsum. Writes dN_0 and da's B·N share.
 // The chunks go in batches of kBscanBatch whose Bsum and Zs are loaded together before the chain
 // (the stores to Bend may alias them for the compiler, so a plain loop waited for each chunk's
-// loads in turn: 65 us for the long case's 128 chunks on 32 blocks), and a^C, a^Cn once per
-// thread (ipow of the same exponent: the same values as a per-chunk ipow, so the same bits).
-constexpr int kBscanBatch = 8;
+// loads in turn: 65 us for the long case's 128 chunks on 32 blocks; batches of 8: 21 us), and
+// a^C, a^Cn once per thread (ipow of the same exponent: the same values as a per-chunk ipow, so
+// the same bits).
+constexpr int kBscanBatch = 32;
 __global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsum, const float* Zs, float* Bend,
                              float* daB, Str3 dn0) {
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < d.nbh * d.L; x += int64_t(gridDim.x) * blockDim.x) {

@@ -413,6 +413,10 @@ static __global__ void token_sum_reduce_kernel(Dims d, const float* parts, int64
   }
 }
 
+// Chunks per batch of loads in norm_carry: the chain waits for each batch's loads, so at the
+// long case's 128 chunks (32 blocks: one thread per (bh, l)) batches of 8 took 20 us per call;
+// 32 leave 4 waits (the same adds in the same order: the same bits).
+constexpr int kCarryBatch = 32;
 static __global__ void norm_carry_kernel(Dims d, const float* a32, Str3 n0, float* Nc, Str3 n_out) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.L; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t bh = i / d.L, l = i % d.L, b = d.b_of(bh), h = d.h_of(bh);
@@ -421,12 +425,12 @@ static __global__ void norm_carry_kernel(Dims d, const float* a32, Str3 n0, floa
     float* row = Nc + bh * (d.nC + 1) * d.L + l;           // row[c * L] = N at chunk start c
     float N = n0.p ? static_cast<const float*>(n0.p)[n0.at(b, h, l)] : 0.0f;
     row[0] = N;
-    for (int64_t c0 = 0; c0 < d.nC; c0 += kNormBatch) {
-      float z[kNormBatch];  // the chunk sums, loaded together before the chain
+    for (int64_t c0 = 0; c0 < d.nC; c0 += kCarryBatch) {
+      float z[kCarryBatch];  // the chunk sums, loaded together before the chain
 #pragma unroll
-      for (int k = 0; k < kNormBatch; ++k) z[k] = c0 + k < d.nC ? row[(c0 + k + 1) * d.L] : 0.0f;
+      for (int k = 0; k < kCarryBatch; ++k) z[k] = c0 + k < d.nC ? row[(c0 + k + 1) * d.L] : 0.0f;
 #pragma unroll
-      for (int k = 0; k < kNormBatch; ++k) {
+      for (int k = 0; k < kCarryBatch; ++k) {
         const int64_t c = c0 + k;
         if (c < d.nC) {
           const int64_t Cn = d.chunk_len(c);

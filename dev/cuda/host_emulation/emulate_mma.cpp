@@ -213,10 +213,11 @@ double val(const std::vector<bf16>& hi, const std::vector<bf16>& lo, bool split,
 // ---- bscan (the normaliser gradient across chunks): Bend_c = B at the end of chunk c, B_start =
 //      a^Cn Bend + Bsum, da's share sum_c Bend_c Zs_c, dN_0 = B_0; from the upstream gradient gn
 //      (or 0). Inputs positive, so each output's magnitude is its value; float64 loop. Chunks of
-//      C / 8 (T = 150: 19 chunks, the last of 6; T = 450: 57): more than one batch of kBscanBatch ----
+//      C / 16 (T = 150: 38 chunks, the last of 2; T = 100 at C = 32: 50): more than one batch of
+//      kBscanBatch (32) ----
 bool bscan_case(const Problem& p) {
   Dims d = p.d;
-  d.C = std::max<int64_t>(1, d.C / 8), d.nC = (d.T + d.C - 1) / d.C;
+  d.C = std::max<int64_t>(1, d.C / 16), d.nC = (d.T + d.C - 1) / d.C;
   auto chunk_len = [&](int64_t c) { return std::min(d.C, d.T - c * d.C); };
   const int64_t L = d.L, nC = d.nC, rows = (p.b_of(d.nbh > 0 ? d.nbh - 1 : 0) + 1) * d.H;
   std::vector<float> Bsum(d.nbh * nC * L), Zs(Bsum.size()), gn(rows * L);
