@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -556,6 +557,166 @@ TEST_F(Cuda, ValueChecksReadWhatTheCallersStreamWrote) {
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   cudaFreeHost(staged);
   cudaStreamDestroy(stream);
+}
+
+// One element of a device tensor, written in its dtype (float32 or float64 decay; 16-bit or float32 q).
+void set_device_element(const TensorView& t, int64_t index, double value) {
+  HostTensor one(t.dtype, {1});
+  one.fill(value);
+  ASSERT_EQ(cudaMemcpy(static_cast<char*>(t.data) + index * static_cast<int64_t>(dtype_size(t.dtype)), one.data(),
+                       dtype_size(t.dtype), cudaMemcpyHostToDevice),
+            cudaSuccess);
+}
+
+void expect_value_error(const std::function<void()>& call, const char* name) {
+  try {
+    call();
+    ADD_FAILURE() << "an invalid " << name << " was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+  }
+}
+
+// The value checks are settled on the device after work that writes only the workspace has been
+// queued (src/cuda/value_gate.h): a decay past 1, or a NaN in q with check_finite, is still an
+// error naming the argument with nothing written — context, the final states, the saved buffer,
+// every gradient — on each path (quadratic, chunked float32 with initial states, chunk_scan, and
+// the chunked path under a workspace cap: batches after the first). Then, with valid values, the
+// forward's saved buffer and rho_norm under the cap are bitwise the uncapped ones (the first
+// batch's s, Nc and rho_norm go through the workspace, the later batches' do not).
+TEST_F(Cuda, ValueErrorsWriteNothing) {
+  constexpr double kSentinel = 12345.0;
+  struct Case {
+    ProblemSpec s;
+    int64_t cap;
+  };
+  std::vector<Case> cases;
+  cases.push_back({spec(1, 2, 1, 130, 1100, 24, DType::bfloat16), 0});  // quadratic forward and backward
+  {
+    ProblemSpec s = spec(2, 2, 1, 100, 96, 40, DType::float32);  // FFMA, chunked, every state
+    s.initial_rho = s.initial_rho_norm = s.grad_rho_out = s.grad_rho_norm_out = true;
+    cases.push_back({s, 0});
+  }
+  {
+    ProblemSpec s = spec(2, 2, 1, 200, 256, 40, DType::bfloat16);  // chunk_scan_mma forward
+    s.initial_rho_norm = true;
+    cases.push_back({s, 0});
+    cases.push_back({s, 3 << 20});  // one or a few pairs per batch
+  }
+  for (const Case& c : cases) {
+    const ProblemSpec& s = c.s;
+    SCOPED_TRACE(s.name() + " " + dtype_name(s.dtype) + " cap " + std::to_string(c.cap));
+    Problem p(s);
+    for (HostTensor* t : {&p.context, &p.rho_out, &p.rho_norm_out, &p.grad_q, &p.grad_v, &p.grad_decay, &p.grad_rho,
+                          &p.grad_rho_norm})
+      t->fill(kSentinel);
+    const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho);
+    HostTensor saved(DType::float32, {n});
+    saved.fill(kSentinel);
+    MirroredProblem m(p, Device::cuda);
+    ForwardArgs f = m.forward_args();
+    f.saved = m.mirror(saved);
+    BackwardArgs b = m.backward_args();
+    b.saved = f.saved;
+    const double decay3 = p.decay.values()[3], q0 = p.q.values()[0];
+    Options o = cuda(0, c.cap), finite = o;
+    finite.check_finite = true;
+
+    set_device_element(f.decay, 3, 2.0);
+    expect_value_error([&] { forward(f, o); }, "decay");
+    set_device_element(f.decay, 3, decay3);
+    set_device_element(f.q, 0, std::nan(""));
+    expect_value_error([&] { forward(f, finite); }, "q");
+    m.copy_outputs_to_host();
+    m.copy_back(saved);
+    for (const HostTensor* t : {&p.context, &p.rho_out, &p.rho_norm_out, &saved})
+      for (double x : t->values()) ASSERT_EQ(x, kSentinel) << "the forward wrote an output before its error";
+
+    set_device_element(f.q, 0, q0);
+    forward(f, o);  // fills saved
+    set_device_element(f.decay, 3, 2.0);
+    expect_value_error([&] { backward(b, o); }, "decay");
+    set_device_element(f.decay, 3, decay3);
+    set_device_element(b.grad_context, 0, std::nan(""));
+    expect_value_error([&] { backward(b, finite); }, "grad_context");
+    m.copy_outputs_to_host();
+    for (const HostTensor* t : {&p.grad_q, &p.grad_v, &p.grad_decay, &p.grad_rho, &p.grad_rho_norm})
+      for (double x : t->values()) ASSERT_EQ(x, kSentinel) << "the backward wrote a gradient before its error";
+  }
+  // the saved buffer and rho_norm under a cap, bitwise
+  const ProblemSpec s = cases.back().s;
+  Problem a(s), capped(s);
+  const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho);
+  HostTensor saved_a(DType::float32, {n}), saved_capped(DType::float32, {n});
+  for (auto [p, saved, cap] : {std::tuple{&a, &saved_a, int64_t{0}}, {&capped, &saved_capped, cases.back().cap}}) {
+    MirroredProblem m(*p, Device::cuda);
+    ForwardArgs f = m.forward_args();
+    f.saved = m.mirror(*saved);
+    forward(f, cuda(0, cap));
+    m.copy_outputs_to_host();
+    m.copy_back(*saved);
+  }
+  EXPECT_TRUE(same_bytes(saved_a, saved_capped)) << "the saved buffer under a workspace cap";
+  EXPECT_TRUE(same_bytes(a.rho_norm_out, capped.rho_norm_out)) << "rho_norm under a workspace cap";
+  EXPECT_TRUE(same_bytes(a.context, capped.context)) << "context under a workspace cap";
+}
+
+// The backward takes the header of a saved buffer from the backend's cache of what its forwards
+// wrote, and compares it with the device's in stream order. Where the buffer changed since (here
+// overwritten with another forward's buffer: the chunked forward's, without the cross scores, or
+// one without an initial normaliser), the backward must still run on what the buffer holds now:
+// the same gradients as a backward on the other buffer itself. A header zeroed since its forward
+// is the error of a buffer no forward wrote.
+TEST_F(Cuda, SavedHeaderChangedSinceItsForward) {
+  ProblemSpec s = spec(1, 2, 1, 130, 1100, 24, DType::bfloat16);  // quadratic: the forward fills the cross scores
+  s.initial_rho_norm = true;
+  const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, false);
+  for (const char* change : {"chunked forward", "no initial rho_norm"}) {
+    SCOPED_TRACE(change);
+    const bool chunked = std::string(change) == "chunked forward";
+    Problem p(s), expected(s);
+    HostTensor zeros(DType::float32, {n});
+    MirroredProblem m(p, Device::cuda), e(expected, Device::cuda);
+    ForwardArgs f = m.forward_args(), other_f = e.forward_args();
+    f.saved = m.mirror(zeros);
+    other_f.saved = e.mirror(zeros);
+    forward(f, cuda());  // the header the cache remembers: cross scores, an initial rho_norm
+    {
+      std::optional<ScopedEnv> forced;
+      if (chunked) forced.emplace("RHOSCAN_CUDA_FORWARD_PATH", "chunked");
+      if (!chunked) other_f.rho_norm.reset();
+      forward(other_f, cuda());
+    }
+    BackwardArgs b = m.backward_args(), other_b = e.backward_args();
+    if (!chunked) {
+      b.rho_norm.reset();
+      other_b.rho_norm.reset();
+    }
+    other_b.saved = other_f.saved;
+    backward(other_b, cuda());
+    ASSERT_EQ(cudaMemcpy(f.saved->data, other_f.saved->data, n * sizeof(float), cudaMemcpyDeviceToDevice), cudaSuccess);
+    b.saved = f.saved;
+    backward(b, cuda());
+    m.copy_outputs_to_host();
+    e.copy_outputs_to_host();
+    expect_same_gradients(p, expected);
+  }
+  Problem p(s);
+  HostTensor zeros(DType::float32, {n});
+  MirroredProblem m(p, Device::cuda);
+  ForwardArgs f = m.forward_args();
+  f.saved = m.mirror(zeros);
+  forward(f, cuda());
+  ASSERT_EQ(cudaMemset(f.saved->data, 0, 256), cudaSuccess);
+  BackwardArgs b = m.backward_args();
+  b.saved = f.saved;
+  try {
+    backward(b, cuda());
+    FAIL() << "a saved buffer whose header was zeroed was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("saved: its header was not written"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(Cuda, Float64InputsAreUnsupported) {

@@ -101,7 +101,13 @@ void forward(const ForwardArgs& args, const Options& options) {
 
 void backward(const BackwardArgs& args, const Options& options) {
   detail::ValidatedBackward v = detail::validate_backward(args, options);
-  v.backend->backward(v.params);
+  try {
+    v.backend->backward(v.params);
+  } catch (const detail::SavedHeaderChanged&) {
+    // the cached header was stale (nothing written yet): again, with the device's header
+    v = detail::validate_backward(args, options, false);
+    v.backend->backward(v.params);
+  }
 }
 
 void step(const StepArgs& args, const Options& options) {

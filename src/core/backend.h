@@ -1,6 +1,7 @@
 // The interface every backend implements, and the registry the dispatcher reads.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "core/params.h"
@@ -34,11 +35,18 @@ class BackendImpl {
   // that the check sees what the caller's stream wrote).
   enum class ValueRule { finite, unit_interval };
   virtual bool values_satisfy(const TensorView& view, ValueRule rule, const Options& options) const;
+  // Whether validation hands its value checks to the backend (params' `deferred`, DeferredCheck)
+  // instead of calling values_satisfy; such a backend settles them before its first write.
+  virtual bool defers_value_checks() const { return false; }
 
   // Whether the backend fills and reads the forward's saved buffer (core/saved.h); if so, its
   // header, copied from wherever the buffer lives (validation checks it before the backward).
   virtual bool reads_saved() const { return false; }
   virtual SavedHeader saved_header(const TensorView& /*saved*/, const Options& /*options*/) const { return {}; }
+  // The header the backend's own forward last wrote at saved.data, if it remembers one: validation
+  // then takes it without reading the device, and defers a comparison with the device's header
+  // (DeferredCheck::Kind::saved_header).
+  virtual std::optional<SavedHeader> cached_saved_header(const TensorView& /*saved*/) const { return std::nullopt; }
 
   virtual void forward(const ForwardParams& params) const = 0;
   virtual void backward(const BackwardParams& params) const = 0;

@@ -6,7 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
 
+#include "core/saved.h"
 #include "rhoscan/rhoscan.h"
 
 namespace rhoscan::detail {
@@ -18,6 +22,34 @@ struct Problem {
   DType state_dtype = DType::float32;  // every state tensor: float32 or float64
   Device device = Device::cpu;
   int device_index = 0;
+};
+
+// A value check that validation leaves to the backend (BackendImpl::defers_value_checks): the
+// backend queues it on its stream and settles it before its first write to an output, so that
+// the host's wait for the device overlaps work already queued (a check that waits before the
+// first launch leaves the GPU idle while the host launches). The checks are settled in this
+// order; the first that fails throws Error(invalid_argument, message), the error validation would
+// have thrown.
+struct DeferredCheck {
+  enum class Kind {
+    finite,         // every element of view finite
+    unit_interval,  // every element of view finite and in [0, 1]
+    saved_header,   // the header at view.data equal to `header` (a header the backend cached when its
+                    // forward wrote it): on a difference, SavedHeaderChanged instead of an Error
+  };
+  Kind kind = Kind::finite;
+  TensorView view;
+  std::string message;
+  SavedHeader header;
+};
+using DeferredChecks = std::vector<DeferredCheck>;
+
+// Thrown by a backend whose deferred saved-header comparison found a header other than the cached
+// one (the buffer was overwritten since its forward): nothing has been written, and the backward is
+// validated again with the header read from the device (rhoscan::backward). Not an rhoscan::Error:
+// it never reaches the caller.
+struct SavedHeaderChanged : std::exception {
+  const char* what() const noexcept override { return "rhoscan: the saved buffer's header changed since its forward"; }
 };
 
 // Strides are in elements. v's head stride is 0 when Hv == 1, so that v(b, h, t, e) is the
@@ -34,6 +66,7 @@ struct ForwardParams {
   void* rho_norm = nullptr;        int64_t rho_norm_stride[3] = {};  // b, h, l     (may == rho_norm0)
   float* saved = nullptr;  // null, or contiguous with saved_layout(...).total floats (core/saved.h)
   Options options;
+  DeferredChecks deferred;  // empty unless the backend defers its value checks
 };
 
 struct BackwardParams {
@@ -56,6 +89,7 @@ struct BackwardParams {
   const float* saved = nullptr;
   uint32_t saved_filled = 0;
   Options options;
+  DeferredChecks deferred;  // empty unless the backend defers its value checks
 };
 
 struct StepParams {
@@ -67,6 +101,7 @@ struct StepParams {
   void* rho_norm = nullptr;    int64_t rho_norm_stride[3] = {}; // in place
   void* context = nullptr;     int64_t context_stride[3] = {};  // b, h, e
   Options options;
+  DeferredChecks deferred;  // empty unless the backend defers its value checks
 };
 
 }  // namespace rhoscan::detail

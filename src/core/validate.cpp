@@ -19,8 +19,10 @@ class Validator {
 
   [[noreturn]] void fail(const std::string& message,
                          ErrorKind kind = ErrorKind::invalid_argument) const {
-    throw Error(kind, std::string("rhoscan.") + op_ + ": " + message);
+    throw Error(kind, text(message));
   }
+  // The text fail() would throw.
+  std::string text(const std::string& message) const { return std::string("rhoscan.") + op_ + ": " + message; }
 
   // Structural checks of one tensor: rank, dtype class, null data, negative strides, and
   // element counts and extents that overflow int64.
@@ -243,15 +245,23 @@ void copy_v_strides(int64_t* dst, const TensorView& v) {
   if (v.shape[1] == 1) dst[1] = 0;
 }
 
-void check_values(Validator& check, const BackendImpl& backend, const Options& options, const char* name,
-                  const TensorView* t, BackendImpl::ValueRule rule) {
+// Runs the check now (values_satisfy), or appends it to `deferred` where the backend settles its
+// checks itself (defers_value_checks): the same error either way.
+void check_values(Validator& check, const BackendImpl& backend, const Options& options, DeferredChecks& deferred,
+                  const char* name, const TensorView* t, BackendImpl::ValueRule rule) {
   if (t == nullptr || t->numel() == 0) return;
-  if (!backend.values_satisfy(*t, rule, options)) {
-    if (rule == BackendImpl::ValueRule::unit_interval)
-      check.fail(std::string(name) + " " + t->shape_string() +
-                 ": every value must be finite and in [0, 1]");
-    check.fail(std::string(name) + " " + t->shape_string() +
-               ": contains NaN or Inf (check_finite is on)");
+  const bool unit = rule == BackendImpl::ValueRule::unit_interval;
+  const std::string message = std::string(name) + " " + t->shape_string() +
+                              (unit ? ": every value must be finite and in [0, 1]"
+                                    : ": contains NaN or Inf (check_finite is on)");
+  if (backend.defers_value_checks()) {
+    DeferredCheck d;
+    d.kind = unit ? DeferredCheck::Kind::unit_interval : DeferredCheck::Kind::finite;
+    d.view = *t;
+    d.message = check.text(message);
+    deferred.push_back(std::move(d));
+  } else if (!backend.values_satisfy(*t, rule, options)) {
+    check.fail(message);
   }
 }
 
@@ -280,8 +290,15 @@ void check_saved_view(Validator& check, const TensorView& t, const Problem& p, b
                t.shape_string());
 }
 
+bool saved_header_matches(const SavedHeader& h, const Problem& p, bool has_rho_norm, const Options& options) {
+  return h.magic == kSavedMagic && h.version == kSavedVersion && h.B == p.B && h.H == p.H && h.T == p.T &&
+         h.L == p.L && h.C == saved_chunk(options.chunk_size) && h.dtype == static_cast<int>(p.dtype) &&
+         (h.has_rho_norm != 0) == has_rho_norm;
+}
+
 // The backward's saved buffer against the header its forward wrote: the same shapes, chunk,
-// dtype and initial normaliser (the values themselves cannot be checked).
+// dtype and initial normaliser (the values themselves cannot be checked). Fails exactly where
+// saved_header_matches is false.
 uint32_t check_saved_header(Validator& check, const SavedHeader& h, const Problem& p, bool has_rho_norm,
                             const Options& options) {
   if (h.magic != kSavedMagic || h.version != kSavedVersion)
@@ -371,13 +388,13 @@ ValidatedForward validate_forward(const ForwardArgs& a, const Options& options) 
   check.check_memory(backend);
   check_supported(check, backend, f.p);
   if (options.chunk_size < 0) check.fail("options.chunk_size must be 0 (default) or positive");
-  check_values(check, backend, options, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
+  check_values(check, backend, options, f.deferred, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
   if (options.check_finite) {
     using R = BackendImpl::ValueRule;
-    check_values(check, backend, options, "q", &a.q, R::finite);
-    check_values(check, backend, options, "v", &a.v, R::finite);
-    check_values(check, backend, options, "rho", a.rho ? &*a.rho : nullptr, R::finite);
-    check_values(check, backend, options, "rho_norm", a.rho_norm ? &*a.rho_norm : nullptr, R::finite);
+    check_values(check, backend, options, f.deferred, "q", &a.q, R::finite);
+    check_values(check, backend, options, f.deferred, "v", &a.v, R::finite);
+    check_values(check, backend, options, f.deferred, "rho", a.rho ? &*a.rho : nullptr, R::finite);
+    check_values(check, backend, options, f.deferred, "rho_norm", a.rho_norm ? &*a.rho_norm : nullptr, R::finite);
   }
   f.q = a.q.data;                 copy_strides(f.q_stride, a.q);
   f.v = a.v.data;                 copy_v_strides(f.v_stride, a.v);
@@ -393,7 +410,7 @@ ValidatedForward validate_forward(const ForwardArgs& a, const Options& options) 
   return out;
 }
 
-ValidatedBackward validate_backward(const BackwardArgs& a, const Options& options) {
+ValidatedBackward validate_backward(const BackwardArgs& a, const Options& options, bool cached_header) {
   Validator check("backward");
   Core core = check_core(check, a.q, a.v, a.decay, false);
   const Problem& p0 = core.p;
@@ -451,17 +468,17 @@ ValidatedBackward validate_backward(const BackwardArgs& a, const Options& option
   check.check_memory(backend);
   check_supported(check, backend, b.p);
   if (options.chunk_size < 0) check.fail("options.chunk_size must be 0 (default) or positive");
-  check_values(check, backend, options, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
+  check_values(check, backend, options, b.deferred, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
   if (options.check_finite) {
     using R = BackendImpl::ValueRule;
     auto opt = [](const std::optional<TensorView>& t) { return t ? &*t : nullptr; };
-    check_values(check, backend, options, "q", &a.q, R::finite);
-    check_values(check, backend, options, "v", &a.v, R::finite);
-    check_values(check, backend, options, "rho", opt(a.rho), R::finite);
-    check_values(check, backend, options, "rho_norm", opt(a.rho_norm), R::finite);
-    check_values(check, backend, options, "grad_context", &a.grad_context, R::finite);
-    check_values(check, backend, options, "grad_rho_out", opt(a.grad_rho_out), R::finite);
-    check_values(check, backend, options, "grad_rho_norm_out", opt(a.grad_rho_norm_out), R::finite);
+    check_values(check, backend, options, b.deferred, "q", &a.q, R::finite);
+    check_values(check, backend, options, b.deferred, "v", &a.v, R::finite);
+    check_values(check, backend, options, b.deferred, "rho", opt(a.rho), R::finite);
+    check_values(check, backend, options, b.deferred, "rho_norm", opt(a.rho_norm), R::finite);
+    check_values(check, backend, options, b.deferred, "grad_context", &a.grad_context, R::finite);
+    check_values(check, backend, options, b.deferred, "grad_rho_out", opt(a.grad_rho_out), R::finite);
+    check_values(check, backend, options, b.deferred, "grad_rho_norm_out", opt(a.grad_rho_norm_out), R::finite);
   }
   b.q = a.q.data;                 copy_strides(b.q_stride, a.q);
   b.v = a.v.data;                 copy_v_strides(b.v_stride, a.v);
@@ -485,7 +502,22 @@ ValidatedBackward validate_backward(const BackwardArgs& a, const Options& option
   if (a.grad_rho) { b.grad_rho0 = a.grad_rho->data; copy_strides(b.grad_rho0_stride, *a.grad_rho); }
   if (a.grad_rho_norm) { b.grad_rho_norm0 = a.grad_rho_norm->data; copy_strides(b.grad_rho_norm0_stride, *a.grad_rho_norm); }
   if (a.saved && a.saved->numel() > 0 && backend.reads_saved()) {
-    b.saved_filled = check_saved_header(check, backend.saved_header(*a.saved, options), b.p, a.rho_norm.has_value(), options);
+    // A header the backend remembers from its forward is checked now and compared with the
+    // device's later (deferred, in stream order: no wait here); otherwise read back now.
+    // (a cached header that would fail the checks is read back: the error must be the device's)
+    std::optional<SavedHeader> header;
+    if (cached_header && backend.defers_value_checks()) header = backend.cached_saved_header(*a.saved);
+    if (header && !saved_header_matches(*header, b.p, a.rho_norm.has_value(), options)) header.reset();
+    if (header) {
+      DeferredCheck d;
+      d.kind = DeferredCheck::Kind::saved_header;
+      d.view = *a.saved;
+      d.header = *header;
+      b.deferred.push_back(std::move(d));
+    } else {
+      header = backend.saved_header(*a.saved, options);
+    }
+    b.saved_filled = check_saved_header(check, *header, b.p, a.rho_norm.has_value(), options);
     b.saved = static_cast<const float*>(a.saved->data);
   }
   b.options = options;
@@ -519,13 +551,13 @@ ValidatedStep validate_step(const StepArgs& a, const Options& options) {
   const BackendImpl& backend = select_backend("step", options.backend, s.p.device);
   check.check_memory(backend);
   check_supported(check, backend, s.p);
-  check_values(check, backend, options, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
+  check_values(check, backend, options, s.deferred, "decay", &a.decay, BackendImpl::ValueRule::unit_interval);
   if (options.check_finite) {
     using R = BackendImpl::ValueRule;
-    check_values(check, backend, options, "q", &a.q, R::finite);
-    check_values(check, backend, options, "v", &a.v, R::finite);
-    check_values(check, backend, options, "rho", &a.rho, R::finite);
-    check_values(check, backend, options, "rho_norm", &a.rho_norm, R::finite);
+    check_values(check, backend, options, s.deferred, "q", &a.q, R::finite);
+    check_values(check, backend, options, s.deferred, "v", &a.v, R::finite);
+    check_values(check, backend, options, s.deferred, "rho", &a.rho, R::finite);
+    check_values(check, backend, options, s.deferred, "rho_norm", &a.rho_norm, R::finite);
   }
   s.q = a.q.data;               copy_strides(s.q_stride, a.q);
   s.v = a.v.data;               copy_strides(s.v_stride, a.v);

@@ -21,7 +21,9 @@ struct ValidatedStep {
 };
 
 ValidatedForward validate_forward(const ForwardArgs& args, const Options& options);
-ValidatedBackward validate_backward(const BackwardArgs& args, const Options& options);
+// cached_header: take the saved buffer's header from the backend's cache where it has one
+// (BackendImpl::cached_saved_header); false after SavedHeaderChanged.
+ValidatedBackward validate_backward(const BackwardArgs& args, const Options& options, bool cached_header = true);
 ValidatedStep validate_step(const StepArgs& args, const Options& options);
 
 // The backend that runs tensors on `device` for the requested choice (throws when it cannot).

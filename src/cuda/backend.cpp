@@ -28,9 +28,15 @@ class CudaBackend final : public BackendImpl {
     return cuda_detail::run_values_satisfy(view, rule == ValueRule::unit_interval, options);
   }
 
+  // forward.cu, backward.cu and step.cu settle the checks (cuda/value_gate.h)
+  bool defers_value_checks() const override { return true; }
+
   bool reads_saved() const override { return true; }
   SavedHeader saved_header(const TensorView& saved, const Options& options) const override {
     return cuda_detail::read_saved_header(saved, options);
+  }
+  std::optional<SavedHeader> cached_saved_header(const TensorView& saved) const override {
+    return cuda_detail::cached_saved_header(saved.device_index, saved.data);
   }
 
   void forward(const ForwardParams& params) const override { cuda_detail::run_forward(params); }

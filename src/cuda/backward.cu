@@ -32,6 +32,7 @@
 #include "cuda/chunk_products.cuh"
 #include "cuda/ops.h"
 #include "cuda/quadratic_backward.cuh"
+#include "cuda/value_gate.h"
 #include "cuda/workspace.h"
 
 namespace rhoscan::cuda_detail {
@@ -1724,9 +1725,16 @@ BackwardPath backward_path(const detail::BackwardParams& g, int64_t C, bool quad
   }
 }
 
+// The deferred value checks (value_gate.h, the saved header's comparison among them) are settled
+// in the first batch before the first kernel that writes an output: the reverse chunk states where
+// grad_rho is wanted (they write it), else bwd_local's successors (bscan writes grad_rho_norm); what
+// runs before writes only the workspace. Until then saved_filled is the cached header's, which
+// the comparison confirms (else SavedHeaderChanged and a second validation, api.cpp): the buffer's
+// size was checked against its layout, so the reads stay inside it either way.
 template <typename T>
 void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const detail::Problem& p = g.p;
+  ValueGate gate(g.deferred, stream);
   Dims d;
   d.H = p.H, d.T = p.T, d.L = p.L, d.E = p.E;
   d.C = g.options.chunk_size > 0 ? std::min<int64_t>(g.options.chunk_size, kMaxChunk) : kDefaultChunk;
@@ -1858,11 +1866,13 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
         if (!saved_scores) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
         launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream);
       }
+      gate.settle();
       // dR_0 = A_0: the reverse recurrence's final state, no chunk states stored (GR is zero here)
       if (dr0.p != nullptr)
         launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, static_cast<BState*>(nullptr), dr0, stream);
     } else {
       launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream, Hs_lo);
+      if (dr0.p != nullptr) gate.settle();
       launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream, dHs_lo);
       launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
     }
@@ -1898,6 +1908,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
         d, q, v, gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
         kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
     RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");
+    gate.settle();
     gc_reduce_kernel<<<grid_for(n * nT, 8), 256, 0, stream>>>(d, gcp, gc);
     RHOSCAN_CUDA_LAUNCHED("gc_reduce_kernel");
     bscan_kernel<<<grid_for(n * L, 256), 256, 0, stream>>>(d, a32, gn, Bsum, Zs, Bend, daB, dn0);
@@ -1931,6 +1942,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       dv_store_kernel<T, 1><<<grid_for(p.B * p.Hv * nT * E, 256), 256, 0, stream>>>(p.B, p.Hv, nT, E, dv_acc, dv);
     RHOSCAN_CUDA_LAUNCHED("dv_store_kernel");
   }
+  gate.settle();  // (B·H = 0: no batch ran)
   da_store_kernel<<<grid_for(p.H * L, 256), 256, 0, stream>>>(p.H, L, da_acc, g.grad_decay, g.grad_decay_stride[0],
                                                              g.grad_decay_stride[1], p.decay_dtype == DType::float64);
   RHOSCAN_CUDA_LAUNCHED("da_store_kernel");

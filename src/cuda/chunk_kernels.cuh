@@ -443,6 +443,21 @@ static __global__ void norm_carry_kernel(Dims d, const float* a32, Str3 n0, floa
   }
 }
 
+// N_T (Nc's last row: norm_carry's final N, the same bits) into rho_norm: for the forward's first
+// batch, whose norm_carry ran before the value checks were settled and wrote no output (forward.cu).
+static __global__ void final_norm_kernel(Dims d, const float* Nc, Str3 n_out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.L; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t bh = i / d.L, l = i % d.L;
+    const_cast<float*>(static_cast<const float*>(n_out.p))[n_out.at(d.b_of(bh), d.h_of(bh), l)] =
+        Nc[(bh * (d.nC + 1) + d.nC) * d.L + l];
+  }
+}
+inline void launch_final_norm(const Dims& d, const float* Nc, Str3 n_out, cudaStream_t stream) {
+  if (n_out.p == nullptr || d.nbh * d.L == 0) return;
+  final_norm_kernel<<<grid_for(d.nbh * d.L, 256), 256, 0, stream>>>(d, Nc, n_out);
+  RHOSCAN_CUDA_LAUNCHED("final_norm_kernel");
+}
+
 // Qp is float32 where FFMA kernels or the backward's local gradients read it, bf16 where only the
 // tensor-core forward's diagonal score sub-blocks do (half the traffic of the largest array here).
 // kXq: Xq given (the tensor-core path); kKq: Kq too. One thread per (bh, c, V latents).

@@ -11,6 +11,9 @@
 //             final_state_mma.
 // RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic (environment, read per call) forces a path where it
 // applies (quadratic needs a tensor-core dtype and no initial rho): for tests and A/B runs.
+// The deferred value checks (value_gate.h) are settled after the first batch's normaliser scan,
+// intra-chunk scores and packed values, which write only the workspace (the first batch's s, Nc
+// and rho_norm go there too, copied out after the checks); every output is written after them.
 #include <cstdlib>
 #include <cstring>
 
@@ -18,6 +21,7 @@
 #include "cuda/chunk_scan.cuh"
 #include "cuda/ops.h"
 #include "cuda/quadratic.cuh"
+#include "cuda/value_gate.h"
 #include "cuda/workspace.h"
 
 namespace rhoscan::cuda_detail {
@@ -40,6 +44,7 @@ inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T, int64_
 template <typename T>
 void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   const detail::Problem& p = f.p;
+  ValueGate gate(f.deferred, stream);
   Dims d;
   d.H = p.H, d.T = p.T, d.L = p.L, d.E = p.E;
   d.C = f.options.chunk_size > 0 ? std::min<int64_t>(f.options.chunk_size, kMaxChunk) : kDefaultChunk;
@@ -82,22 +87,21 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
                     " bytes: raise options.max_workspace_bytes");
   // The saved buffer (core/saved.h): s and Nc always, P where its layout reserved it (every path
   // computes P), Pcross where it is reserved and this call took the quadratic path. The kernels
-  // write s, Nc and Pcross in place of the workspace's; P is copied (the workspace holds its
-  // L-split partials).
+  // write s, Nc and Pcross in place of the workspace's (the first batch's s and Nc are copied
+  // there after the checks); P is copied (the workspace holds its L-split partials).
   const detail::SavedLayout saved = detail::saved_layout(p.B, p.H, p.T, p.L, p.dtype, f.rho0 != nullptr, f.options.chunk_size);
   const bool save = f.saved != nullptr, save_diag = save && saved.diag_scores;
   const bool save_scores = save && quadratic && saved.cross_scores;
+  detail::SavedHeader header;  // (written after the checks)
   if (save) {
     if (saved.C != d.C)
       throw Error(ErrorKind::internal, "rhoscan.forward (cuda): the saved layout's chunk differs from the kernels'");
-    detail::SavedHeader header;
     header.magic = detail::kSavedMagic, header.version = detail::kSavedVersion;
     header.B = p.B, header.H = p.H, header.T = p.T, header.L = p.L, header.C = d.C;
     header.dtype = static_cast<int32_t>(p.dtype);
     header.has_rho_norm = f.rho_norm0 != nullptr;
     header.filled = detail::kSavedNorm | (save_diag ? detail::kSavedDiagScores : 0u) |
                     (save_scores ? detail::kSavedCrossScores : 0u);
-    write_saved_header(f.saved, header, stream);
   }
   const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
   Workspace ws(shared + per_batch * per_bh, stream);
@@ -114,10 +118,14 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     d.bh0 = bh0;
     d.nbh = std::min(per_batch, BH - bh0);
     d.nsplit = score_splits(d.nbh, d.nC, p.L);
-    float* s = save ? f.saved + saved.s + bh0 * saved.s_pair : ws.take_floats(d.nbh * p.T);
+    // (before the checks are settled s and Nc go to the workspace, rho_norm nowhere yet)
+    const bool gated = !gate.settled();
+    float* s_saved = save ? f.saved + saved.s + bh0 * saved.s_pair : nullptr;
+    float* Nc_saved = save ? f.saved + saved.Nc + bh0 * saved.Nc_pair : nullptr;
+    float* s = save && !gated ? s_saved : ws.take_floats(d.nbh * p.T);
     float* s_parts = ws.take_floats(d.nbh * norm_sums_blocks(p.L) * p.T);
     QpT* Qp = ws.take_array<QpT>(d.nbh * p.T * p.L);
-    float* Nc = save ? f.saved + saved.Nc + bh0 * saved.Nc_pair : ws.take_floats(d.nbh * (d.nC + 1) * p.L);
+    float* Nc = save && !gated ? Nc_saved : ws.take_floats(d.nbh * (d.nC + 1) * p.L);
     float* P = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
     StateT<kTC>* Hs = quadratic || scan ? nullptr : ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
     float* Pcross = !quadratic  ? nullptr
@@ -125,14 +133,25 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
                                   : ws.take_floats(d.nbh * d.nC * d.nC * d.C * d.C);
     float* Pparts = quadratic ? ws.take_floats((cross_nsplit - 1) * d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
     const Operands16 o = take_operands<kTC, T>(ws, d, false);
-    launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, n_out, o.Xq, o.Kq, stream);
+    launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, gated ? Str3{} : n_out, o.Xq, o.Kq, stream);
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
+    pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
+    if (gated) {
+      gate.settle();
+      if (save) {
+        write_saved_header(f.saved, header, stream);
+        remember_saved_header(p.device_index, f.saved, header);
+        RHOSCAN_CUDA_CHECK(cudaMemcpyAsync(s_saved, s, sizeof(float) * d.nbh * p.T, cudaMemcpyDeviceToDevice, stream));
+        RHOSCAN_CUDA_CHECK(cudaMemcpyAsync(Nc_saved, Nc, sizeof(float) * d.nbh * (d.nC + 1) * p.L,
+                                           cudaMemcpyDeviceToDevice, stream));
+      }
+      launch_final_norm(d, Nc, n_out, stream);
+    }
     if (save_diag) {  // split 0 of each [nsplit][C][C] slot holds the sum
       const size_t CC = static_cast<size_t>(d.C * d.C) * sizeof(float);
       RHOSCAN_CUDA_CHECK(cudaMemcpy2DAsync(f.saved + saved.P + bh0 * saved.P_pair, CC, P, d.nsplit * CC, CC,
                                            static_cast<size_t>(d.nbh * d.nC), cudaMemcpyDeviceToDevice, stream));
     }
-    pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     // quadratic (rho0 is null there: quadratic_forward): only the final state, by final_state_mma
     // (it has no init term); chunked: the chunk states and the final state by the states kernel,
     // or all of it (outputs and final state) by chunk_scan_mma
@@ -151,6 +170,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     ws.reset();
     ws.take_floats(p.H * p.L);  // a32 stays at the front
   }
+  gate.settle();  // (B·H = 0: no batch ran)
 }
 
 }  // namespace

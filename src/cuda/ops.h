@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "core/params.h"
 #include "core/saved.h"
@@ -18,6 +19,12 @@ bool run_values_satisfy(const TensorView& view, bool unit_interval, const Option
 // back on options.stream for the backward's validation.
 void write_saved_header(float* saved, const detail::SavedHeader& header, void* stream);
 detail::SavedHeader read_saved_header(const TensorView& saved, const Options& options);
+// The headers this process's forwards wrote, by device and address (the latest at each; a bounded
+// set): the backward's validation takes the header from here and compares it with the device's in
+// stream order (value_gate.h) instead of waiting for a read. A difference drops the entry.
+void remember_saved_header(int device, const void* saved, const detail::SavedHeader& header);
+std::optional<detail::SavedHeader> cached_saved_header(int device, const void* saved);
+void forget_saved_header(int device, const void* saved);
 // Why the kernels cannot run here ("" when they can): no driver, no device, no kernel image
 // for this device's architecture.
 std::string runtime_unavailable_reason();

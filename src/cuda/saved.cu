@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "cuda/ops.h"
 #include "cuda/workspace.h"
@@ -31,8 +33,8 @@ void write_saved_header(float* saved, const detail::SavedHeader& header, void* s
 }
 
 // On the caller's stream (the forward that wrote it may still be queued there), then a wait: the
-// backward's validation needs the header on the host. CUDA validation already waits for its
-// decay range check, so this adds a copy, not a new synchronisation point.
+// backward's validation needs the header on the host where the cache below has none (a buffer
+// this process's forward did not write, or one whose header changed since).
 detail::SavedHeader read_saved_header(const TensorView& saved, const Options& options) {
   DeviceGuard guard(saved.device_index);
   const cudaStream_t stream = static_cast<cudaStream_t>(options.stream);
@@ -40,6 +42,48 @@ detail::SavedHeader read_saved_header(const TensorView& saved, const Options& op
   RHOSCAN_CUDA_CHECK(cudaMemcpyAsync(&header, saved.data, sizeof header, cudaMemcpyDeviceToHost, stream));
   RHOSCAN_CUDA_CHECK(cudaStreamSynchronize(stream));
   return header;
+}
+
+namespace {
+
+struct CachedHeader {
+  int device;
+  const void* saved;
+  detail::SavedHeader header;
+};
+// A training step holds one saved buffer per layer between its forward and backward; 256 entries
+// cover deep models, and the oldest entry goes first (a miss only costs the read above).
+constexpr size_t kCachedHeaders = 256;
+std::mutex cache_mutex;
+std::vector<CachedHeader> cache;  // oldest first
+
+}  // namespace
+
+void remember_saved_header(int device, const void* saved, const detail::SavedHeader& header) {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  for (size_t i = 0; i < cache.size(); ++i)
+    if (cache[i].device == device && cache[i].saved == saved) {
+      cache.erase(cache.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  if (cache.size() == kCachedHeaders) cache.erase(cache.begin());
+  cache.push_back({device, saved, header});
+}
+
+std::optional<detail::SavedHeader> cached_saved_header(int device, const void* saved) {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  for (const CachedHeader& c : cache)
+    if (c.device == device && c.saved == saved) return c.header;
+  return std::nullopt;
+}
+
+void forget_saved_header(int device, const void* saved) {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  for (size_t i = 0; i < cache.size(); ++i)
+    if (cache[i].device == device && cache[i].saved == saved) {
+      cache.erase(cache.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
 }
 
 }  // namespace rhoscan::cuda_detail

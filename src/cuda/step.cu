@@ -5,6 +5,7 @@
 // divides by s = eps + sum_l q.
 #include "cuda/chunk_kernels.cuh"
 #include "cuda/ops.h"
+#include "cuda/value_gate.h"
 #include "cuda/workspace.h"
 
 namespace rhoscan::cuda_detail {
@@ -96,12 +97,14 @@ template <typename T>
 void step_typed(const detail::StepParams& sp, cudaStream_t stream) {
   const detail::Problem& p = sp.p;
   const int64_t BH = p.B * p.H, nrb = (p.L + kStepRows - 1) / kStepRows;
+  ValueGate gate(sp.deferred, stream);
   Workspace ws(Workspace::floats(p.H * p.L) + Workspace::floats(BH * nrb * p.E), stream);
   float* a32 = ws.take_floats(p.H * p.L);
   float* partial = ws.take_floats(BH * nrb * p.E);
   decay_to_f32_kernel<<<grid_for(p.H * p.L, 256), 256, 0, stream>>>(
       a32, sp.decay, sp.decay_stride[0], sp.decay_stride[1], p.H, p.L, p.decay_dtype == DType::float64);
   RHOSCAN_CUDA_LAUNCHED("decay_to_f32_kernel");
+  gate.settle();  // before the state is updated in place (value_gate.h)
   Str4 rho;
   rho.p = sp.rho;
   for (int i = 0; i < 4; ++i) rho.s[i] = sp.rho_stride[i];
