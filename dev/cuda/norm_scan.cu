@@ -31,6 +31,8 @@ void check_cuda(cudaError_t status, const char* what) {
     std::exit(2);
   }
 }
+// (and this, for launch_kernel's programmatic dependent launch: the harness runs on sm_90 only)
+bool programmatic_launch_supported() { return true; }
 
 // ---- the kernel it replaces (main at 905c4ad), renamed: one thread per (bh, l), sequential over t
 // Writes Qp[bh][t][l], N at every chunk start Nc[bh][c][l] (c = 0..nC, the last is N_T), and the

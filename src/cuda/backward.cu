@@ -73,6 +73,7 @@ template <bool kLo = false>
 __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_v1_kernel(
     Dims d, const bf16* Hs, const bf16* Hs_lo, const bf16* dHs, const bf16* dHs_lo, const bf16* gb, const bf16* vb,
     float* W, float* U, float* HdH, const bf16* gb_lo = nullptr, const bf16* vb_lo = nullptr) {
+  grid_dependency_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // per stage, tiles 0, 1: H hi, lo; 2, 3: A_end hi, lo ([64 latents][kRbS]); 4: G, 5: v
   // ([64 tokens][kRbS]); if kLo, 6: G lo, 7: v lo
@@ -175,6 +176,7 @@ template <bool kLo = false>
 __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_kernel(
     Dims d, const bf16* Hs, const bf16* Hs_lo, const bf16* dHs, const bf16* dHs_lo, const bf16* gb, const bf16* vb,
     float* W, float* U, float* HdH, const bf16* gb_lo = nullptr, const bf16* vb_lo = nullptr) {
+  grid_dependency_wait();
   static_assert(kMmaThreads == 256, "the fetch's fixed pieces: 2 per thread and tile");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // version 1's layout, in bytes: per stage NT tiles of [64][kRbS] bf16 (0, 1: H hi, lo; 2, 3:
@@ -324,6 +326,7 @@ inline bool readback_fit_32bit(const Dims& d) {
 // per token (its partials are contiguous), each lane a fixed stride of blocks, then a fixed shuffle
 // tree: the same order whatever the launch or the batching, so deterministic.
 __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
+  grid_dependency_wait();
   const int64_t nlt = (d.L + kLocalLT - 1) / kLocalLT;
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
@@ -1494,6 +1497,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
+  grid_dependency_wait();
   static_assert(kVersion == 2 || (kVersion == 5 && kReadback), "bwd_local: version 2, or 5 with the readback");
   if constexpr (kVersion == 5)
     bwd_local_v5<T>(d, q, a32, Qp, s, Nc, M, Wr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
@@ -1511,6 +1515,7 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
 constexpr int kBscanBatch = 32;
 __global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsum, const float* Zs, float* Bend,
                              float* daB, Str3 dn0) {
+  grid_dependency_wait();
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < d.nbh * d.L; x += int64_t(gridDim.x) * blockDim.x) {
     const int64_t bh = x / d.L, l = x % d.L, b = d.b_of(bh), h = d.h_of(bh);
     const float a = a32[h * d.L + l];
@@ -1554,6 +1559,7 @@ template <typename T, int V>
 __global__ void __launch_bounds__(kDqThreads) dq_final_kernel(Dims d, const float* a32, const float* dqp,
                                                               const float* gc, const float* s, const float* Bend,
                                                               Str4 dq) {
+  grid_dependency_wait();
   __shared__ float gcs[kMaxChunk];
   constexpr int LB = kDqThreads * V;  // latents per block
   const int64_t nlb = (d.L + LB - 1) / LB;
@@ -1604,6 +1610,7 @@ __global__ void __launch_bounds__(kDqThreads) dq_final_kernel(Dims d, const floa
 // without dv_acc's memset, its write and read, and dv_store's launch.
 template <int V, typename T = float, bool kStore = false>
 __global__ void dv_accumulate_kernel(Dims d, int64_t Hv, const float* dvp, float* dv_acc, Str4 gv = Str4{}) {
+  grid_dependency_wait();
   struct alignas(4 * V) Vec {
     float x[V];
   };
@@ -1643,6 +1650,7 @@ __global__ void dv_accumulate_kernel(Dims d, int64_t Hv, const float* dvp, float
 // each stored through gv's strides.
 template <typename T, int V>
 __global__ void dv_store_kernel(int64_t B, int64_t Hv, int64_t nT, int64_t E, const float* dv_acc, Str4 gv) {
+  grid_dependency_wait();
   const int64_t EV = E / V;
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < B * Hv * nT * EV;
        x += int64_t(gridDim.x) * blockDim.x) {
@@ -1663,6 +1671,7 @@ __global__ void dv_store_kernel(int64_t B, int64_t Hv, int64_t nT, int64_t E, co
 constexpr int kDaGroup = 64, kDaThreads = 256;
 __global__ void __launch_bounds__(kDaThreads) da_accumulate_kernel(Dims d, const float* dap, const float* daB,
                                                                    double* da_acc) {
+  grid_dependency_wait();
   __shared__ double rows[kDaGroup][32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t tiles = (d.L + 31) / 32;
@@ -1694,6 +1703,7 @@ __global__ void __launch_bounds__(kDaThreads) da_accumulate_kernel(Dims d, const
 
 __global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void* out, int64_t s0, int64_t s1,
                                 bool is_f64) {
+  grid_dependency_wait();
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < H * L; x += int64_t(gridDim.x) * blockDim.x) {
     const int64_t o = (x / L) * s0 + (x % L) * s1;
     if (is_f64) static_cast<double*>(out)[o] = da_acc[x];
@@ -1790,9 +1800,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   float* a32 = ws.take_floats(p.H * L);
   double* da_acc = ws.take_doubles(p.H * L);
   float* dv_acc = ws.take_floats(p.B * p.Hv * nT * E);
-  decay_to_f32_kernel<<<grid_for(p.H * L, 256), 256, 0, stream>>>(a32, g.decay, g.decay_stride[0], g.decay_stride[1],
-                                                                 p.H, L, p.decay_dtype == DType::float64);
-  RHOSCAN_CUDA_LAUNCHED("decay_to_f32_kernel");
+  launch_kernel("decay_to_f32_kernel", decay_to_f32_kernel, grid_for(p.H * L, 256), 256, 0, stream, a32, g.decay,
+                g.decay_stride[0], g.decay_stride[1], p.H, L, p.decay_dtype == DType::float64);
   RHOSCAN_CUDA_CHECK(cudaMemsetAsync(da_acc, 0, sizeof(double) * p.H * L, stream));
   // one batch of every pair: dv_accumulate stores grad_v itself (kStore), dv_acc stays unused
   const bool one_batch = BH > 0 && per_batch >= BH;
@@ -1890,9 +1899,9 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
 #endif
         RHOSCAN_CUDA_CHECK(
             cudaFuncSetAttribute(readback, cudaFuncAttributeMaxDynamicSharedMemorySize, readback_smem<kLo>()));
-        readback<<<grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, readback_smem<kLo>(), stream>>>(
-            d, Hs, Hs_lo, dHs, dHs_lo, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
-        RHOSCAN_CUDA_LAUNCHED(v2 ? "chunk_readback_mma_kernel" : "chunk_readback_mma_v1_kernel");
+        launch_kernel(v2 ? "chunk_readback_mma_kernel" : "chunk_readback_mma_v1_kernel", readback,
+                      grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, readback_smem<kLo>(), stream, d, Hs, Hs_lo, dHs,
+                      dHs_lo, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
       }
     }
     unsigned local_grid = grid_for(n * nC * nlt);
@@ -1904,48 +1913,50 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                                                                        kLocalThreads, local_smem));
       local_grid = grid_for(n * nC * nlt, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
     }
-    bwd_local_kernel<T, kTC><<<local_grid, kLocalThreads, local_smem, stream>>>(
-        d, q, v, gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
-        kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
-    RHOSCAN_CUDA_LAUNCHED("bwd_local_kernel");
+    launch_kernel("bwd_local_kernel", bwd_local_kernel<T, kTC>, local_grid, kLocalThreads, local_smem, stream, d, q, v,
+                  gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
+                  kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap,
+                  Bsum, Zs);
     gate.settle();
-    gc_reduce_kernel<<<grid_for(n * nT, 8), 256, 0, stream>>>(d, gcp, gc);
-    RHOSCAN_CUDA_LAUNCHED("gc_reduce_kernel");
-    bscan_kernel<<<grid_for(n * L, 256), 256, 0, stream>>>(d, a32, gn, Bsum, Zs, Bend, daB, dn0);
-    RHOSCAN_CUDA_LAUNCHED("bscan_kernel");
+    launch_kernel("gc_reduce_kernel", gc_reduce_kernel, grid_for(n * nT, 8), 256, 0, stream, d, gcp, gc);
+    launch_kernel("bscan_kernel", bscan_kernel, grid_for(n * L, 256), 256, 0, stream, d, a32, gn, Bsum, Zs, Bend, daB,
+                  dn0);
     if (norm_pairs_ok<T>(d, dq))
-      dq_final_kernel<T, 2><<<grid_for(n * nC * ((L + 2 * kDqThreads - 1) / (2 * kDqThreads))), kDqThreads, 0,
-                              stream>>>(d, a32, dqp, gc, s, Bend, dq);
+      launch_kernel("dq_final_kernel", dq_final_kernel<T, 2>,
+                    grid_for(n * nC * ((L + 2 * kDqThreads - 1) / (2 * kDqThreads))), kDqThreads, 0, stream, d, a32,
+                    dqp, gc, s, Bend, dq);
     else
-      dq_final_kernel<T, 1><<<grid_for(n * nC * ((L + kDqThreads - 1) / kDqThreads)), kDqThreads, 0, stream>>>(
-          d, a32, dqp, gc, s, Bend, dq);
-    RHOSCAN_CUDA_LAUNCHED("dq_final_kernel");
+      launch_kernel("dq_final_kernel", dq_final_kernel<T, 1>, grid_for(n * nC * ((L + kDqThreads - 1) / kDqThreads)),
+                    kDqThreads, 0, stream, d, a32, dqp, gc, s, Bend, dq);
     {
       const int64_t rows = ((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT;
       if (E % 4 == 0 && one_batch)
-        dv_accumulate_kernel<4, T, true><<<grid_for(rows * (E / 4), 256), 256, 0, stream>>>(d, p.Hv, dvp, dv_acc, dv);
+        launch_kernel("dv_accumulate_kernel", dv_accumulate_kernel<4, T, true>, grid_for(rows * (E / 4), 256), 256, 0,
+                      stream, d, p.Hv, dvp, dv_acc, dv);
       else if (E % 4 == 0)
-        dv_accumulate_kernel<4><<<grid_for(rows * (E / 4), 256), 256, 0, stream>>>(d, p.Hv, dvp, dv_acc);
+        launch_kernel("dv_accumulate_kernel", dv_accumulate_kernel<4>, grid_for(rows * (E / 4), 256), 256, 0, stream, d,
+                      p.Hv, dvp, dv_acc, Str4{});
       else if (one_batch)
-        dv_accumulate_kernel<1, T, true><<<grid_for(rows * E, 256), 256, 0, stream>>>(d, p.Hv, dvp, dv_acc, dv);
+        launch_kernel("dv_accumulate_kernel", dv_accumulate_kernel<1, T, true>, grid_for(rows * E, 256), 256, 0, stream,
+                      d, p.Hv, dvp, dv_acc, dv);
       else
-        dv_accumulate_kernel<1><<<grid_for(rows * E, 256), 256, 0, stream>>>(d, p.Hv, dvp, dv_acc);
+        launch_kernel("dv_accumulate_kernel", dv_accumulate_kernel<1>, grid_for(rows * E, 256), 256, 0, stream, d, p.Hv,
+                      dvp, dv_acc, Str4{});
     }
-    RHOSCAN_CUDA_LAUNCHED("dv_accumulate_kernel");
-    da_accumulate_kernel<<<grid_for(p.H * ((L + 31) / 32)), kDaThreads, 0, stream>>>(d, dap, daB, da_acc);
-    RHOSCAN_CUDA_LAUNCHED("da_accumulate_kernel");
+    launch_kernel("da_accumulate_kernel", da_accumulate_kernel, grid_for(p.H * ((L + 31) / 32)), kDaThreads, 0, stream,
+                  d, dap, daB, da_acc);
   }
   if (!one_batch) {
     if (E % 4 == 0)
-      dv_store_kernel<T, 4><<<grid_for(p.B * p.Hv * nT * E / 4, 256), 256, 0, stream>>>(p.B, p.Hv, nT, E, dv_acc, dv);
+      launch_kernel("dv_store_kernel", dv_store_kernel<T, 4>, grid_for(p.B * p.Hv * nT * E / 4, 256), 256, 0, stream,
+                    p.B, p.Hv, nT, E, dv_acc, dv);
     else
-      dv_store_kernel<T, 1><<<grid_for(p.B * p.Hv * nT * E, 256), 256, 0, stream>>>(p.B, p.Hv, nT, E, dv_acc, dv);
-    RHOSCAN_CUDA_LAUNCHED("dv_store_kernel");
+      launch_kernel("dv_store_kernel", dv_store_kernel<T, 1>, grid_for(p.B * p.Hv * nT * E, 256), 256, 0, stream, p.B,
+                    p.Hv, nT, E, dv_acc, dv);
   }
   gate.settle();  // (B·H = 0: no batch ran)
-  da_store_kernel<<<grid_for(p.H * L, 256), 256, 0, stream>>>(p.H, L, da_acc, g.grad_decay, g.grad_decay_stride[0],
-                                                             g.grad_decay_stride[1], p.decay_dtype == DType::float64);
-  RHOSCAN_CUDA_LAUNCHED("da_store_kernel");
+  launch_kernel("da_store_kernel", da_store_kernel, grid_for(p.H * L, 256), 256, 0, stream, p.H, L, da_acc,
+                g.grad_decay, g.grad_decay_stride[0], g.grad_decay_stride[1], p.decay_dtype == DType::float64);
 }
 
 }  // namespace

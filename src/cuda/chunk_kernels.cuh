@@ -107,6 +107,7 @@ __device__ __forceinline__ float dpow(float a, int n) { return n == 0 ? 0.0f : n
 // ---- decay to float32 [H][L] ---------------------------------------------------------------
 static __global__ void decay_to_f32_kernel(float* a32, const void* decay, int64_t s0, int64_t s1, int64_t H,
                                     int64_t L, bool is_f64) {
+  grid_dependency_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < H * L; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t h = i / L, l = i % L;
     a32[i] = is_f64 ? load<double>(decay, h * s0 + l * s1) : load<float>(decay, h * s0 + l * s1);
@@ -121,6 +122,7 @@ static __global__ void decay_to_f32_kernel(float* a32, const void* decay, int64_
 constexpr int kSumBatch = 8;
 template <typename T>
 __global__ void token_sum_kernel(Dims d, Str4 q, float* s) {
+  grid_dependency_wait();
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   const int64_t step = 32 * q.s[3];
@@ -248,6 +250,7 @@ inline bool norm_pairs_ok(const Dims& d, const Str4& q) {
 // One thread per (bh, c, V latents).
 template <typename T, int V>
 __global__ void norm_chunk_sums_kernel(Dims d, Str4 q, const float* a32, float* Nc) {
+  grid_dependency_wait();
   const int64_t groups = d.L / V;  // V divides L (launch_norm_scan)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.nC * groups;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -331,6 +334,7 @@ __device__ __forceinline__ void sums_halve(float (&x)[32], int lane) {
 template <typename T>
 __global__ void __launch_bounds__(kSumsThreads, 3) norm_sums_kernel(Dims d, Str4 q, const float* a32, float* Nc,
                                                                  float* parts, int64_t nlb) {
+  grid_dependency_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float(*red)[kSumsTokens] = reinterpret_cast<float(*)[kSumsTokens]>(smem_raw);  // [warp][token]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -404,6 +408,7 @@ __global__ void __launch_bounds__(kSumsThreads, 3) norm_sums_kernel(Dims d, Str4
 
 // s[bh][t] = eps + the nlb partials parts[bh][0..nlb)[t], added in increasing block order.
 static __global__ void token_sum_reduce_kernel(Dims d, const float* parts, int64_t nlb, float* s) {
+  grid_dependency_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.T; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t bh = i / d.T, t = i - bh * d.T;
     const float* row = parts + bh * nlb * d.T + t;
@@ -418,6 +423,7 @@ static __global__ void token_sum_reduce_kernel(Dims d, const float* parts, int64
 // 32 leave 4 waits (the same adds in the same order: the same bits).
 constexpr int kCarryBatch = 32;
 static __global__ void norm_carry_kernel(Dims d, const float* a32, Str3 n0, float* Nc, Str3 n_out) {
+  grid_dependency_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.L; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t bh = i / d.L, l = i % d.L, b = d.b_of(bh), h = d.h_of(bh);
     const float a = a32[h * d.L + l];
@@ -446,6 +452,7 @@ static __global__ void norm_carry_kernel(Dims d, const float* a32, Str3 n0, floa
 // N_T (Nc's last row: norm_carry's final N, the same bits) into rho_norm: for the forward's first
 // batch, whose norm_carry ran before the value checks were settled and wrote no output (forward.cu).
 static __global__ void final_norm_kernel(Dims d, const float* Nc, Str3 n_out) {
+  grid_dependency_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.L; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t bh = i / d.L, l = i % d.L;
     const_cast<float*>(static_cast<const float*>(n_out.p))[n_out.at(d.b_of(bh), d.h_of(bh), l)] =
@@ -454,8 +461,7 @@ static __global__ void final_norm_kernel(Dims d, const float* Nc, Str3 n_out) {
 }
 inline void launch_final_norm(const Dims& d, const float* Nc, Str3 n_out, cudaStream_t stream) {
   if (n_out.p == nullptr || d.nbh * d.L == 0) return;
-  final_norm_kernel<<<grid_for(d.nbh * d.L, 256), 256, 0, stream>>>(d, Nc, n_out);
-  RHOSCAN_CUDA_LAUNCHED("final_norm_kernel");
+  launch_kernel("final_norm_kernel", final_norm_kernel, grid_for(d.nbh * d.L, 256), 256, 0, stream, d, Nc, n_out);
 }
 
 // Qp is float32 where FFMA kernels or the backward's local gradients read it, bf16 where only the
@@ -465,6 +471,7 @@ template <typename T, typename QpT, int V, bool kXq, bool kKq>
 __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, const float* a32, const float* s,
                                                          const float* Nc, QpT* Qp, __nv_bfloat16* Xq,
                                                          __nv_bfloat16* Kq) {
+  grid_dependency_wait();
   static_assert(kXq || !kKq, "Kq comes with Xq");
   const int64_t groups = (kXq ? d.Lp : d.L) / V;  // V divides L and Lp (launch_norm_scan)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.nC * groups;
@@ -572,9 +579,8 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
 template <typename T, typename QpT, int V, bool kXq, bool kKq>
 void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, QpT* Qp, const float* Nc,
                        __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream) {
-  norm_apply_kernel<T, QpT, V, kXq, kKq>
-      <<<grid_for(d.nbh * d.nC * (kXq ? d.Lp : d.L) / V, 256), 256, 0, stream>>>(d, q, a32, s, Nc, Qp, Xq, Kq);
-  RHOSCAN_CUDA_LAUNCHED("norm_apply_kernel");
+  launch_kernel("norm_apply_kernel", norm_apply_kernel<T, QpT, V, kXq, kKq>,
+                grid_for(d.nbh * d.nC * (kXq ? d.Lp : d.L) / V, 256), 256, 0, stream, d, q, a32, s, Nc, Qp, Xq, Kq);
 }
 template <typename T, typename QpT, int V>
 void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, QpT* Qp, const float* Nc,
@@ -603,19 +609,17 @@ void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, float* s
       if (s_parts == nullptr)
         throw Error(ErrorKind::internal, "rhoscan cuda: launch_norm_scan without the token sums' workspace (a bug)");
       const int64_t nlb = norm_sums_blocks(d.L);
-      norm_sums_kernel<T><<<grid_for(d.nbh * d.nC * nlb), norm_sums_threads(d.L), norm_sums_smem(d.L), stream>>>(
-          d, q, a32, Nc, s_parts, nlb);
-      RHOSCAN_CUDA_LAUNCHED("norm_sums_kernel");
-      token_sum_reduce_kernel<<<grid_for(d.nbh * d.T, 256), 256, 0, stream>>>(d, s_parts, nlb, s);
-      RHOSCAN_CUDA_LAUNCHED("token_sum_reduce_kernel");
+      launch_kernel("norm_sums_kernel", norm_sums_kernel<T>, grid_for(d.nbh * d.nC * nlb), norm_sums_threads(d.L),
+                    norm_sums_smem(d.L), stream, d, q, a32, Nc, s_parts, nlb);
+      launch_kernel("token_sum_reduce_kernel", token_sum_reduce_kernel, grid_for(d.nbh * d.T, 256), 256, 0, stream, d,
+                    s_parts, nlb, s);
     } else {
-      token_sum_kernel<T><<<grid_for(d.nbh * d.T, 8), 256, 0, stream>>>(d, q, s);
-      RHOSCAN_CUDA_LAUNCHED("token_sum_kernel");
-      norm_chunk_sums_kernel<T, 1><<<grid_for(d.nbh * d.nC * d.L, 256), 256, 0, stream>>>(d, q, a32, Nc);
-      RHOSCAN_CUDA_LAUNCHED("norm_chunk_sums_kernel");
+      launch_kernel("token_sum_kernel", token_sum_kernel<T>, grid_for(d.nbh * d.T, 8), 256, 0, stream, d, q, s);
+      launch_kernel("norm_chunk_sums_kernel", norm_chunk_sums_kernel<T, 1>, grid_for(d.nbh * d.nC * d.L, 256), 256, 0,
+                    stream, d, q, a32, Nc);
     }
-    norm_carry_kernel<<<grid_for(d.nbh * d.L, 256), 256, 0, stream>>>(d, a32, n0, Nc, n_out);
-    RHOSCAN_CUDA_LAUNCHED("norm_carry_kernel");
+    launch_kernel("norm_carry_kernel", norm_carry_kernel, grid_for(d.nbh * d.L, 256), 256, 0, stream, d, a32, n0, Nc,
+                  n_out);
   }
   if (pairs)
     launch_norm_apply<T, QpT, kNormVec>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
@@ -633,6 +637,7 @@ template <typename T>
 __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str4 q, Str4 v, Str4 g,
                                                                      const float* a32, const float* Qp,
                                                                      float* P, float* M) {
+  grid_dependency_wait();
   constexpr int LT = 32;
   __shared__ float qs[64][LT + 1], qps[64][LT + 1], apow[64][LT + 1];
   const int C = static_cast<int>(d.C);
@@ -715,6 +720,7 @@ __global__ void __launch_bounds__(kScoreThreads) chunk_scores_kernel(Dims d, Str
 
 // Adds the d.nsplit partials of each (bh, chunk) score matrix into split 0, in split order.
 static __global__ void reduce_splits_kernel(Dims d, float* X) {
+  grid_dependency_wait();
   const int64_t CC = d.C * d.C, n = d.nbh * d.nC * CC;
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
     float* base = X + (x / CC) * d.nsplit * CC + x % CC;
@@ -738,6 +744,7 @@ template <typename T, bool kReverse>
 __global__ void __launch_bounds__(kStateThreads) chunk_states_kernel(Dims d, Str4 key, Str4 val,
                                                                      const float* a32, const float* Qp,
                                                                      Str4 init, float* Hs, Str4 out) {
+  grid_dependency_wait();
   constexpr int LT = kStateLT, ET = kStateET, RPT = 8, CPT = 4;
   __shared__ __align__(16) float keys[64][LT];
   __shared__ __align__(16) float vals[64][ET];
@@ -851,6 +858,7 @@ __global__ void __launch_bounds__(kOutThreads, 3) chunk_output_kernel(Dims d, St
                                                                    const float* a32, const float* Qp,
                                                                    const float* Hs, const float* P,
                                                                    Str4 out, float* out_ws) {
+  grid_dependency_wait();
   constexpr int LT = 32, ET = 64;
   // The L loop's tiles and the intra-chunk operands are never live together: one union.
   union Smem {

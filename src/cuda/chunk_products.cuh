@@ -88,6 +88,7 @@ constexpr int kPackThreads = 256;
 constexpr int kPackRows = RHOSCAN_PACK_ROWS;
 template <typename T>
 __global__ void __launch_bounds__(kPackThreads) pack_bf16_kernel(Dims d, Str4 y, bf16* out, bf16* lo = nullptr) {
+  grid_dependency_wait();
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);  // (blockDim.x: a multiple of 32)
   // Ep is a multiple of 64, so the rows of out (and lo) start 16-byte aligned; 8 elements of y are
@@ -181,6 +182,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_bf16_kernel(Dims d, Str4 y,
 // row (bh, t), its threads along l.
 template <typename T>
 __global__ void key_remainder_kernel(Dims d, Str4 q, const float* a32, const bf16* Kq, bf16* Kq_lo) {
+  grid_dependency_wait();
   for (int64_t r = blockIdx.x; r < d.nbh * d.T; r += gridDim.x) {
     const int64_t bh = r / d.T, t = r - bh * d.T, c = t / d.C, h = d.h_of(bh);
     const int n = static_cast<int>(d.chunk_len(c) - 1 - (t - c * d.C));
@@ -319,6 +321,7 @@ template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool
 __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
     chunk_states_mma_wide_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs, Str4 out,
                             const bf16* vals_lo = nullptr, const bf16* keys_lo = nullptr, S* Hs_lo = nullptr) {
+  grid_dependency_wait();
   static_assert(!kSplitStore || std::is_same_v<S, bf16>, "split stores are bf16 planes");
   constexpr int LT = kStatesLT, ET = kMmaET, KS = kStKS, VS = kStVS, NT = kStatesThreads;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -536,6 +539,7 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
     chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs,
                                Str4 out, const bf16* vals_lo = nullptr, const bf16* keys_lo = nullptr,
                                S* Hs_lo = nullptr) {
+  grid_dependency_wait();
   static_assert(!kSplitStore || std::is_same_v<S, bf16>, "split stores are bf16 planes");
   constexpr int LT = kStatesLT, ET = kMmaET, KS = kStKS, VS = kStVS, NT = kStatesThreads, NS = kStatesStages;
   // the fetch's fixed pieces: KPR (VPR) pieces per K (V) row, a thread's pieces KRS (VRS) rows apart
@@ -838,6 +842,7 @@ template <typename S, typename OutT, bool kDv, bool kLo = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d, const bf16* X, const S* Hs,
                                                                           const float* P, const bf16* Y, Str4 out,
                                                                           float* out_ws, const bf16* Y_lo = nullptr) {
+  grid_dependency_wait();
   constexpr int LT = kMmaLT, ET = kMmaET, XS = kOutXS, HS = kOutHS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens][XS]
@@ -950,6 +955,7 @@ template <typename S, typename OutT, bool kDv, bool kLo = false>
 __global__ void __launch_bounds__(kMmaThreads, 2)
     chunk_output_mma_v2_kernel(Dims d, const bf16* X, const S* Hs, const float* P, const bf16* Y, Str4 out,
                                float* out_ws, const bf16* Y_lo = nullptr) {
+  grid_dependency_wait();
   constexpr int LT = kMmaLT, ET = kMmaET, XS = kOutXS, HS = kOutHS;
   static_assert(kMmaThreads == 256 && LT == 64 && ET == 128, "the fixed pieces below");
   // version 1's shared-memory layout, in bytes: X [2][64][XS], then S [2][64][HS]
@@ -1276,6 +1282,7 @@ __device__ __forceinline__ void halving_step(float (&v)[32], int lane) {
 template <typename T, typename QpT>
 __global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
     chunk_scores_mma_kernel(Dims d, Str4 q, const float* a32, const QpT* Qp, float* P) {
+  grid_dependency_wait();
   constexpr int LT = kMmaLT;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   ScoreSmem& S = *reinterpret_cast<ScoreSmem*>(smem_raw);
@@ -1520,9 +1527,9 @@ Operands16 take_operands(Workspace& ws, const Dims& d, bool backward) {
 template <bool kTC, typename T>
 void pack_values(const Dims& d, Str4 y, bf16* out, bf16* lo, cudaStream_t stream) {
   if constexpr (kTC) {
-    pack_bf16_kernel<T><<<grid_for(d.v_packed_rows() * d.T, kPackThreads / 32 * kPackRows), kPackThreads, 0, stream>>>(
-        d, y, out, lo);
-    RHOSCAN_CUDA_LAUNCHED("pack_bf16_kernel");
+    launch_kernel("pack_bf16_kernel", pack_bf16_kernel<T>,
+                  grid_for(d.v_packed_rows() * d.T, kPackThreads / 32 * kPackRows), kPackThreads, 0, stream, d, y, out,
+                  lo);
   }
 }
 
@@ -1531,8 +1538,8 @@ template <bool kTC, typename T>
 void make_key_remainders(const Dims& d, Str4 q, const float* a32, const Operands16& o, cudaStream_t stream) {
   if constexpr (kTC) {
     if (o.Kq_lo == nullptr) return;
-    key_remainder_kernel<T><<<grid_for(d.nbh * d.T), 256, 0, stream>>>(d, q, a32, o.Kq, o.Kq_lo);
-    RHOSCAN_CUDA_LAUNCHED("key_remainder_kernel");
+    launch_kernel("key_remainder_kernel", key_remainder_kernel<T>, grid_for(d.nbh * d.T), 256, 0, stream, d, q, a32,
+                  o.Kq, o.Kq_lo);
   }
 }
 
@@ -1564,10 +1571,9 @@ void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, co
       constexpr int smem = states_mma_smem<S, kLo, kKeyLo>();
       RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       // (reverse: the values are G, per pair)
-      kernel<<<states_grid(kernel, smem, states_items(d)), kStatesThreads, smem, stream>>>(
-          kReverse ? d.per_pair() : d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb, a32, init, Hs, out,
-          kReverse ? o.glo : o.vlo, o.Kq_lo, Hs_lo);
-      RHOSCAN_CUDA_LAUNCHED(name);
+      launch_kernel(name, kernel, states_grid(kernel, smem, states_items(d)), kStatesThreads, smem, stream,
+                    kReverse ? d.per_pair() : d, kReverse ? o.Xq : o.Kq, kReverse ? o.gb : o.vb, a32, init, Hs, out,
+                    kReverse ? o.glo : o.vlo, o.Kq_lo, Hs_lo);
     };
     auto launch_store = [&](auto key_lo) {
       if constexpr (std::is_same_v<S, bf16>) {
@@ -1583,9 +1589,8 @@ void launch_chunk_states(const Dims& d, Str4 key, Str4 val, const float* a32, co
     }
   } else {
     const int64_t items = d.nbh * ((d.L + kStateLT - 1) / kStateLT) * ((d.E + kStateET - 1) / kStateET);
-    chunk_states_kernel<T, kReverse><<<grid_for(items), kStateThreads, 0, stream>>>(d, key, val, a32, Qp, init, Hs,
-                                                                                    out);
-    RHOSCAN_CUDA_LAUNCHED("chunk_states_kernel");
+    launch_kernel("chunk_states_kernel", chunk_states_kernel<T, kReverse>, grid_for(items), kStateThreads, 0, stream, d,
+                  key, val, a32, Qp, init, Hs, out);
   }
 }
 
@@ -1600,13 +1605,13 @@ void launch_chunk_output(const Dims& d, Str4 q, Str4 y, const float* a32, const 
     if (!output_fit_32bit(d))  // (past version 2's 32-bit indices: version 1)
       kernel = chunk_output_mma_kernel<S, OutT, kDv, kLo>, name = "chunk_output_mma_kernel";
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOutMmaSmem));
-    kernel<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, kOutMmaSmem, stream>>>(
-        kDv ? d.per_pair() : d, kDv ? o.Kq : o.Xq, Hs, P, kDv ? o.gb : o.vb, out, out_ws, kDv ? o.glo : o.vlo);  // (dv: G, per pair)
-    RHOSCAN_CUDA_LAUNCHED(name);
+    // (dv: G, per pair)
+    launch_kernel(name, kernel, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, kOutMmaSmem, stream,
+                  kDv ? d.per_pair() : d, kDv ? o.Kq : o.Xq, Hs, P, kDv ? o.gb : o.vb, out, out_ws,
+                  kDv ? o.glo : o.vlo);
   } else {
-    chunk_output_kernel<T, OutT, kDv><<<grid_for(d.nbh * d.nC * ((d.E + 63) / 64)), kOutThreads, 0, stream>>>(
-        d, q, y, a32, Qp, Hs, P, out, out_ws);
-    RHOSCAN_CUDA_LAUNCHED("chunk_output_kernel");
+    launch_kernel("chunk_output_kernel", chunk_output_kernel<T, OutT, kDv>, grid_for(d.nbh * d.nC * ((d.E + 63) / 64)),
+                  kOutThreads, 0, stream, d, q, y, a32, Qp, Hs, P, out, out_ws);
   }
 }
 
@@ -1620,23 +1625,22 @@ void launch_chunk_scores(const Dims& d, Str4 q, Str4 v, Str4 g, const float* a32
     auto kernel = chunk_scores_mma_kernel<T, QpT>;
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(ScoreSmem))));
-    kernel<<<grid_for(d.nbh * d.nC * d.nsplit), kMmaThreads, sizeof(ScoreSmem), stream>>>(d, q, a32, Qp, P);
-    RHOSCAN_CUDA_LAUNCHED("chunk_scores_mma_kernel");
+    launch_kernel("chunk_scores_mma_kernel", kernel, grid_for(d.nbh * d.nC * d.nsplit), kMmaThreads, sizeof(ScoreSmem),
+                  stream, d, q, a32, Qp, P);
   }
   float* P_ffma = kTC ? nullptr : P;
   if constexpr (std::is_same_v<QpT, float>) {
     if (P_ffma != nullptr || M != nullptr) {
-      chunk_scores_kernel<T><<<grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0, stream>>>(d, q, v, g, a32, Qp,
-                                                                                             P_ffma, M);
-      RHOSCAN_CUDA_LAUNCHED("chunk_scores_kernel");
+      launch_kernel("chunk_scores_kernel", chunk_scores_kernel<T>, grid_for(d.nbh * d.nC * d.nsplit), kScoreThreads, 0,
+                    stream, d, q, v, g, a32, Qp, P_ffma, M);
     }
   } else if (!kTC || M != nullptr) {
     throw Error(ErrorKind::internal, "rhoscan (cuda): bf16 Qp reaches only the tensor-core forward's scores");
   }
   for (float* X : {P, M}) {
     if (X == nullptr || d.nsplit == 1) continue;
-    reduce_splits_kernel<<<grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream>>>(d, X);
-    RHOSCAN_CUDA_LAUNCHED("reduce_splits_kernel");
+    launch_kernel("reduce_splits_kernel", reduce_splits_kernel, grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream,
+                  d, X);
   }
 }
 

@@ -80,6 +80,7 @@ template <int kLp, typename OutT>
 __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
     chunk_scan_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const bf16* vb, const float* P, const float* a32,
                           Str4 init, Str4 ctx, Str4 rho) {
+  grid_dependency_wait();
   using Lay = ScanLayout<kLp>;
   constexpr int XS = Lay::XS, VS = Lay::VS, PS = Lay::PS, NT = kScanThreads, ET = kScanET;
   constexpr int kBlocks = kLp / 16, kPer = (kBlocks + 7) / 8;  // the state's 32×32 blocks; per warp
@@ -332,9 +333,8 @@ void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const
       RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
       RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kScanThreads, smem));
       const int64_t items = d.nbh * ((d.E + kScanET - 1) / kScanET);
-      kernel<<<grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm)), kScanThreads, smem, stream>>>(
-          d, o.Xq, o.Kq, o.vb, P, a32, init, ctx, rho);
-      RHOSCAN_CUDA_LAUNCHED("chunk_scan_mma_kernel");
+      launch_kernel("chunk_scan_mma_kernel", kernel, grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm)),
+                    kScanThreads, smem, stream, d, o.Xq, o.Kq, o.vb, P, a32, init, ctx, rho);
     };
     switch (d.Lp) {
       case 64: run(std::integral_constant<int, 64>{}); break;

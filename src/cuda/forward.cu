@@ -106,9 +106,8 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
   Workspace ws(shared + per_batch * per_bh, stream);
   float* a32 = ws.take_floats(p.H * p.L);
-  decay_to_f32_kernel<<<grid_for(p.H * p.L, 256), 256, 0, stream>>>(
-      a32, f.decay, f.decay_stride[0], f.decay_stride[1], p.H, p.L, p.decay_dtype == DType::float64);
-  RHOSCAN_CUDA_LAUNCHED("decay_to_f32_kernel");
+  launch_kernel("decay_to_f32_kernel", decay_to_f32_kernel, grid_for(p.H * p.L, 256), 256, 0, stream, a32, f.decay,
+                f.decay_stride[0], f.decay_stride[1], p.H, p.L, p.decay_dtype == DType::float64);
 
   const Str4 q = str4(f.q, f.q_stride), v = str4(f.v, f.v_stride);
   const Str4 rho0 = str4(f.rho0, f.rho0_stride), rho_out = str4(f.rho, f.rho_stride);

@@ -166,6 +166,7 @@ constexpr int kCrossSmem = kCrossNS * kCrossStage * static_cast<int>(sizeof(bf16
 static __global__ void __launch_bounds__(kCrossThreads, 2)
     cross_scores_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross, float* parts,
                             int nsplit) {
+  grid_dependency_wait();
   constexpr int LT = kMmaLT, S = kCrossS, NS = kCrossNS;
   static_assert(kCrossThreads == 4 * LT && kCrossThreads == 256, "one factor per thread, 64 copying threads per slot");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -270,6 +271,7 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
 
 // Pcross (lower blocks) += parts[0] + parts[1] + ... in split order.
 static __global__ void cross_reduce_kernel(Dims d, float* Pcross, const float* parts, int nsplit) {
+  grid_dependency_wait();
   const int64_t CC = d.C * d.C, n = d.nbh * d.nC * d.nC * CC;
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
     const int64_t IJ = x / CC % (d.nC * d.nC);
@@ -299,6 +301,7 @@ template <typename OutT, bool kLo>
 static __global__ void __launch_bounds__(kMmaThreads, 2)
     quadratic_output_mma_kernel(Dims d, const float* P, const float* Pcross, const bf16* V, const bf16* V_lo,
                                 Str4 out) {
+  grid_dependency_wait();
   constexpr int ET = kMmaET, PS = kQOutPS, VS = kQOutVS;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* ps = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens i'][PS]: P_IJ[i'][j']
@@ -468,6 +471,7 @@ inline int64_t final_state_items(const Dims& d) { return d.nbh * ((d.Lp + kFsLT 
 template <bool kLo>
 static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
     final_state_mma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
+  grid_dependency_wait();
   constexpr int LT = kFsLT, ET = kFsET, TT = kFsTT, NS = kFsNS, KS = kFsKS, VS = kFsVS, NT = kFsThreads;
   constexpr int kStage = final_state_stage<kLo>();
   static_assert(NS == 2 && NT == 128 && LT == 128 && ET == 128 && TT == 64,
@@ -717,13 +721,11 @@ inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, c
   if (items == 0) return;
   RHOSCAN_CUDA_CHECK(
       cudaFuncSetAttribute(cross_scores_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCrossSmem));
-  cross_scores_mma_kernel<<<grid_for(items), kCrossThreads, kCrossSmem, stream>>>(d, Xq, Kq, a32, Pcross, scratch,
-                                                                                 static_cast<int>(nsplit));
-  RHOSCAN_CUDA_LAUNCHED("cross_scores_mma_kernel");
+  launch_kernel("cross_scores_mma_kernel", cross_scores_mma_kernel, grid_for(items), kCrossThreads, kCrossSmem, stream,
+                d, Xq, Kq, a32, Pcross, scratch, static_cast<int>(nsplit));
   if (nsplit > 1) {
-    cross_reduce_kernel<<<grid_for(d.nbh * d.nC * d.nC * d.C * d.C, 256), 256, 0, stream>>>(d, Pcross, scratch,
-                                                                                          static_cast<int>(nsplit));
-    RHOSCAN_CUDA_LAUNCHED("cross_reduce_kernel");
+    launch_kernel("cross_reduce_kernel", cross_reduce_kernel, grid_for(d.nbh * d.nC * d.nC * d.C * d.C, 256), 256, 0,
+                  stream, d, Pcross, scratch, static_cast<int>(nsplit));
   }
 }
 
@@ -735,8 +737,8 @@ void launch_quadratic_output(const Dims& d, const float* P, const float* Pcross,
   auto kernel = quadratic_output_mma_kernel<T, kLo>;
   constexpr int smem = quadratic_output_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, smem, stream>>>(d, P, Pcross, o.vb, o.vlo, ctx);
-  RHOSCAN_CUDA_LAUNCHED("quadratic_output_mma_kernel");
+  launch_kernel("quadratic_output_mma_kernel", kernel, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, smem,
+                stream, d, P, Pcross, o.vb, o.vlo, ctx);
 }
 
 // The final state rho_T of one batch by final_state_mma (the quadratic forward has no initial
@@ -760,9 +762,8 @@ void launch_final_state(const Dims& d, const float* a32, const Operands16& o, St
     // where d.v_rows: the sub-batch's pairs lie in one batch row, or start at h = 0, so that s's
     // own v_row, from s.bh0 = 0, counts its rows from there)
     const int64_t kv = first * d.T, vv = d.v_row(first) * d.T;
-    kernel<<<grid, kFsThreads, smem, stream>>>(s, o.Kq + kv * d.Lp, o.vb + vv * d.Ep,
-                                               o.vlo != nullptr ? o.vlo + vv * d.Ep : nullptr, as, os);
-    RHOSCAN_CUDA_LAUNCHED("final_state_mma_kernel");
+    launch_kernel("final_state_mma_kernel", kernel, grid, kFsThreads, smem, stream, s, o.Kq + kv * d.Lp,
+                  o.vb + vv * d.Ep, o.vlo != nullptr ? o.vlo + vv * d.Ep : nullptr, as, os);
   });
 }
 

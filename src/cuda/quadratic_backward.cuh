@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
                                                                       const bf16* vlo = nullptr,
                                                                       float* Mdiag = nullptr,
                                                                       bool diag_only = false) {
+  grid_dependency_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   // [stage][0: G rows i, 1: v rows j, if kLo 2: G lo, 3: v lo][64][kCvS]
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw);
@@ -209,6 +210,7 @@ template <bool kKeyLo = false>
 __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     quad_readback_mma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
                              const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
+  grid_dependency_wait();
   static_assert(kQrThreads == 256 && kQrLT == 128, "the fetch's fixed pieces assume 256 threads, 128 latents");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kQrStage = quad_readback_stage<kKeyLo>();
@@ -420,6 +422,7 @@ template <bool kLo = false>
 __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, const float* Pcross, const float* P,
                                                                     const bf16* gb, float* dvp,
                                                                     const bf16* glo = nullptr) {
+  grid_dependency_wait();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kQdStage = quad_dv_stage<kLo>();
   bf16* stages = reinterpret_cast<bf16*>(smem_raw);  // [2][P tile [64][kQdPS], G tile [64][kQdGS]]
@@ -486,9 +489,8 @@ void launch_diagonal_values(const Dims& d, const Operands16& o, float* M, cudaSt
   auto cv = cross_values_mma_kernel<kLo>;
   constexpr int cv_smem = cross_values_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
-  cv<<<grid_for(d.nbh * d.nC), kCvThreads, cv_smem, stream>>>(d, o.gb, o.vb, nullptr, nullptr, o.glo, o.vlo, M,
-                                                               true);
-  RHOSCAN_CUDA_LAUNCHED("cross_values_mma_kernel (diagonal)");
+  launch_kernel("cross_values_mma_kernel (diagonal)", cv, grid_for(d.nbh * d.nC), kCvThreads, cv_smem, stream, d, o.gb,
+                o.vb, nullptr, nullptr, o.glo, o.vlo, M, true);
 }
 
 // The quadratic backward's products for one batch, after norm_scan (o.Xq, o.Kq), chunk_scores (P)
@@ -506,21 +508,19 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     auto cv = cross_values_mma_kernel<kLo>;
     constexpr int cv_smem = cross_values_smem<kLo>();
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
-    cv<<<grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem, stream>>>(d, o.gb, o.vb, Mhi, Mlo, o.glo,
-                                                                                     o.vlo, M, false);
-    RHOSCAN_CUDA_LAUNCHED("cross_values_mma_kernel");
+    launch_kernel("cross_values_mma_kernel", cv, grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem,
+                  stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
   }
   auto qr = quad_readback_mma_kernel<kLo>;
   constexpr int qr_smem = quad_readback_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
-  qr<<<grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads, qr_smem, stream>>>(d, Mhi, Mlo, o.Kq, o.Xq,
-                                                                                           a32, W, U, HdH, o.Kq_lo);
-  RHOSCAN_CUDA_LAUNCHED("quad_readback_mma_kernel");
+  launch_kernel("quad_readback_mma_kernel", qr, grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads,
+                qr_smem, stream, d, Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo);
   auto qd = quad_dv_mma_kernel<kLo>;
   constexpr int qd_smem = quad_dv_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));
-  qd<<<grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kQdThreads, qd_smem, stream>>>(d, Pcross, P, o.gb, dvp, o.glo);
-  RHOSCAN_CUDA_LAUNCHED("quad_dv_mma_kernel");
+  launch_kernel("quad_dv_mma_kernel", qd, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kQdThreads, qd_smem, stream, d,
+                Pcross, P, o.gb, dvp, o.glo);
 }
 
 }  // namespace rhoscan::cuda_detail

@@ -19,6 +19,7 @@ struct HeaderWords {
 };
 
 __global__ void write_saved_header_kernel(float* saved, HeaderWords header) {
+  grid_dependency_wait();
   const int i = threadIdx.x;
   if (i < detail::kSavedHeaderFloats) reinterpret_cast<uint32_t*>(saved)[i] = header.w[i];
 }

@@ -18,6 +18,7 @@ template <typename T>
 __global__ void __launch_bounds__(kStepThreads) step_rows_kernel(int64_t BH, int64_t H, int64_t L, int64_t E,
                                                                  Str3 q, Str3 v, const float* a32, Str4 rho,
                                                                  Str3 norm, float* partial) {
+  grid_dependency_wait();
   __shared__ float qv[kStepRows], qp[kStepRows], av[kStepRows];
   const int64_t nrb = (L + kStepRows - 1) / kStepRows;
   float* R = const_cast<float*>(static_cast<const float*>(rho.p));
@@ -66,6 +67,7 @@ __global__ void __launch_bounds__(kStepThreads) step_rows_kernel(int64_t BH, int
 template <typename T>
 __global__ void step_reduce_kernel(int64_t BH, int64_t H, int64_t L, int64_t E, Str3 q, const float* partial,
                                    Str4 ctx3) {
+  grid_dependency_wait();
   __shared__ float warp_sums[32];
   __shared__ float s_shared;
   const int64_t nrb = (L + kStepRows - 1) / kStepRows;
@@ -101,22 +103,20 @@ void step_typed(const detail::StepParams& sp, cudaStream_t stream) {
   Workspace ws(Workspace::floats(p.H * p.L) + Workspace::floats(BH * nrb * p.E), stream);
   float* a32 = ws.take_floats(p.H * p.L);
   float* partial = ws.take_floats(BH * nrb * p.E);
-  decay_to_f32_kernel<<<grid_for(p.H * p.L, 256), 256, 0, stream>>>(
-      a32, sp.decay, sp.decay_stride[0], sp.decay_stride[1], p.H, p.L, p.decay_dtype == DType::float64);
-  RHOSCAN_CUDA_LAUNCHED("decay_to_f32_kernel");
+  launch_kernel("decay_to_f32_kernel", decay_to_f32_kernel, grid_for(p.H * p.L, 256), 256, 0, stream, a32, sp.decay,
+                sp.decay_stride[0], sp.decay_stride[1], p.H, p.L, p.decay_dtype == DType::float64);
   gate.settle();  // before the state is updated in place (value_gate.h)
   Str4 rho;
   rho.p = sp.rho;
   for (int i = 0; i < 4; ++i) rho.s[i] = sp.rho_stride[i];
   const Str3 q = str3(sp.q, sp.q_stride), v = str3(sp.v, sp.v_stride), norm = str3(sp.rho_norm, sp.rho_norm_stride);
-  step_rows_kernel<T><<<grid_for(BH * nrb, 1, 1 << 20), kStepThreads, 0, stream>>>(BH, p.H, p.L, p.E, q, v, a32, rho,
-                                                                                 norm, partial);
-  RHOSCAN_CUDA_LAUNCHED("step_rows_kernel");
+  launch_kernel("step_rows_kernel", step_rows_kernel<T>, grid_for(BH * nrb, 1, 1 << 20), kStepThreads, 0, stream, BH,
+                p.H, p.L, p.E, q, v, a32, rho, norm, partial);
   Str4 ctx;
   ctx.p = sp.context;
   for (int i = 0; i < 3; ++i) ctx.s[i] = sp.context_stride[i];
-  step_reduce_kernel<T><<<grid_for(BH), 256, 0, stream>>>(BH, p.H, p.L, p.E, q, partial, ctx);
-  RHOSCAN_CUDA_LAUNCHED("step_reduce_kernel");
+  launch_kernel("step_reduce_kernel", step_reduce_kernel<T>, grid_for(BH), 256, 0, stream, BH, p.H, p.L, p.E, q,
+                partial, ctx);
 }
 
 }  // namespace

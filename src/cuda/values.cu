@@ -21,6 +21,7 @@ struct View5 {
 // store per block, not per element: the verdict lives in host memory).
 template <typename T>
 __global__ void values_kernel(View5 t, int64_t n, bool unit_interval, volatile int* verdict) {
+  grid_dependency_wait();
   bool bad = false;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t rest = i, off = 0;
@@ -41,6 +42,7 @@ struct HeaderWords {
 };
 
 __global__ void header_differs_kernel(const uint32_t* saved, HeaderWords expected, volatile int* verdict) {
+  grid_dependency_wait();
   const int i = threadIdx.x;
   const bool differs = i < detail::kSavedHeaderFloats && saved[i] != expected.w[i];
   if (__syncthreads_or(differs) && threadIdx.x == 0) *verdict = 1;

@@ -1,5 +1,6 @@
 #include "cuda/workspace.h"
 
+#include <map>
 #include <mutex>
 #include <set>
 
@@ -50,6 +51,21 @@ void* Workspace::take(int64_t bytes) {
   void* p = base_ + used_;
   used_ += bytes;
   return p;
+}
+
+bool programmatic_launch_supported() {
+  static std::mutex mutex;
+  static std::map<int, bool> known;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  int major = 0;
+  const bool ok =
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
+  known.emplace(device, ok);
+  return ok;
 }
 
 int64_t workspace_cap(int64_t option, int64_t backend_default) { return option > 0 ? option : backend_default; }
