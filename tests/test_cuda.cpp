@@ -640,9 +640,9 @@ TEST_F(Cuda, ValueErrorsWriteNothing) {
 
     set_device_element(f.q, 0, q0);
     forward(f, o);  // fills saved
-    set_device_element(f.decay, 3, 2.0);
+    set_device_element(b.decay, 3, 2.0);  // (the backward's arguments are copies of their own)
     expect_value_error([&] { backward(b, o); }, "decay");
-    set_device_element(f.decay, 3, decay3);
+    set_device_element(b.decay, 3, decay3);
     set_device_element(b.grad_context, 0, std::nan(""));
     expect_value_error([&] { backward(b, finite); }, "grad_context");
     m.copy_outputs_to_host();
