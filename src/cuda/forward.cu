@@ -11,9 +11,10 @@
 //             final_state_mma.
 // RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic (environment, read per call) forces a path where it
 // applies (quadratic needs a tensor-core dtype and no initial rho): for tests and A/B runs.
-// The deferred value checks (value_gate.h) are settled after the first batch's normaliser scan,
-// intra-chunk scores and packed values, which write only the workspace (the first batch's s, Nc
-// and rho_norm go there too, copied out after the checks); every output is written after them.
+// The deferred value checks (value_gate.h) are settled after the first batch's normaliser scan
+// and packed values, which write only the workspace (the first batch's s, Nc and rho_norm go there
+// too, copied out after the checks); every output, the saved buffer's P included, is written
+// after them.
 #include <cstdlib>
 #include <cstring>
 
@@ -125,7 +126,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     float* s_parts = ws.take_floats(d.nbh * norm_sums_blocks(p.L) * p.T);
     QpT* Qp = ws.take_array<QpT>(d.nbh * p.T * p.L);
     float* Nc = save && !gated ? Nc_saved : ws.take_floats(d.nbh * (d.nC + 1) * p.L);
-    float* P = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
+    float* P_ws = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
     StateT<kTC>* Hs = quadratic || scan ? nullptr : ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
     float* Pcross = !quadratic  ? nullptr
                     : save_scores ? f.saved + saved.Pcross + bh0 * saved.Pcross_pair
@@ -133,7 +134,6 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     float* Pparts = quadratic ? ws.take_floats((cross_nsplit - 1) * d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
     const Operands16 o = take_operands<kTC, T>(ws, d, false);
     launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, gated ? Str3{} : n_out, o.Xq, o.Kq, stream);
-    launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     if (gated) {
       gate.settle();
@@ -146,10 +146,15 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       }
       launch_final_norm(d, Nc, n_out, stream);
     }
-    if (save_diag) {  // split 0 of each [nsplit][C][C] slot holds the sum
+    // P straight into the saved buffer where it has one split (the same [nC][C][C] blocks per
+    // pair); else split 0 of each [nsplit][C][C] slot holds the sum, copied there
+    float* const P_saved = save_diag ? f.saved + saved.P + bh0 * saved.P_pair : nullptr;
+    float* const P = P_saved != nullptr && d.nsplit == 1 ? P_saved : P_ws;
+    launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
+    if (P_saved != nullptr && P != P_saved) {
       const size_t CC = static_cast<size_t>(d.C * d.C) * sizeof(float);
-      RHOSCAN_CUDA_CHECK(cudaMemcpy2DAsync(f.saved + saved.P + bh0 * saved.P_pair, CC, P, d.nsplit * CC, CC,
-                                           static_cast<size_t>(d.nbh * d.nC), cudaMemcpyDeviceToDevice, stream));
+      RHOSCAN_CUDA_CHECK(cudaMemcpy2DAsync(P_saved, CC, P, d.nsplit * CC, CC, static_cast<size_t>(d.nbh * d.nC),
+                                           cudaMemcpyDeviceToDevice, stream));
     }
     // quadratic (rho0 is null there: quadratic_forward): only the final state, by final_state_mma
     // (it has no init term); chunked: the chunk states and the final state by the states kernel,
