@@ -609,7 +609,8 @@ TEST_F(Cuda, ValueErrorsWriteNothing) {
     ProblemSpec s = spec(2, 2, 1, 200, 256, 40, DType::bfloat16);  // chunk_scan_mma forward
     s.initial_rho_norm = true;
     cases.push_back({s, 0});
-    cases.push_back({s, 3 << 20});  // one or a few pairs per batch
+    s.B = 4;  // 8 pairs under 5 MiB: batches of 3 in the forward (~1.4 MB a pair), 1 in the backward (4.2 MB)
+    cases.push_back({s, 5 << 20});
   }
   for (const Case& c : cases) {
     const ProblemSpec& s = c.s;
