@@ -459,10 +459,6 @@ static __global__ void final_norm_kernel(Dims d, const float* Nc, Str3 n_out) {
         Nc[(bh * (d.nC + 1) + d.nC) * d.L + l];
   }
 }
-inline void launch_final_norm(const Dims& d, const float* Nc, Str3 n_out, cudaStream_t stream) {
-  if (n_out.p == nullptr || d.nbh * d.L == 0) return;
-  launch_kernel("final_norm_kernel", final_norm_kernel, grid_for(d.nbh * d.L, 256), 256, 0, stream, d, Nc, n_out);
-}
 
 // Qp is float32 where FFMA kernels or the backward's local gradients read it, bf16 where only the
 // tensor-core forward's diagonal score sub-blocks do (half the traffic of the largest array here).
@@ -592,6 +588,12 @@ void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, 
   else
     launch_norm_apply<T, QpT, V, false, false>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
 }
+// final_norm_kernel's launch (forward.cu: the first batch's rho_norm after the value checks).
+inline void launch_final_norm(const Dims& d, const float* Nc, Str3 n_out, cudaStream_t stream) {
+  if (n_out.p == nullptr || d.nbh * d.L == 0) return;
+  launch_kernel("final_norm_kernel", final_norm_kernel, grid_for(d.nbh * d.L, 256), 256, 0, stream, d, Nc, n_out);
+}
+
 // Writes the token sums s ([bh][t]) and the normaliser scan's outputs. Where q's latents pair up
 // (norm_pairs_ok) one read of q gives both s and the chunk sums: norm_sums_kernel into s_parts
 // (workspace of nbh · norm_sums_blocks(L) · T floats), then token_sum_reduce_kernel; elsewhere
