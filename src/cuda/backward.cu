@@ -1066,7 +1066,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
   constexpr uint32_t kStepB = 4 * 16 * RS;  // bytes from piece k to k + 1 in shared memory
   const uint32_t pso = 4 * (pr * RS + px);
   const uint32_t w_dst = smem_addr(&S.w[0][0]) + pso, u_dst = smem_addr(&S.u[0][0]) + pso;
-  const uint32_t qp_dst = smem_addr(&qps[0][0]) + pso, m_dst = smem_addr(&ms[0][0]) + pso;
+  const uint32_t m_dst = smem_addr(&ms[0][0]) + pso;
   // items (bh, c, lt), item = (bh nC + c) nlt + lt, advanced by the grid; b, h of bh0 + bh with them.
   // The grid's and the block's own decomposition in 32-bit unsigned arithmetic (grid.x < 2^32; nlt,
   // nC are int), b and h of the first pair by a 32-bit division where bh0 + bh and H fit in 32 bits.
@@ -1143,7 +1143,6 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     copy_tile(w_dst, S.w, Wr);
     copy_tile(u_dst, S.u, Ur);
     if (I == 0) S.hdh[xc] = item_x;
-    copy_tile(qp_dst, qps, Qp);
     // M of the chunk (split 0 holds the sum); at C = 64 the whole slot by the same pieces
     const float* Mc = M + (bh * nC + c) * d.nsplit * C * C;
     if (C == 64) {
@@ -1195,31 +1194,33 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     if (C != 64) {
       for (int idx = threadIdx.x; idx < C * C; idx += blockDim.x) ms[idx / C][idx % C] = Mc[idx];
     }
-    // 1/s of the chunk's rows, once per item, in ms's padding column LT (as version 4)
-    if (I == 0) ms[xc][LT] = xc < Cn ? 1.0f / item_s : 0.0f;
+    // 1/s of the chunk's rows, once per item, in ms's padding column LT (as version 4), and s
+    // itself in column LT + 1 (for Qp below)
+    if (I == 0) {
+      ms[xc][LT] = xc < Cn ? 1.0f / item_s : 0.0f;
+      ms[xc][LT + 1] = item_s;
+    }
     cp_async_wait<0>();
     __syncthreads();
-    bwd_local_split_m(S, Cn);
-    __syncthreads();  // M's hi / lo tiles complete
-    bwd_local_cross(S, *reinterpret_cast<const LocalPowTables*>(&ns[0][0]), Cn);
-    __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed
+    // The read weights Qp_i = q_i / (s_i (N_i + eps)) of the chunk's rows, into qps (until the
+    // eleventh round a float32 tile that norm_apply wrote for this kernel alone: 4 bytes per (t, l)
+    // written to memory and read back). N by the scans over segments of 8 tokens (version 4's
+    // change 4, above bwd_local_split_m): each segment's z = sum_{i in [s0, e0)} a^(e0-1-i) q_i
+    // (Horner) through red, then its start N by Horner in a^8 over the earlier segments from the
+    // chunk's N_0 (kept in registers for the N walk after the products), then the walk. Rows past
+    // Cn are zeros (the products read whole 16-row sub-blocks).
     const float2 a2 = *reinterpret_cast<const float2*>(&S.al[x0]);
     const float a[2] = {a2.x, a2.y};
-    float da[2] = {};
-    float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
-    // the two scans over segments of 8 tokens (version 4's change 4, above bwd_local_split_m)
     auto xch = [&](auto& tile, int v) -> float2& { return *reinterpret_cast<float2*>(&tile[v][x0]); };
-    if (8 * warp < Cn) {
-      const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
-      // the segment's z = sum_{i in [s0, e0)} a^(e0-1-i) q_i (Horner), for the later segments' starts
-      // (a full segment without the per-token checks: the same steps; so below)
+    const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
+    if (s0 < Cn) {
       float z[2] = {};
       auto zstep = [&](int i) {
         const float2 qi = *reinterpret_cast<const float2*>(&qs[i][x0]);
         z[0] = a[0] * z[0] + qi.x;
         z[1] = a[1] * z[1] + qi.y;
       };
-      if (e0 == s0 + 8) {  // (z, a full segment)
+      if (e0 == s0 + 8) {  // (z, a full segment without the per-token checks: the same steps)
 #pragma unroll
         for (int k = 0; k < 8; ++k) zstep(s0 + k);
       } else {
@@ -1229,27 +1230,53 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
           zstep(s0 + k);
         }
       }
-      if (warp == 0) {  // the products' shares of da (red[0], then z_0 in its place)
-#pragma unroll
-        for (int u = 0; u < 2; ++u) da[u] = S.red[0][x0 + u];
-      }
       xch(S.red, warp) = make_float2(z[0], z[1]);
     }
     __syncthreads();  // the segments' z
-    if (8 * warp < Cn) {
-      const int s0 = 8 * warp, e0 = min(s0 + 8, Cn);
-      // N at the segment's start: N_0 (the chunk's, from S.n0), then N <- a^8 N + z_v over the
-      // earlier (full) segments v < w; then the walk over the segment (ns)
+    float Ns[2] = {};  // N at the segment's start
+    if (s0 < Cn) {
       const float2 n02 = *reinterpret_cast<const float2*>(&S.n0[x0]);
-      float N[2] = {n02.x, n02.y};
+      Ns[0] = n02.x, Ns[1] = n02.y;
       if (warp > 0) {
         const float a8[2] = {ipow64(a[0], 8), ipow64(a[1], 8)};
         for (int v = 0; v < warp; ++v) {
           const float2 zv = xch(S.red, v);
-          N[0] = a8[0] * N[0] + zv.x;
-          N[1] = a8[1] * N[1] + zv.y;
+          Ns[0] = a8[0] * Ns[0] + zv.x;
+          Ns[1] = a8[1] * Ns[1] + zv.y;
         }
       }
+      float N[2] = {Ns[0], Ns[1]};
+      auto qpstep = [&](int i) {
+        const float2 qi = *reinterpret_cast<const float2*>(&qs[i][x0]);
+        const float si = ms[i][LT + 1];
+        xch(qps, i) = make_float2(div_sparse(qi.x, si * (N[0] + kEpsF)), div_sparse(qi.y, si * (N[1] + kEpsF)));
+        N[0] = a[0] * N[0] + qi.x;
+        N[1] = a[1] * N[1] + qi.y;
+      };
+      if (e0 == s0 + 8) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) qpstep(s0 + k);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          if (s0 + k >= e0) break;  // warp-uniform
+          qpstep(s0 + k);
+        }
+      }
+    }
+    for (int i = max(s0, e0); i < s0 + 8; ++i) xch(qps, i) = make_float2(0.0f, 0.0f);  // rows past Cn
+    bwd_local_split_m(S, Cn);
+    __syncthreads();  // M's hi / lo tiles and qps complete, red's z read
+    bwd_local_cross(S, *reinterpret_cast<const LocalPowTables*>(&ns[0][0]), Cn);
+    __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed
+    float da[2] = {};
+    float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
+    if (warp == 0) {  // the products' shares of da (red[0])
+#pragma unroll
+      for (int u = 0; u < 2; ++u) da[u] = S.red[0][x0 + u];
+    }
+    if (s0 < Cn) {  // the N walk into ns, from the segment's start N (above)
+      float N[2] = {Ns[0], Ns[1]};
       auto nstep = [&](int i) {
         *reinterpret_cast<float2*>(&ns[i][x0]) = make_float2(N[0], N[1]);
         const float2 qi = *reinterpret_cast<const float2*>(&qs[i][x0]);
@@ -1761,8 +1788,12 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const int64_t nlt = (L + kLocalLT - 1) / kLocalLT;
   // The quadratic path keeps, instead of the two state sets, M's cross blocks (bf16 hi + lo planes
   // of 64×64) and the cross scores P_IJ (float32 [nC][nC][C][C]).
+  // Qp in float32 where the FFMA kernels or chunk_scores_mma read it; the 16-bit path with the
+  // forward's saved P has no reader but bwd_local, which forms it itself (version 5)
+  const bool saved_diag = g.saved != nullptr && (g.saved_filled & detail::kSavedDiagScores) != 0;
+  const bool qp_needed = !kTC || !saved_diag;
   const int64_t per_bh_common = Workspace::floats(nT) * 2 + Workspace::floats(norm_sums_blocks(L) * nT) +
-                                Workspace::floats(nT * L) * 2 +
+                                Workspace::floats(nT * L) * (qp_needed ? 2 : 1) +
                                 Workspace::floats((nC + 1) * L) + Workspace::floats(nC * 16 * C * C) * 2 +
                                 operand_bytes<kTC, T>(d, 2, 2) + Workspace::floats(nT * nlt) + Workspace::floats(nT * E) +
                                 Workspace::floats(nC * L) * 4 + Workspace::floats(L) +
@@ -1791,7 +1822,6 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const detail::SavedLayout saved =
       detail::saved_layout(p.B, p.H, nT, L, p.dtype, g.rho0 != nullptr, g.options.chunk_size);
   const bool saved_norm = g.saved != nullptr && (g.saved_filled & detail::kSavedNorm) != 0;
-  const bool saved_diag = g.saved != nullptr && (g.saved_filled & detail::kSavedDiagScores) != 0;
   const bool saved_scores = g.saved != nullptr && (g.saved_filled & detail::kSavedCrossScores) != 0 && quadratic;
   if (g.saved != nullptr && saved.C != C)
     throw Error(ErrorKind::internal, "rhoscan.backward (cuda): the saved layout's chunk differs from the kernels'");
@@ -1827,7 +1857,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* s = saved_norm ? saved_at + saved.s + bh0 * saved.s_pair : ws.take_floats(n * nT);
     float* s_parts = saved_norm ? nullptr : ws.take_floats(n * norm_sums_blocks(L) * nT);  // norm_sums_kernel's
     float* gc = ws.take_floats(n * nT);
-    float* Qp = ws.take_floats(n * nT * L);
+    float* Qp = qp_needed ? ws.take_floats(n * nT * L) : nullptr;
     float* dqp = ws.take_floats(n * nT * L);
     float* Nc = saved_norm ? saved_at + saved.Nc + bh0 * saved.Nc_pair : ws.take_floats(n * (nC + 1) * L);
     float* P = saved_diag ? saved_at + saved.P + bh0 * saved.P_pair : ws.take_floats(n * nC * d.nsplit * C * C);

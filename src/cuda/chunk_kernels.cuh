@@ -462,8 +462,10 @@ static __global__ void final_norm_kernel(Dims d, const float* Nc, Str3 n_out) {
 
 // Qp is float32 where FFMA kernels or the backward's local gradients read it, bf16 where only the
 // tensor-core forward's diagonal score sub-blocks do (half the traffic of the largest array here).
-// kXq: Xq given (the tensor-core path); kKq: Kq too. One thread per (bh, c, V latents).
-template <typename T, typename QpT, int V, bool kXq, bool kKq>
+// kXq: Xq given (the tensor-core path); kKq: Kq too; kQp false: no Qp written (Qp null; the
+// 16-bit backward where the forward saved P: its bwd_local forms Qp itself). One thread per
+// (bh, c, V latents).
+template <typename T, typename QpT, int V, bool kXq, bool kKq, bool kQp = true>
 __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, const float* a32, const float* s,
                                                          const float* Nc, QpT* Qp, __nv_bfloat16* Xq,
                                                          __nv_bfloat16* Kq) {
@@ -503,7 +505,7 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
       for (int j = 1; j < (kKq ? 6 : 1); ++j) sq[j][v] = sq[j - 1][v] * sq[j - 1][v];
     }
     const T* qp = static_cast<const T*>(q.p) + q.at(b, h, t0, l);
-    QpT* out = Qp + (bh * d.T + t0) * d.L + l;
+    QpT* out = kQp ? Qp + (bh * d.T + t0) * d.L + l : nullptr;
     const float* s_tok = s + bh * d.T + t0;
     // One batch of kNormBatch tokens from k0; full (every token < Cn) for all but a chunk's last
     // partial batch, so that the common case runs without a predicate per token.
@@ -550,8 +552,10 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
           float qpv[V];
 #pragma unroll
           for (int v = 0; v < V; ++v) qpv[v] = div_sparse(qv[k][v], sv[k] * (N[v] + kEpsF));  // q_t / (s_t (N_t + eps))
-          store_latents<V>(out, qpv);
-          out += d.L;
+          if (kQp) {  // (kQp false: only Xq and Kq, the 16-bit backward's: bwd_local forms Qp itself)
+            store_latents<V>(out, qpv);
+            out += d.L;
+          }
           if (kXq) {
             float x[V];
 #pragma unroll
@@ -572,16 +576,18 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
 
 // The three passes of the normaliser scan (see above) on `stream`: launch_norm_scan, through
 // launch_norm_apply for norm_apply's instantiations (pairs or single latents; Xq, Kq given or not).
-template <typename T, typename QpT, int V, bool kXq, bool kKq>
+template <typename T, typename QpT, int V, bool kXq, bool kKq, bool kQp = true>
 void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, QpT* Qp, const float* Nc,
                        __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream) {
-  launch_kernel("norm_apply_kernel", norm_apply_kernel<T, QpT, V, kXq, kKq>,
+  launch_kernel("norm_apply_kernel", norm_apply_kernel<T, QpT, V, kXq, kKq, kQp>,
                 grid_for(d.nbh * d.nC * (kXq ? d.Lp : d.L) / V, 256), 256, 0, stream, d, q, a32, s, Nc, Qp, Xq, Kq);
 }
 template <typename T, typename QpT, int V>
 void launch_norm_apply(const Dims& d, Str4 q, const float* a32, const float* s, QpT* Qp, const float* Nc,
                        __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream) {
-  if (Xq && Kq)
+  if (Xq && Kq && Qp == nullptr)  // (no Qp: the 16-bit backward with the saved scores)
+    launch_norm_apply<T, QpT, V, true, true, false>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
+  else if (Xq && Kq)
     launch_norm_apply<T, QpT, V, true, true>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
   else if (Xq)
     launch_norm_apply<T, QpT, V, true, false>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);

@@ -1134,7 +1134,21 @@ bool bwd_local_case(const LocalShape& c, bool v2 = true) {
   std::vector<float> a32(c.H * L);  // of every five latents: 0, 1, one in (0, 1), two in [0.9, 1)
   for (int64_t i = 0; i < c.H * L; ++i)
     a32[i] = i % 5 == 0 ? 0.0f : i % 5 == 1 ? 1.0f : i % 5 == 2 ? float(U01()) : float(0.9 + 0.1 * U01());
-  const auto Qp = uni(nbh * T * L, 0, 1), sn = uni(nbh * T, 1, 2), Nc = uni(nbh * (nC + 1) * L, 0, 3);
+  const auto sn = uni(nbh * T, 1, 2), Nc = uni(nbh * (nC + 1) * L, 0, 3);
+  // Qp_t = q_t / (s_t (N_t + eps)) from the chunk's N_0 in Nc (version 5 forms it itself from q, s
+  // and Nc since the eleventh round; version 2 reads it), N walked in float64
+  std::vector<float> Qp(nbh * T * L);
+  for (int64_t bh = 0; bh < nbh; ++bh)
+    for (int64_t cc = 0; cc < nC; ++cc)
+      for (int64_t l = 0; l < L; ++l) {
+        const int64_t h = (c.bh0 + bh) % c.H, t0 = cc * C;
+        double N = Nc[(bh * (nC + 1) + cc) * L + l];
+        for (int64_t i = 0; i < std::min(C, T - t0); ++i) {
+          const double qv = __bfloat162float(q[qs.at((c.bh0 + bh) / c.H, h, t0 + i, l)]);
+          Qp[(bh * T + t0 + i) * L + l] = float(qv == 0.0 ? 0.0 : qv / (sn[bh * T + t0 + i] * (N + kEpsF)));
+          N = a32[h * L + l] * N + qv;
+        }
+      }
   const auto W = uni(nbh * T * L, -1, 1), U = uni(nbh * T * L, -1, 1), HdH = uni(nbh * nC * L, -1, 1);
   auto M = uni(nbh * nC * 2 * C * C, -1, 1);
   for (int64_t bc = 0; bc < nbh * nC; ++bc)
