@@ -224,6 +224,8 @@ Lanes<T> exchange(const T& mine) {
 }
 }  // namespace emu
 
+// __fdividef: the GPU's approximate division (2 ulp); the host's exact one here
+inline float __fdividef(float x, float y) { return x / y; }
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
 // __syncwarp: the warp's barrier (the lanes' shared-memory writes before it are seen after it).
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
