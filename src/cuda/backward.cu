@@ -1002,6 +1002,24 @@ __device__ __forceinline__ void bwd_local_v2(
   }
 }
 
+// step(i) for the tokens of a segment [s0, e0) of at most 8 (bwd_local_v5's scans): unrolled without
+// per-token checks where the segment is full (the common case), else with a warp-uniform stop.
+// (Walking a short segment's rows past Cn too would change no output, qs being zero there: a
+// mutant of it is not caught, rightly; the stop saves the work.)
+template <typename Step>
+__device__ __forceinline__ void for_segment(int s0, int e0, Step&& step) {
+  if (e0 == s0 + 8) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) step(s0 + k);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      if (s0 + k >= e0) break;  // warp-uniform
+      step(s0 + k);
+    }
+  }
+}
+
 // ---- bwd_local version 5: version 4's arithmetic, bit for bit, with less integer work ---------
 // Version 4's floating-point operations in the same order (every output bitwise version 4's: the
 // emulation compared all of them until version 4 was removed), with less of the integer and control work that an Nsight
@@ -1222,16 +1240,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         z[0] = a[0] * z[0] + qi.x;
         z[1] = a[1] * z[1] + qi.y;
       };
-      if (e0 == s0 + 8) {  // (z, a full segment without the per-token checks: the same steps)
-#pragma unroll
-        for (int k = 0; k < 8; ++k) zstep(s0 + k);
-      } else {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          if (s0 + k >= e0) break;  // warp-uniform
-          zstep(s0 + k);
-        }
-      }
+      for_segment(s0, e0, zstep);
       xch(S.red, warp) = make_float2(z[0], z[1]);
     }
     __syncthreads();  // the segments' z
@@ -1255,16 +1264,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         N[0] = a[0] * N[0] + qi.x;
         N[1] = a[1] * N[1] + qi.y;
       };
-      if (e0 == s0 + 8) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) qpstep(s0 + k);
-      } else {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          if (s0 + k >= e0) break;  // warp-uniform
-          qpstep(s0 + k);
-        }
-      }
+      for_segment(s0, e0, qpstep);
     }
     for (int i = max(s0, e0); i < s0 + 8; ++i) xch(qps, i) = make_float2(0.0f, 0.0f);  // rows past Cn
     bwd_local_split_m(S, Cn);
@@ -1285,16 +1285,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         N[0] = a[0] * N[0] + qi.x;
         N[1] = a[1] * N[1] + qi.y;
       };
-      if (e0 == s0 + 8) {  // (the N walk, a full segment)
-#pragma unroll
-        for (int k = 0; k < 8; ++k) nstep(s0 + k);
-      } else {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          if (s0 + k >= e0) break;  // warp-uniform
-          nstep(s0 + k);
-        }
-      }
+      for_segment(s0, e0, nstep);
     }
     __syncthreads();  // ns complete
     float* gp = gcp + row0 * nlt + lt;  // gcp[bh][t][lt] at the chunk's token 0
