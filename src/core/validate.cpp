@@ -300,10 +300,11 @@ bool saved_header_matches(const SavedHeader& h, const Problem& p, bool has_rho_n
 }
 
 // The backward's saved buffer against the header its forward wrote: the same shapes, chunk,
-// dtype and initial normaliser (the values themselves cannot be checked). Fails exactly where
-// saved_header_matches is false.
+// dtype and initial normaliser (the values themselves cannot be checked): saved_header_matches,
+// and on a mismatch the error that says which part differs.
 uint32_t check_saved_header(Validator& check, const SavedHeader& h, const Problem& p, bool has_rho_norm,
                             const Options& options) {
+  if (saved_header_matches(h, p, has_rho_norm, options)) return h.filled;
   if (h.magic != kSavedMagic || h.version != kSavedVersion)
     check.fail("saved: its header was not written by this version's CUDA forward (magic " + str(h.magic) +
                ", version " + str(h.version) + "; expected " + str(kSavedMagic) + ", " + str(kSavedVersion) +
@@ -314,11 +315,9 @@ uint32_t check_saved_header(Validator& check, const SavedHeader& h, const Proble
            dtype_name(static_cast<DType>(dtype)) + ", chunk " + str(C) + ", " + (n0 ? "with" : "without") +
            " an initial rho_norm";
   };
-  if (h.B != p.B || h.H != p.H || h.T != p.T || h.L != p.L || h.C != C || h.dtype != static_cast<int>(p.dtype) ||
-      (h.has_rho_norm != 0) != has_rho_norm)
-    check.fail("saved: written by a forward of " + q_text(h.B, h.H, h.T, h.L, h.dtype, h.C, h.has_rho_norm != 0) +
-               ", but this backward has " + q_text(p.B, p.H, p.T, p.L, static_cast<int>(p.dtype), C, has_rho_norm));
-  return h.filled;
+  // (the magic and version match, so the shapes, chunk, dtype or initial normaliser differ)
+  check.fail("saved: written by a forward of " + q_text(h.B, h.H, h.T, h.L, h.dtype, h.C, h.has_rho_norm != 0) +
+             ", but this backward has " + q_text(p.B, p.H, p.T, p.L, static_cast<int>(p.dtype), C, has_rho_norm));
 }
 
 }  // namespace
