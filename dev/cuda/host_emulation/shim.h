@@ -44,6 +44,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -133,14 +134,40 @@ inline void store(void* base, int64_t offset, float x) {
 }
 
 namespace emu {
-inline unsigned char* smem = nullptr;
-inline size_t smem_size = 0;
-inline std::barrier<>* block_barrier = nullptr;
-inline std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
 struct alignas(16) Slot {
   unsigned char b[32];
 };
-inline std::vector<Slot> xbuf;              // [2][blockDim.x]: the two alternating exchange buffers
+// One block's shared memory, barriers and warp exchange buffers; every thread of the block points
+// at its block's (the blocks of a cluster run at once, each with its own).
+struct BlockState {
+  std::vector<unsigned char> buf;
+  unsigned char* smem = nullptr;
+  std::unique_ptr<std::barrier<>> barrier;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  std::vector<Slot> xbuf;  // [2][blockDim.x]: the two alternating exchange buffers
+  void reset(size_t smem_bytes, unsigned block) {
+    buf.assign(smem_bytes + 16, 0xFF);  // (0xFF: NaN as float and bf16, so a read before a write shows)
+    smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(buf.data()) + 15) & ~uintptr_t(15));
+    barrier = std::make_unique<std::barrier<>>(block);
+    warps.clear();
+    for (unsigned w = 0; w < (block + 31) / 32; ++w)
+      warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - 32 * w)));
+    xbuf.assign(2 * block, Slot{});
+  }
+};
+inline thread_local unsigned char* smem = nullptr;  // this thread's block's shared memory
+inline size_t smem_size = 0;                        // (the launch's: every block's is the same)
+inline thread_local std::barrier<>* block_barrier = nullptr;
+inline thread_local std::vector<std::unique_ptr<std::barrier<>>>* warp_barriers = nullptr;
+inline thread_local std::vector<Slot>* xbuf = nullptr;
+// The cluster of the thread's block (launch_cluster): its blocks' shared memory by rank, its
+// barrier (every thread of every block), this block's rank; and the thread's token of the
+// barrier's current phase between cluster_arrive and cluster_wait.
+inline thread_local std::vector<unsigned char*>* cluster_smem = nullptr;
+inline thread_local std::barrier<>* cluster_barrier = nullptr;
+inline thread_local unsigned cluster_rank_ = 0, cluster_blocks_ = 1;
+inline thread_local std::optional<std::barrier<>::arrival_token> cluster_token;
+inline thread_local bool cluster_arrived = false;
 inline thread_local unsigned xphase = 0;    // this thread's count of warp collectives
 inline bool cp_async_eager = false;
 struct Copy {
@@ -163,39 +190,79 @@ inline void check_smem(const void* p, size_t n, const char* what) {
   if (reinterpret_cast<uintptr_t>(p) % 16) fail(what, p);
 }
 
+// The end of one emulated thread: copies it issued and never waited for are an error.
+inline void thread_done(unsigned b, unsigned t) {
+  bool pending = !open_copies.empty();  // empty commit groups (no copies) are legal leftovers
+  for (const auto& g : copy_groups) pending |= !g.empty();
+  if (pending) {
+    if (errors++ < 5)
+      std::fprintf(stderr, "emulation error: block %u thread %u ended with cp.async copies never waited for\n", b, t);
+  }
+  if (cluster_arrived && errors++ < 5)
+    std::fprintf(stderr, "emulation error: block %u thread %u ended between cluster_arrive and cluster_wait\n", b, t);
+  open_copies.clear(), copy_groups.clear(), cluster_arrived = false;
+}
+inline void set_cp_async_mode() {
+  const char* mode = std::getenv("EMU_CP_ASYNC");
+  cp_async_eager = mode && std::strcmp(mode, "eager") == 0;
+}
+
 // Runs f() as `grid` blocks of `block` threads, one block after the other, with `smem_bytes` of
 // dynamic shared memory (16-byte aligned, 0xFF-filled per block) that f reaches through emu::smem.
 template <typename F>
 void launch(unsigned grid, unsigned block, size_t smem_bytes, F f) {
   gridDim.x = grid;
   blockDim.x = block;
-  const char* mode = std::getenv("EMU_CP_ASYNC");
-  cp_async_eager = mode && std::strcmp(mode, "eager") == 0;
-  std::vector<unsigned char> buf(smem_bytes + 16);
-  smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(buf.data()) + 15) & ~uintptr_t(15));
+  set_cp_async_mode();
   smem_size = smem_bytes;
-  xbuf.assign(2 * block, Slot{});
+  BlockState st;
   for (unsigned b = 0; b < grid; ++b) {
-    std::memset(smem, 0xFF, smem_bytes);
-    std::barrier<> bar(block);
-    block_barrier = &bar;
-    warp_barriers.clear();
-    for (unsigned w = 0; w < (block + 31) / 32; ++w)
-      warp_barriers.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - 32 * w)));
+    st.reset(smem_bytes, block);
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < block; ++t)
       threads.emplace_back([&, b, t] {
         blockIdx.x = b;
         threadIdx.x = t;
+        smem = st.smem, block_barrier = st.barrier.get(), warp_barriers = &st.warps, xbuf = &st.xbuf;
+        cluster_smem = nullptr, cluster_barrier = nullptr, cluster_rank_ = 0, cluster_blocks_ = 1;
         f();
-        bool pending = !open_copies.empty();  // empty commit groups (no copies) are legal leftovers
-        for (const auto& g : copy_groups) pending |= !g.empty();
-        if (pending) {
-          if (errors++ < 5)
-            std::fprintf(stderr, "emulation error: block %u thread %u ended with cp.async copies never waited for\n",
-                         b, t);
-        }
+        thread_done(b, t);
       });
+    for (auto& t : threads) t.join();
+  }
+}
+
+// Runs f() as `grid` blocks in clusters of `cluster` consecutive blocks (grid a multiple of it):
+// the clusters one after the other, the blocks of a cluster at once (cluster × block threads),
+// each with its own shared memory, which the cluster's blocks reach by rank (cluster_map,
+// ld_cluster_*), and one barrier for all of the cluster's threads (cluster_arrive / cluster_wait).
+template <typename F>
+void launch_cluster(unsigned grid, unsigned cluster, unsigned block, size_t smem_bytes, F f) {
+  if (cluster == 0 || grid % cluster != 0) {
+    std::fprintf(stderr, "emulation error: grid %u is not a multiple of the cluster %u\n", grid, cluster);
+    std::abort();
+  }
+  gridDim.x = grid;
+  blockDim.x = block;
+  set_cp_async_mode();
+  smem_size = smem_bytes;
+  std::vector<BlockState> st(cluster);
+  std::vector<unsigned char*> bases(cluster);
+  for (unsigned c0 = 0; c0 < grid; c0 += cluster) {
+    for (unsigned r = 0; r < cluster; ++r) st[r].reset(smem_bytes, block), bases[r] = st[r].smem;
+    std::barrier<> cbar(static_cast<std::ptrdiff_t>(cluster) * block);
+    std::vector<std::thread> threads;
+    for (unsigned r = 0; r < cluster; ++r)
+      for (unsigned t = 0; t < block; ++t)
+        threads.emplace_back([&, r, t] {
+          const unsigned b = c0 + r;
+          blockIdx.x = b;
+          threadIdx.x = t;
+          smem = st[r].smem, block_barrier = st[r].barrier.get(), warp_barriers = &st[r].warps, xbuf = &st[r].xbuf;
+          cluster_smem = &bases, cluster_barrier = &cbar, cluster_rank_ = r, cluster_blocks_ = cluster;
+          f();
+          thread_done(b, t);
+        });
     for (auto& t : threads) t.join();
   }
 }
@@ -217,9 +284,9 @@ template <typename T>
 Lanes<T> exchange(const T& mine) {
   static_assert(sizeof(T) <= sizeof(Slot) && std::is_trivially_copyable_v<T>);
   const unsigned t = threadIdx.x;
-  Slot* buf = &xbuf[(xphase++ & 1u) * blockDim.x];
+  Slot* buf = &(*xbuf)[(xphase++ & 1u) * blockDim.x];
   std::memcpy(buf[t].b, &mine, sizeof(T));
-  warp_barriers[t / 32]->arrive_and_wait();
+  (*warp_barriers)[t / 32]->arrive_and_wait();
   return {buf + (t & ~31u)};
 }
 }  // namespace emu
@@ -228,7 +295,7 @@ Lanes<T> exchange(const T& mine) {
 inline float __fdividef(float x, float y) { return x / y; }
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
 // __syncwarp: the warp's barrier (the lanes' shared-memory writes before it are seen after it).
-inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { (*emu::warp_barriers)[threadIdx.x / 32]->arrive_and_wait(); }
 // Every lane of the warp must call it together (as the kernels do).
 inline float __shfl_xor_sync(unsigned, float x, int o) {
   const unsigned lane = threadIdx.x & 31u;
@@ -295,6 +362,18 @@ inline void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, u
   }
 }
 
+// st.shared.b32 at a 32-bit shared-memory address (mma.cuh's st_shared_u32 / st_shared_bf2).
+inline void st_shared_u32(uint32_t a, uint32_t v) {
+  if (size_t(a) + 4 > emu::smem_size || a % 4 != 0) emu::fail("st.shared.b32 outside shared memory or misaligned", nullptr);
+  std::memcpy(emu::smem + a, &v, 4);
+}
+inline void st_shared_bf2(uint32_t a, float x0, float x1) {
+  const __nv_bfloat162 p = __floats2bfloat162_rn(x0, x1);
+  uint32_t v;
+  std::memcpy(&v, &p, 4);
+  st_shared_u32(a, v);
+}
+
 // cp.async.cg.shared.global 16 bytes (zero fill when !valid: src is then not read), commit_group,
 // wait_group<N>. Deferred by default (see the top of this file).
 namespace emu {
@@ -328,4 +407,44 @@ inline void cp_async_wait() {
 inline void cp_async16_u32(uint32_t dst, const void* src, uint32_t src_bytes = 16) {
   if (src_bytes != 0 && src_bytes != 16) emu::fail("cp.async src size other than 0 or 16", src);
   cp_async16(emu::smem + dst, src, src_bytes == 16);
+}
+
+// ---- thread-block clusters (src/cuda/cluster.cuh) --------------------------------------------
+// A plain launch is a cluster of one block. Shared::cluster addresses are (rank << 24) | the local
+// address (smem_addr's offset); every access is checked to lie in that block's shared memory and
+// to be aligned.
+inline unsigned cluster_rank() { return emu::cluster_rank_; }
+inline unsigned cluster_blocks() { return emu::cluster_blocks_; }
+inline void cluster_arrive() {
+  if (emu::cluster_arrived) emu::fail("cluster_arrive twice without a cluster_wait", nullptr);
+  emu::cluster_arrived = true;
+  if (emu::cluster_barrier != nullptr) emu::cluster_token = emu::cluster_barrier->arrive();
+}
+inline void cluster_wait() {
+  if (!emu::cluster_arrived) emu::fail("cluster_wait without a cluster_arrive", nullptr);
+  emu::cluster_arrived = false;
+  if (emu::cluster_barrier != nullptr) emu::cluster_barrier->wait(std::move(*emu::cluster_token));
+  emu::cluster_token.reset();
+}
+inline uint32_t cluster_map(uint32_t addr, unsigned rank) {
+  if (rank >= emu::cluster_blocks_ || addr >= (1u << 24)) emu::fail("cluster_map: rank or address out of range", nullptr);
+  return (uint32_t(rank) << 24) | addr;
+}
+namespace emu {
+inline const unsigned char* cluster_ptr(uint32_t a, size_t n) {
+  const unsigned rank = a >> 24, off = a & 0xFFFFFFu;
+  if (rank >= cluster_blocks_ || off + n > smem_size || off % n != 0)
+    fail("shared::cluster access outside a block's shared memory or misaligned", nullptr);
+  return (cluster_smem != nullptr ? (*cluster_smem)[rank] : smem) + off;
+}
+}  // namespace emu
+inline float4 ld_cluster_f4(uint32_t a) {
+  float4 v;
+  std::memcpy(&v, emu::cluster_ptr(a, 16), 16);
+  return v;
+}
+inline float ld_cluster_f32(uint32_t a) {
+  float v;
+  std::memcpy(&v, emu::cluster_ptr(a, 4), 4);
+  return v;
 }
