@@ -370,6 +370,98 @@ TEST_F(Cuda, ForwardPathsQuadraticAndChunked) {
     }
 }
 
+// The cluster forward (cluster_scan.cuh: bfloat16, forced per call here; the default path only
+// when built with RHOSCAN_CLUSTER_FORWARD=1) against the float64 reference with each block size
+// and cluster size (RHOSCAN_CLUSTER_LT, RHOSCAN_CLUSTER_SIZE): several latent groups per pair,
+// E past 256 (two column tiles), Hv = H and 1, the sequence-first layout, chunks of 32 and 17,
+// T = 1, odd L, initial states, zero q rows, decay 0 and 1. Then bitwise the same on a second run
+// and under a workspace cap (batches of pairs), and its saved buffer (s, Nc and P) read by the
+// backward, whose gradients stay within the bar.
+TEST_F(Cuda, ClusterForwardAgainstReference) {
+  ScopedEnv forced("RHOSCAN_CUDA_FORWARD_PATH", "cluster");
+  struct Case {
+    ProblemSpec s;
+    int64_t chunk;
+  };
+  std::vector<Case> cases;
+  {
+    ProblemSpec s = spec(2, 3, 1, 300, 1500, 136, DType::bfloat16);
+    s.q_zero_fraction = 0.5;
+    s.zero_q_rows = true;
+    s.initial_rho = s.initial_rho_norm = true;
+    cases.push_back({s, 0});
+  }
+  {
+    ProblemSpec s = spec(1, 2, 2, 130, 700, 300, DType::bfloat16);
+    s.decay = DecayKind::with_zeros_and_ones;
+    s.bthl_layout = true;
+    cases.push_back({s, 32});
+  }
+  {
+    ProblemSpec s = spec(2, 2, 1, 1, 70, 20, DType::bfloat16);
+    s.initial_rho_norm = true;
+    cases.push_back({s, 0});
+  }
+  cases.push_back({spec(1, 4, 1, 200, 2048, 64, DType::bfloat16), 0});
+  {
+    ProblemSpec s = spec(3, 2, 1, 77, 13, 9, DType::bfloat16);
+    s.initial_rho = true;
+    cases.push_back({s, 17});
+  }
+  for (const Case& c : cases) {
+    const ProblemSpec& s = c.s;
+    SCOPED_TRACE(s.name() + " chunk " + std::to_string(c.chunk));
+    Problem ref = Problem(s).reference_solution();
+    const double ft = forward_tolerance(s.dtype);
+    for (const char* lt : {"64", "128"})
+      for (const char* cs : {"", "1"}) {
+        SCOPED_TRACE(std::string("RHOSCAN_CLUSTER_LT=") + lt + " RHOSCAN_CLUSTER_SIZE=" + cs);
+        ScopedEnv lt_env("RHOSCAN_CLUSTER_LT", lt), cs_env("RHOSCAN_CLUSTER_SIZE", cs);
+        Problem p(s), again(s), capped(s);
+        for (auto [q, cap] : {std::pair{&p, int64_t{0}}, {&again, int64_t{0}}, {&capped, int64_t{3} << 20}}) {
+          MirroredProblem m(*q, Device::cuda);
+          forward(m.forward_args(), cuda(c.chunk, cap));
+          m.copy_outputs_to_host();
+        }
+        EXPECT_LE(rms_rel(p.context.values(), ref.context.values()), ft) << "context";
+        EXPECT_LE(rms_rel(p.rho_out.values(), ref.rho_out.values()), ft) << "rho";
+        EXPECT_LE(rms_rel(p.rho_norm_out.values(), ref.rho_norm_out.values()), ft) << "rho_norm";
+        for (Problem* q : {&again, &capped}) {
+          EXPECT_TRUE(same_bytes(p.context, q->context)) << (q == &again ? "a second run" : "under a cap");
+          EXPECT_TRUE(same_bytes(p.rho_out, q->rho_out)) << (q == &again ? "a second run" : "under a cap");
+          EXPECT_TRUE(same_bytes(p.rho_norm_out, q->rho_norm_out)) << (q == &again ? "a second run" : "under a cap");
+        }
+      }
+    // the saved buffer: s, Nc and (where reserved) P; the backward reads them
+    const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho);
+    HostTensor saved(DType::float32, {n});
+    Problem with(s);
+    {
+      MirroredProblem m(with, Device::cuda);
+      ForwardArgs f = m.forward_args();
+      f.saved = m.mirror(saved);
+      forward(f, cuda(c.chunk));
+      BackwardArgs b = m.backward_args();
+      b.saved = f.saved;
+      backward(b, cuda(c.chunk));
+      m.copy_outputs_to_host();
+      m.copy_back(saved);
+    }
+    uint32_t filled;
+    std::memcpy(&filled, static_cast<const char*>(saved.data()) + 56, 4);  // SavedHeader::filled
+    const int64_t C = c.chunk > 0 ? c.chunk : 64;  // (core/saved.h's rule for P's section)
+    const bool diag = (!s.initial_rho && C == 64 && s.T <= 1024 && s.L >= 8 * s.T) || s.L >= 4 * C;
+    EXPECT_EQ(filled, diag ? 3u : 1u) << "the sections the forward filled";
+    EXPECT_LE(rms_rel(with.context.values(), ref.context.values()), ft) << "context with the saved buffer";
+    const double gt = gradient_tolerance(s.dtype);
+    EXPECT_LE(rms_rel(with.grad_q.values(), ref.grad_q.values()), gt) << "grad_q";
+    EXPECT_LE(rms_rel(with.grad_v.values(), ref.grad_v.values()), gt) << "grad_v";
+    EXPECT_LE(rms_rel(with.grad_decay.values(), ref.grad_decay.values()), gt) << "grad_decay";
+    EXPECT_LE(rms_rel(with.grad_rho.values(), ref.grad_rho.values()), gt) << "grad_rho";
+    EXPECT_LE(rms_rel(with.grad_rho_norm.values(), ref.grad_rho_norm.values()), gt) << "grad_rho_norm";
+  }
+}
+
 // With an initial rho the quadratic path does not apply: forcing it must fall back to the chunked
 // path (the reference includes R_0's read).
 TEST_F(Cuda, ForwardPathQuadraticNeedsNoInitialRho) {

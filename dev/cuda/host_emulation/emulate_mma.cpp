@@ -1223,6 +1223,112 @@ bool bwd_local_case(const LocalShape& c, bool v2 = true) {
   return ok;
 }
 
+// ---- cluster_scan_mma + cluster_scan_finalize (the cluster forward, cluster_scan.cuh): context,
+//      final state and normaliser, the saved s, Nc and P, against SPEC.md's recurrence in float64 on
+//      the bf16 q and v, from the initial state R_0 and N_0 (or zeros), with q's row 3 of every pair
+//      all zero. lt latents a block, clusters of cs blocks (launch_cluster: a cluster's blocks at
+//      once), fewer clusters than items (the grid-stride loop and the pipeline across items). ----
+bool cluster_case(const Problem& p0, int lt, int cs, bool with_init) {
+  Problem p = p0;
+  Dims d = p.d;
+  for (int64_t bh = 0; bh < d.nbh; ++bh)
+    for (int64_t l = 0; l < d.L && d.T > 3; ++l) p.q[p.qs.at(p.b_of(bh), p.h_of(bh), 3, l)] = __float2bfloat16_rn(0.0f);
+  p.qs.p = p.q.data();
+  const int64_t T = d.T, L = d.L, E = d.E, C = d.C, nC = d.nC;
+  ClusterScanPlan plan;
+  plan.lt = lt, plan.cs = cs;
+  plan.col_tiles = int((d.Ep + kCsET - 1) / kCsET);
+  plan.groups = int(((L + lt - 1) / lt + cs - 1) / cs);
+  const int64_t G = plan.groups, CpE = plan.cp_cols(), items = d.nbh * G * plan.col_tiles;
+  std::printf("    lt %d, clusters of %d, %lld groups, %d column tiles, %lld items\n", lt, cs, (long long)G,
+              plan.col_tiles, (long long)items);
+  std::vector<float> N0(d.nbh * L);
+  for (auto& x : N0) x = float(1 + U01());
+  auto Cp = nans<float>(d.nbh * G * T * CpE), Pp = nans<float>(d.nbh * G * nC * 4096), sp = nans<float>(d.nbh * G * T);
+  auto rho = nans<float>(p.init.size()), nT = nans<float>(p.B * d.H * L), Nc = nans<float>(d.nbh * (nC + 1) * L);
+  auto ctx = nans<bf16>(p.g.size());
+  auto s_out = nans<float>(d.nbh * T), P_out = nans<float>(d.nbh * nC * C * C);
+  Str4 rs = p.init_s, cs4 = p.gs;
+  rs.p = rho.data(), cs4.p = ctx.data();
+  Str3 ns;
+  ns.p = nT.data(), ns.s[0] = d.H * L, ns.s[1] = L, ns.s[2] = 1;
+  const Str4 init = with_init ? p.init_s : Str4{};
+  const float* n0 = with_init ? N0.data() : nullptr;
+  const unsigned clusters = unsigned(std::min<int64_t>(items, 2));
+  auto kernel = [&](auto lp) {
+    constexpr int kLT = decltype(lp)::value;
+    emu::launch_cluster(clusters * cs, cs, kCsThreads, ClusterScanLayout<kLT>::bytes, [&] {
+      cluster_scan_mma_kernel<kLT>(d, p.qs, p.vb.data(), p.a32.data(), init, n0, plan.groups, plan.col_tiles, Cp.data(),
+                                   Pp.data(), sp.data(), rs, ns, Nc.data());
+    });
+  };
+  if (lt == 128)
+    kernel(std::integral_constant<int, 128>{});
+  else
+    kernel(std::integral_constant<int, 64>{});
+  emu::launch(small_grid(d.nbh * nC), kFinThreads, kFinSmem, [&] {
+    cluster_scan_finalize_kernel<bf16>(d, plan.groups, CpE, Cp.data(), Pp.data(), sp.data(), p.vb.data(), cs4,
+                                       s_out.data(), P_out.data());
+  });
+  std::vector<Acc> r_ctx(ctx.size(), kUnwritten), r_rho(rho.size(), kUnwritten), r_nT(nT.size(), kUnwritten);
+  std::vector<Acc> r_Nc(Nc.size(), kUnwritten), r_s(s_out.size(), kUnwritten), r_P(P_out.size());
+  for (int64_t bh = 0; bh < d.nbh; ++bh) {
+    const int64_t b = p.b_of(bh), h = p.h_of(bh);
+    std::vector<Acc> R(L * E);
+    std::vector<double> N(L, 0.0), Nt(T * L), sv(T);
+    for (int64_t l = 0; l < L; ++l) {
+      if (with_init) N[l] = N0[bh * L + l];
+      for (int64_t e = 0; e < E && with_init; ++e) R[l * E + e] += p.init[p.init_s.at(b, h, l, e)];
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      if (t % C == 0)
+        for (int64_t l = 0; l < L; ++l) r_Nc[(bh * (nC + 1) + t / C) * L + l] = {N[l], std::fabs(N[l])};
+      double s = kEpsF, sm = kEpsF;
+      for (int64_t l = 0; l < L; ++l) s += p.qf(bh, t, l), sm += std::fabs(p.qf(bh, t, l));
+      sv[t] = s;
+      r_s[bh * T + t] = {s, sm};
+      for (int64_t l = 0; l < L; ++l) Nt[t * L + l] = N[l];
+      for (int64_t e = 0; e < E; ++e) {
+        Acc c;
+        for (int64_t l = 0; l < L; ++l) {
+          const double w = p.qf(bh, t, l) / s / (N[l] + kEpsF);
+          c.x += w * R[l * E + e].x, c.m += std::fabs(w) * R[l * E + e].m;
+        }
+        r_ctx[p.gs.at(b, h, t, e)] = c;
+      }
+      for (int64_t l = 0; l < L; ++l) {
+        const double a = p.a32[h * L + l], q = p.qf(bh, t, l);
+        for (int64_t e = 0; e < E; ++e) {
+          R[l * E + e] = R[l * E + e].scaled(a);
+          R[l * E + e] += q * bf(p.vb, p.vo(bh, t, e));
+        }
+        N[l] = a * N[l] + q;
+      }
+    }
+    for (int64_t l = 0; l < L; ++l) {
+      r_Nc[(bh * (nC + 1) + nC) * L + l] = {N[l], std::fabs(N[l])};
+      r_nT[(b * d.H + h) * L + l] = {N[l], std::fabs(N[l])};
+      for (int64_t e = 0; e < E; ++e) r_rho[p.init_s.at(b, h, l, e)] = R[l * E + e];
+    }
+    for (int64_t c = 0; c < nC; ++c)
+      for (int64_t i = 0; i < C; ++i)
+        for (int64_t j = 0; j < C; ++j) {
+          Acc x;
+          if (i < p.chunk_len(c) && j < i)
+            for (int64_t l = 0; l < L; ++l) {
+              const int64_t ti = c * C + i, tj = c * C + j;
+              x += p.qf(bh, ti, l) / (sv[ti] * (Nt[ti * L + l] + kEpsF)) * p.apow(h, l, i - 1 - j) * p.qf(bh, tj, l);
+            }
+          r_P[(bh * nC + c) * C * C + i * C + j] = x;
+        }
+  }
+  // the context: the readout's Xq and the bf16 state (two bf16 roundings a term), the scores' three
+  // and the context's own bf16 rounding; the state and scores as their kernels' checks
+  return check("context", doubles(ctx), r_ctx, 1.5e-2) & check("rho", doubles(rho), r_rho, 1e-2) &
+         check("rho_norm", doubles(nT), r_nT, 1e-5) & check("Nc", doubles(Nc), r_Nc, 1e-5) &
+         check("s", doubles(s_out), r_s, 1e-5) & check("P", doubles(P_out), r_P, 1.2e-2);
+}
+
 int failures = 0;
 void run(const Problem& p, const char* kernel, const std::function<bool()>& f) {
   std::printf("%s  [%s]\n", kernel, p.name.c_str());
@@ -1445,6 +1551,33 @@ int main(int argc, char** argv) {
         if (std::getenv("EMU_STOP_AT_FIRST")) std::exit(1);
       }
     }
+  }
+  // the cluster forward on its own problems (its blocks of 256 threads run a cluster at once): L over
+  // 5 tiles of 64 in clusters of 4 (the second group's last 3 blocks past L), Hv = 1 rows, a tail
+  // chunk; 128-latent blocks, clusters of 2 and one block, two column tiles (E 300: the second
+  // past Ep's 384 in part), chunks of 32 (tail 6), sequence-first; odd L (scalar q loads), chunks of
+  // 17; T = 1; decay 0 and 1 in every problem (the make_problem pattern), a zero q row (row 3).
+  // EMU_QUICK: the first two cases.
+  struct ClusterCase {
+    const char* name;
+    int64_t H, nbh, bh0, T, L, E, C;
+    bool seq_first, hv1;
+    int lt, cs;
+    bool init;
+  };
+  const std::vector<ClusterCase> cluster_cases = {
+      {"H2 pairs3@1 T150 L300 E130 C64 Hv1", 2, 3, 1, 150, 300, 130, 64, false, true, 64, 4, true},
+      {"H1 pairs2 T70 L200 E300 C32 [B,T,H,x]", 1, 2, 0, 70, 200, 300, 32, true, false, 128, 2, false},
+      {"H2 pairs2@1 T100 L150 E40 C64", 2, 2, 1, 100, 150, 40, 64, false, false, 128, 1, true},
+      {"H3 pairs3@2 T40 L13 E20 C17 [B,T,H,x] Hv1", 3, 3, 2, 40, 13, 20, 17, true, true, 64, 1, true},
+      {"H1 pairs1 T1 L70 E9 C64", 1, 1, 0, 1, 70, 9, 64, false, false, 64, 2, true},
+      {"H2 pairs4 T64 L256 E64 C64 Hv1", 2, 4, 0, 64, 256, 64, 64, false, true, 64, 4, false},
+  };
+  for (size_t i = 0; i < cluster_cases.size(); ++i) {
+    const auto& c = cluster_cases[i];
+    if (!(only.empty() || std::string("cluster_scan_mma").find(only) != std::string::npos) || (quick && i >= 2)) continue;
+    const Problem cp = make_problem(c.name, c.H, c.nbh, c.bh0, c.T, c.L, c.E, c.C, 1, c.seq_first, c.hv1);
+    run(cp, "cluster_scan_mma + finalize", [&] { return cluster_case(cp, c.lt, c.cs, c.init); });
   }
   // EMU_PROBLEMS=SUBSTRING: only the problems whose name contains it (e.g. Hv1, for the hv1 mutants)
   const char* only_problems = std::getenv("EMU_PROBLEMS");
