@@ -74,7 +74,15 @@ void launch_cluster_kernel(const char* name, void (*kernel)(Params...), unsigned
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attrs;
   config.numAttrs = RHOSCAN_PDL && programmatic_launch_supported() ? 2 : 1;
-  check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
+  cudaError_t status = cudaLaunchKernelEx(&config, kernel, args...);
+  if (status != cudaSuccess && config.numAttrs == 2) {
+    // (not yet run on a GPU: should a driver refuse PDL together with a cluster dimension, a plain
+    // cluster launch; the kernel's griddepcontrol.wait then returns at once)
+    (void)cudaGetLastError();
+    config.numAttrs = 1;
+    status = cudaLaunchKernelEx(&config, kernel, args...);
+  }
+  check_cuda(status, name);
 }
 
 // How many clusters of `cluster` blocks of `block` threads and `smem` bytes the device can hold

@@ -33,6 +33,9 @@ void launch_lt(const Dims& d, const ClusterScanPlan& plan, Str4 q, const bf16* v
 
 template <int kLT>
 int clusters_fit(int cs) {
+  // (the occupancy query sees the kernel's shared-memory limit: raised first, as for the launch)
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cluster_scan_mma_kernel<kLT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          ClusterScanLayout<kLT>::bytes));
   return max_active_clusters(cluster_scan_mma_kernel<kLT>, static_cast<unsigned>(cs), kCsThreads,
                              ClusterScanLayout<kLT>::bytes);
 }
