@@ -5,7 +5,7 @@
 // rests on this being well under its ~1-2 µs of tensor-core work per chunk; no public measurement
 // of Hopper's SM-to-SM network was at hand, so this measures it.
 //
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/cuda/dsmem_exchange.cu -o /tmp/dsmem_exchange && /tmp/dsmem_exchange
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src -I include dev/cuda/dsmem_exchange.cu -o /tmp/dsmem_exchange && /tmp/dsmem_exchange
 //
 // One block of 256 threads per multiprocessor (a 200 KiB shared-memory request), a grid of whole
 // clusters over every multiprocessor that holds them; `steps` exchanges a launch. Per cluster size
@@ -23,6 +23,10 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda/cluster.cuh"  // the library's cluster primitives, as the kernel uses them
+
+using namespace rhoscan::cuda_detail;
+
 #define CHECK(x)                                                                   \
   do {                                                                             \
     cudaError_t e = (x);                                                           \
@@ -34,29 +38,6 @@
 
 constexpr int kRows = 64, kCols = 256, kThreads = 256, kSmem = 200 * 1024;
 
-__device__ __forceinline__ unsigned rank_in_cluster() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ unsigned cluster_size() {
-  unsigned n;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-  return n;
-}
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-__device__ __forceinline__ uint32_t map_rank(uint32_t a, unsigned r) {
-  uint32_t x;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(x) : "r"(a), "r"(r));
-  return x;
-}
-__device__ __forceinline__ float4 ld4(uint32_t a) {
-  float4 v;
-  asm volatile("ld.shared::cluster.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
-  return v;
-}
 __device__ __forceinline__ uint2 ld2(uint32_t a) {
   uint2 v;
   asm volatile("ld.shared::cluster.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a) : "memory");
@@ -67,7 +48,7 @@ __device__ __forceinline__ uint2 ld2(uint32_t a) {
 template <bool kBf16, bool kLoads>
 __global__ void exchange_kernel(float* out, int steps) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int tid = threadIdx.x, CS = int(cluster_size()), rank = int(rank_in_cluster());
+  const int tid = threadIdx.x, CS = int(cluster_blocks()), rank = int(cluster_rank());
   const int cluster = blockIdx.x / CS, W = kCols / CS;
   const uint32_t base = uint32_t(__cvta_generic_to_shared(smem));
   for (int step = 0; step < steps; ++step) {
@@ -79,7 +60,8 @@ __global__ void exchange_kernel(float* out, int steps) {
       else
         reinterpret_cast<float*>(smem)[x] = v;
     }
-    cluster_sync();
+    cluster_arrive();
+    cluster_wait();
     if (kLoads) {
       float* o = out + (size_t(cluster) * kRows) * kCols + W * rank;
       for (int idx = tid; idx < kRows * W / 4; idx += kThreads) {
@@ -88,18 +70,19 @@ __global__ void exchange_kernel(float* out, int steps) {
         float4 s = {0, 0, 0, 0};
         for (int r = 0; r < CS; ++r) {
           if (kBf16) {
-            const uint2 w = ld2(map_rank(base + 2 * el, unsigned(r)));
+            const uint2 w = ld2(cluster_map(base + 2 * el, unsigned(r)));
             s.x += __uint_as_float(w.x << 16), s.y += __uint_as_float(w.x & 0xffff0000u);
             s.z += __uint_as_float(w.y << 16), s.w += __uint_as_float(w.y & 0xffff0000u);
           } else {
-            const float4 w = ld4(map_rank(base + 4 * el, unsigned(r)));
+            const float4 w = ld_cluster_f4(cluster_map(base + 4 * el, unsigned(r)));
             s.x += w.x, s.y += w.y, s.z += w.z, s.w += w.w;
           }
         }
         *reinterpret_cast<float4*>(o + t * kCols + 4 * k) = s;
       }
     }
-    cluster_sync();
+    cluster_arrive();
+    cluster_wait();
   }
 }
 

@@ -193,6 +193,18 @@ __global__ void __launch_bounds__(kCsThreads, 1)
   };
 
   float accS[MT][8][4];  // the state: rows sl0 + 16 mt + g + 8 (r / 2), columns 64 eq + 8 nt + 2 tq + r % 2
+  int l0 = 0;            // the current item's first latent and column
+  int64_t e0 = 0;
+  // f(x, l, e) for each of the thread's state elements x, at latent l and column e of the pair
+  auto for_state = [&](auto&& f) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          f(accS[mt][nt][r], l0 + sl0 + 16 * mt + g + 8 * (r / 2), e0 + 64 * eq + 8 * nt + 2 * tq + r % 2);
+  };
   int par = 0;           // the block's step parity (ssum's buffer)
   bool pending = false;  // an arrive #2 whose wait is still to come
   if (item < items) {
@@ -203,8 +215,8 @@ __global__ void __launch_bounds__(kCsThreads, 1)
   for (; item < items; item += cstride) {
     const Item it = decode(item);
     const int64_t bh = it.bh, b = it.b, h = it.h;
-    const int l0 = it.l0;
-    const int64_t e0 = int64_t{it.et} * ET;
+    l0 = it.l0;
+    e0 = int64_t{it.et} * ET;
     const bool writes_norm = it.et == 0;  // (every column tile computes the same N and s)
     // the lane's decay, and its powers a^8
     float a[kLP][2], a8[kLP][2];
@@ -225,18 +237,9 @@ __global__ void __launch_bounds__(kCsThreads, 1)
       dec[kLT + x] = ipow(al, CnLast);
       Nsm[x] = N0 != nullptr && l < L ? N0[bh * d.L + l] : 0.0f;
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int l = l0 + sl0 + 16 * mt + g + 8 * (r / 2);
-          const int64_t e = e0 + 64 * eq + 8 * nt + 2 * tq + r % 2;
-          accS[mt][nt][r] = rho0.p != nullptr && l < L && e < d.E
-                                ? static_cast<const float*>(rho0.p)[rho0.at(b, h, l, e)]
-                                : 0.0f;
-        }
+    for_state([&](float& x, int l, int64_t e) {
+      x = rho0.p != nullptr && l < L && e < d.E ? static_cast<const float*>(rho0.p)[rho0.at(b, h, l, e)] : 0.0f;
+    });
     for (int c = 0; c < nC; ++c, par ^= 1) {
       const bool last = c == nC - 1;
       const int Cn = last ? CnLast : C, cur = c & 1;
@@ -598,16 +601,9 @@ __global__ void __launch_bounds__(kCsThreads, 1)
     // the final state and normaliser (E of the last step passed: N_T complete in Nsm)
     if (rho.p != nullptr) {
       float* rp = const_cast<float*>(static_cast<const float*>(rho.p));
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int l = l0 + sl0 + 16 * mt + g + 8 * (r / 2);
-            const int64_t e = e0 + 64 * eq + 8 * nt + 2 * tq + r % 2;
-            if (l < L && e < d.E) rp[rho.at(b, h, l, e)] = accS[mt][nt][r];
-          }
+      for_state([&](float& x, int l, int64_t e) {
+        if (l < L && e < d.E) rp[rho.at(b, h, l, e)] = x;
+      });
     }
     if (writes_norm)
       for (int x = tid; x < kLT; x += NT) {

@@ -49,6 +49,39 @@ inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T, int64_
   return RHOSCAN_QUADRATIC_FORWARD && quadratic_shape(T, L, C, RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T);
 }
 
+// The saved buffer's header of a forward that fills `filled` (core/saved.h), checked against the
+// layout's chunk.
+detail::SavedHeader forward_saved_header(const detail::ForwardParams& f, const detail::SavedLayout& saved, int64_t C,
+                                         uint32_t filled) {
+  if (saved.C != C)
+    throw Error(ErrorKind::internal, "rhoscan.forward (cuda): the saved layout's chunk differs from the kernels'");
+  const detail::Problem& p = f.p;
+  detail::SavedHeader header;
+  header.magic = detail::kSavedMagic, header.version = detail::kSavedVersion;
+  header.B = p.B, header.H = p.H, header.T = p.T, header.L = p.L, header.C = C;
+  header.dtype = static_cast<int32_t>(p.dtype);
+  header.has_rho_norm = f.rho_norm0 != nullptr;
+  header.filled = filled;
+  return header;
+}
+// The call's tensors as the kernels take them.
+struct ForwardTensors {
+  Str4 q, v, rho0, rho_out, ctx;
+  Str3 n0, n_out;
+  explicit ForwardTensors(const detail::ForwardParams& f)
+      : q(str4(f.q, f.q_stride)), v(str4(f.v, f.v_stride)), rho0(str4(f.rho0, f.rho0_stride)),
+        rho_out(str4(f.rho, f.rho_stride)), ctx(str4(f.context, f.context_stride)),
+        n0(str3(f.rho_norm0, f.rho_norm0_stride)), n_out(str3(f.rho_norm, f.rho_norm_stride)) {}
+};
+// The decay as float32 [H][L], the first carving of the workspace (kept across its resets).
+float* decay_to_f32(const detail::ForwardParams& f, Workspace& ws, cudaStream_t stream) {
+  const detail::Problem& p = f.p;
+  float* a32 = ws.take_floats(p.H * p.L);
+  launch_kernel("decay_to_f32_kernel", decay_to_f32_kernel, grid_for(p.H * p.L, 256), 256, 0, stream, a32, f.decay,
+                f.decay_stride[0], f.decay_stride[1], p.H, p.L, p.decay_dtype == DType::float64);
+  return a32;
+}
+
 // Whether the cluster path runs: bfloat16, T >= 1, clusters on the device; then per call
 // RHOSCAN_CUDA_FORWARD_PATH (cluster: yes; chunked or quadratic: no), else RHOSCAN_CLUSTER_FORWARD.
 inline bool cluster_forward(DType dtype, int64_t T) {
@@ -74,25 +107,13 @@ void forward_cluster(const detail::ForwardParams& f, Dims d, const ClusterScanPl
   const int64_t BH = p.B * p.H, shared = Workspace::floats(p.H * p.L);
   const detail::SavedLayout saved = detail::saved_layout(p.B, p.H, p.T, p.L, p.dtype, f.rho0 != nullptr, f.options.chunk_size);
   const bool save = f.saved != nullptr, save_diag = save && saved.diag_scores;
-  detail::SavedHeader header;
-  if (save) {
-    if (saved.C != d.C)
-      throw Error(ErrorKind::internal, "rhoscan.forward (cuda): the saved layout's chunk differs from the kernels'");
-    header.magic = detail::kSavedMagic, header.version = detail::kSavedVersion;
-    header.B = p.B, header.H = p.H, header.T = p.T, header.L = p.L, header.C = d.C;
-    header.dtype = static_cast<int32_t>(p.dtype);
-    header.has_rho_norm = f.rho_norm0 != nullptr;
-    header.filled = detail::kSavedNorm | (save_diag ? detail::kSavedDiagScores : 0u);
-  }
+  const detail::SavedHeader header = save ? forward_saved_header(f, saved, d.C, detail::kSavedNorm |
+                                                                   (save_diag ? detail::kSavedDiagScores : 0u))
+                                          : detail::SavedHeader{};
   const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
   Workspace ws(shared + per_batch * per_bh, stream);
-  float* a32 = ws.take_floats(p.H * p.L);
-  launch_kernel("decay_to_f32_kernel", decay_to_f32_kernel, grid_for(p.H * p.L, 256), 256, 0, stream, a32, f.decay,
-                f.decay_stride[0], f.decay_stride[1], p.H, p.L, p.decay_dtype == DType::float64);
-  const Str4 q = str4(f.q, f.q_stride), v = str4(f.v, f.v_stride);
-  const Str4 rho0 = str4(f.rho0, f.rho0_stride), rho_out = str4(f.rho, f.rho_stride);
-  const Str3 n0 = str3(f.rho_norm0, f.rho_norm0_stride), n_out = str3(f.rho_norm, f.rho_norm_stride);
-  const Str4 ctx = str4(f.context, f.context_stride);
+  const float* a32 = decay_to_f32(f, ws, stream);
+  const ForwardTensors x(f);
   for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
     d.bh0 = bh0;
     d.nbh = std::min(per_batch, BH - bh0);
@@ -103,11 +124,11 @@ void forward_cluster(const detail::ForwardParams& f, Dims d, const ClusterScanPl
     // N_0 copied first: every column tile's blocks read it, the first tile's write rho_norm, which
     // may be the same memory
     float* N0 = nullptr;
-    if (n0.p != nullptr) {
+    if (x.n0.p != nullptr) {
       N0 = ws.take_floats(d.nbh * d.L);
-      launch_kernel("gather_norm_kernel", gather_norm_kernel, grid_for(d.nbh * d.L, 256), 256, 0, stream, d, n0, N0);
+      launch_kernel("gather_norm_kernel", gather_norm_kernel, grid_for(d.nbh * d.L, 256), 256, 0, stream, d, x.n0, N0);
     }
-    pack_values<true, bf16>(d, v, vb, nullptr, stream);
+    pack_values<true, bf16>(d, x.v, vb, nullptr, stream);
     if (!gate.settled()) {
       gate.settle();
       if (save) {
@@ -118,7 +139,8 @@ void forward_cluster(const detail::ForwardParams& f, Dims d, const ClusterScanPl
     float* Nc_out = save ? f.saved + saved.Nc + bh0 * saved.Nc_pair : nullptr;
     float* s_out = save ? f.saved + saved.s + bh0 * saved.s_pair : nullptr;
     float* P_out = save_diag ? f.saved + saved.P + bh0 * saved.P_pair : nullptr;
-    launch_cluster_scan(d, plan, q, vb, a32, rho0, N0, Cp, Pp, sp, rho_out, n_out, Nc_out, ctx, s_out, P_out, stream);
+    launch_cluster_scan(d, plan, x.q, vb, a32, x.rho0, N0, Cp, Pp, sp, x.rho_out, x.n_out, Nc_out, x.ctx, s_out, P_out,
+                        stream);
     ws.reset();
     ws.take_floats(p.H * p.L);  // a32 stays at the front
   }
@@ -190,27 +212,18 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   const detail::SavedLayout saved = detail::saved_layout(p.B, p.H, p.T, p.L, p.dtype, f.rho0 != nullptr, f.options.chunk_size);
   const bool save = f.saved != nullptr, save_diag = save && saved.diag_scores;
   const bool save_scores = save && quadratic && saved.cross_scores;
-  detail::SavedHeader header;  // (written after the checks)
-  if (save) {
-    if (saved.C != d.C)
-      throw Error(ErrorKind::internal, "rhoscan.forward (cuda): the saved layout's chunk differs from the kernels'");
-    header.magic = detail::kSavedMagic, header.version = detail::kSavedVersion;
-    header.B = p.B, header.H = p.H, header.T = p.T, header.L = p.L, header.C = d.C;
-    header.dtype = static_cast<int32_t>(p.dtype);
-    header.has_rho_norm = f.rho_norm0 != nullptr;
-    header.filled = detail::kSavedNorm | (save_diag ? detail::kSavedDiagScores : 0u) |
-                    (save_scores ? detail::kSavedCrossScores : 0u);
-  }
+  // (written after the checks)
+  const detail::SavedHeader header =
+      save ? forward_saved_header(f, saved, d.C,
+                                  detail::kSavedNorm | (save_diag ? detail::kSavedDiagScores : 0u) |
+                                      (save_scores ? detail::kSavedCrossScores : 0u))
+           : detail::SavedHeader{};
   const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
   Workspace ws(shared + per_batch * per_bh, stream);
-  float* a32 = ws.take_floats(p.H * p.L);
-  launch_kernel("decay_to_f32_kernel", decay_to_f32_kernel, grid_for(p.H * p.L, 256), 256, 0, stream, a32, f.decay,
-                f.decay_stride[0], f.decay_stride[1], p.H, p.L, p.decay_dtype == DType::float64);
-
-  const Str4 q = str4(f.q, f.q_stride), v = str4(f.v, f.v_stride);
-  const Str4 rho0 = str4(f.rho0, f.rho0_stride), rho_out = str4(f.rho, f.rho_stride);
-  const Str3 n0 = str3(f.rho_norm0, f.rho_norm0_stride), n_out = str3(f.rho_norm, f.rho_norm_stride);
-  const Str4 ctx = str4(f.context, f.context_stride);
+  const float* a32 = decay_to_f32(f, ws, stream);
+  const ForwardTensors x(f);
+  const Str4 q = x.q, v = x.v, rho0 = x.rho0, rho_out = x.rho_out, ctx = x.ctx;
+  const Str3 n0 = x.n0, n_out = x.n_out;
   for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
     d.bh0 = bh0;
     d.nbh = std::min(per_batch, BH - bh0);
