@@ -2,7 +2,10 @@
 // cluster size, latent groups, column tiles) and the two launches of a batch.
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "cuda/cluster_scan.cuh"
 
@@ -31,23 +34,33 @@ void launch_lt(const Dims& d, const ClusterScanPlan& plan, Str4 q, const bf16* v
                         plan.col_tiles, Cp, Pp, sp, rho, n_out, Nc_out);
 }
 
+// Whether the device holds a cluster of cs blocks of the kLT kernel at once: asked once per device,
+// latent tile and size (an occupancy query, not a per-call cost).
 template <int kLT>
-int clusters_fit(int cs) {
+bool clusters_fit(int cs) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, bool> known;
+  int dev = 0;
+  RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(dev, cs);
+  if (auto it = known.find(key); it != known.end()) return it->second;
   // (the occupancy query sees the kernel's shared-memory limit: raised first, as for the launch)
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cluster_scan_mma_kernel<kLT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           ClusterScanLayout<kLT>::bytes));
-  return max_active_clusters(cluster_scan_mma_kernel<kLT>, static_cast<unsigned>(cs), kCsThreads,
-                             ClusterScanLayout<kLT>::bytes);
+  const bool fit = max_active_clusters(cluster_scan_mma_kernel<kLT>, static_cast<unsigned>(cs), kCsThreads,
+                                       ClusterScanLayout<kLT>::bytes) > 0;
+  known.emplace(key, fit);
+  return fit;
 }
 
 }  // namespace
 
-ClusterScanPlan cluster_scan_plan(const Dims& d, int64_t pairs) {
+ClusterScanPlan cluster_scan_plan(const Dims& d) {
   ClusterScanPlan plan;
   plan.col_tiles = static_cast<int>((d.Ep + kCsET - 1) / kCsET);
   // 64 latents a block: the 128-latent kernel spills (ptxas, sm_90a: 255 registers and 220 bytes
   // of spill against 254 and none) and is taken only where RHOSCAN_CLUSTER_LT=128 asks, for the A/B
-  (void)pairs;
   plan.lt = 64;
   const int lt = env_int("RHOSCAN_CLUSTER_LT", 0);
   if (lt == 64 || lt == 128) plan.lt = lt;
@@ -58,7 +71,7 @@ ClusterScanPlan cluster_scan_plan(const Dims& d, int64_t pairs) {
   const int cs = env_int("RHOSCAN_CLUSTER_SIZE", 0);
   if (cs == 1 || cs == 2 || cs == 4 || cs == 8) plan.cs = cs;
   // a cluster size the device holds at once (a GPC's multiprocessors at one block each)
-  while (plan.cs > 1 && (plan.lt == 128 ? clusters_fit<128>(plan.cs) : clusters_fit<64>(plan.cs)) == 0) plan.cs /= 2;
+  while (plan.cs > 1 && !(plan.lt == 128 ? clusters_fit<128>(plan.cs) : clusters_fit<64>(plan.cs))) plan.cs /= 2;
   plan.groups = (tiles + plan.cs - 1) / plan.cs;
   return plan;
 }

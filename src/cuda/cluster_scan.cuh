@@ -121,8 +121,6 @@ __global__ void __launch_bounds__(kCsThreads, 1)
   bf16* const xs8 = bf_at(Lay::kXs8);
   bf16* const kd8 = bf_at(Lay::kKd8);
   bf16* const Sb = bf_at(Lay::kSb);
-  bf16* const Xq = bf_at(Lay::kXq);
-  bf16* const Kq = bf_at(Lay::kKq);
   float* const Pm = f_at(Lay::kP);
   float* const X = f_at(Lay::kX);
   float* const Z = f_at(Lay::kZ);
@@ -730,7 +728,7 @@ struct ClusterScanPlan {
 // power-of-two cluster up to 8 that the latent tiles fill and the device holds, the groups that
 // cover L. RHOSCAN_CLUSTER_LT=64|128 and RHOSCAN_CLUSTER_SIZE=1|2|4|8 (environment, per call)
 // override them, for the A/B.
-ClusterScanPlan cluster_scan_plan(const Dims& d, int64_t pairs);
+ClusterScanPlan cluster_scan_plan(const Dims& d);
 
 // The cluster forward of one batch of pairs: the kernel, then the finalize (context, s and P).
 void launch_cluster_scan(const Dims& d, const ClusterScanPlan& plan, Str4 q, const bf16* vb, const float* a32, Str4 rho0,

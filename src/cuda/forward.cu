@@ -85,12 +85,13 @@ float* decay_to_f32(const detail::ForwardParams& f, Workspace& ws, cudaStream_t 
 // Whether the cluster path runs: bfloat16, T >= 1, clusters on the device; then per call
 // RHOSCAN_CUDA_FORWARD_PATH (cluster: yes; chunked or quadratic: no), else RHOSCAN_CLUSTER_FORWARD.
 inline bool cluster_forward(DType dtype, int64_t T) {
-  if (dtype != DType::bfloat16 || T == 0 || !clusters_supported()) return false;
+  if (dtype != DType::bfloat16 || T == 0) return false;
+  bool wanted = RHOSCAN_CLUSTER_FORWARD;
   if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_PATH")) {
-    if (std::strcmp(env, "cluster") == 0) return true;
-    if (std::strcmp(env, "chunked") == 0 || std::strcmp(env, "quadratic") == 0) return false;
+    if (std::strcmp(env, "cluster") == 0) wanted = true;
+    if (std::strcmp(env, "chunked") == 0 || std::strcmp(env, "quadratic") == 0) wanted = false;
   }
-  return RHOSCAN_CLUSTER_FORWARD;
+  return wanted && clusters_supported();
 }
 
 // The cluster path (bfloat16). Workspace per pair: the clusters' context and token sums and the
@@ -159,7 +160,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       Dims dc = d;
       set_padding<true>(dc);
       dc.v_rows = p.Hv == 1 && p.H > 1;
-      const ClusterScanPlan plan = cluster_scan_plan(dc, p.B * p.H);
+      const ClusterScanPlan plan = cluster_scan_plan(dc);
       const int64_t per_bh = cluster_forward_pair_bytes(dc, plan);
       const int64_t cap = workspace_cap(f.options.max_workspace_bytes, kDefaultWorkspaceCap);
       if (cluster_scan_fits(dc) && Workspace::floats(p.H * p.L) + per_bh <= cap) {

@@ -207,31 +207,6 @@ inline void set_cp_async_mode() {
   cp_async_eager = mode && std::strcmp(mode, "eager") == 0;
 }
 
-// Runs f() as `grid` blocks of `block` threads, one block after the other, with `smem_bytes` of
-// dynamic shared memory (16-byte aligned, 0xFF-filled per block) that f reaches through emu::smem.
-template <typename F>
-void launch(unsigned grid, unsigned block, size_t smem_bytes, F f) {
-  gridDim.x = grid;
-  blockDim.x = block;
-  set_cp_async_mode();
-  smem_size = smem_bytes;
-  BlockState st;
-  for (unsigned b = 0; b < grid; ++b) {
-    st.reset(smem_bytes, block);
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < block; ++t)
-      threads.emplace_back([&, b, t] {
-        blockIdx.x = b;
-        threadIdx.x = t;
-        smem = st.smem, block_barrier = st.barrier.get(), warp_barriers = &st.warps, xbuf = &st.xbuf;
-        cluster_smem = nullptr, cluster_barrier = nullptr, cluster_rank_ = 0, cluster_blocks_ = 1;
-        f();
-        thread_done(b, t);
-      });
-    for (auto& t : threads) t.join();
-  }
-}
-
 // Runs f() as `grid` blocks in clusters of `cluster` consecutive blocks (grid a multiple of it):
 // the clusters one after the other, the blocks of a cluster at once (cluster × block threads),
 // each with its own shared memory, which the cluster's blocks reach by rank (cluster_map,
@@ -265,6 +240,15 @@ void launch_cluster(unsigned grid, unsigned cluster, unsigned block, size_t smem
         });
     for (auto& t : threads) t.join();
   }
+}
+
+
+// Runs f() as `grid` blocks of `block` threads, one block after the other, with `smem_bytes` of
+// dynamic shared memory (16-byte aligned, 0xFF-filled per block) that f reaches through emu::smem:
+// clusters of one block.
+template <typename F>
+void launch(unsigned grid, unsigned block, size_t smem_bytes, F f) {
+  launch_cluster(grid, 1, block, smem_bytes, f);
 }
 
 // The lanes' values of one warp collective, read after the exchange.
@@ -418,12 +402,12 @@ inline unsigned cluster_blocks() { return emu::cluster_blocks_; }
 inline void cluster_arrive() {
   if (emu::cluster_arrived) emu::fail("cluster_arrive twice without a cluster_wait", nullptr);
   emu::cluster_arrived = true;
-  if (emu::cluster_barrier != nullptr) emu::cluster_token = emu::cluster_barrier->arrive();
+  emu::cluster_token = emu::cluster_barrier->arrive();
 }
 inline void cluster_wait() {
   if (!emu::cluster_arrived) emu::fail("cluster_wait without a cluster_arrive", nullptr);
   emu::cluster_arrived = false;
-  if (emu::cluster_barrier != nullptr) emu::cluster_barrier->wait(std::move(*emu::cluster_token));
+  emu::cluster_barrier->wait(std::move(*emu::cluster_token));
   emu::cluster_token.reset();
 }
 inline uint32_t cluster_map(uint32_t addr, unsigned rank) {
@@ -435,7 +419,7 @@ inline const unsigned char* cluster_ptr(uint32_t a, size_t n) {
   const unsigned rank = a >> 24, off = a & 0xFFFFFFu;
   if (rank >= cluster_blocks_ || off + n > smem_size || off % n != 0)
     fail("shared::cluster access outside a block's shared memory or misaligned", nullptr);
-  return (cluster_smem != nullptr ? (*cluster_smem)[rank] : smem) + off;
+  return (*cluster_smem)[rank] + off;
 }
 }  // namespace emu
 inline float4 ld_cluster_f4(uint32_t a) {
