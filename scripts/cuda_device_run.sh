@@ -2,7 +2,7 @@
 # One device call: build, CUDA tests, compute-sanitizer, benchmarks. Logs and JSON go to $OUT.
 # usage (on the GPU machine, in the source root): scripts/cuda_device_run.sh [stages...]
 #   stages: dev build test sanitize bench (default: build test sanitize bench); also profile, ncu,
-#   workspace, cluster (the cluster forward against the default paths, its variants and test), source (full Nsight Compute set with source lines for SOURCE_KERNEL), crossover (both quadratic/chunked paths on CROSSOVER_SHAPES), ab (AB_VARIANTS), sanitize-all (the whole CUDA suite under memcheck and racecheck)
+#   workspace, source (full Nsight Compute set with source lines for SOURCE_KERNEL), crossover (both quadratic/chunked paths on CROSSOVER_SHAPES), ab (AB_VARIANTS), sanitize-all (the whole CUDA suite under memcheck and racecheck)
 #   dev: builds and runs each standalone kernel harness dev/cuda/*.cu (one nvcc command each, the
 #   one at the top of the file), printing its PASS/FAIL and timing lines; sanitize then also runs
 #   them under memcheck with --small.
@@ -134,30 +134,6 @@ for s in $stages; do
           --device cuda $shapes --backward --repeats 5 --json $OUT/bench-crossover.jsonl --commit "$commit+paths=$path" \
           2>&1 | grep -E "^shape"
       done ;;
-    cluster)
-      # The cluster forward (src/cuda/cluster_scan.cuh), forced per call, against the default paths in
-      # the same build: the three cases' forward and forward+backward with the default plan, then
-      # each CLUSTER_VARIANTS entry (LT/SIZE pairs, space-separated; default 64/8 64/4 128/8),
-      # JSON lines labelled with the variant; then its test (Cuda.ClusterForwardAgainstReference),
-      # and the per-kernel durations of one BDH-8k forward (cluster_scan_mma, the finalize).
-      cases=${CLUSTER_CASES:-BDH-8k,BDH-base,long-T8192}
-      echo "-- default paths"
-      timeout 120 $B/tools/rhoscan bench --device cuda --cases $cases --backward --repeats 5 \
-        --json $OUT/bench-cluster.jsonl --commit "$commit" 2>&1 | grep -E "^(BDH|long)"
-      echo "-- cluster forward, default plan"
-      RHOSCAN_CUDA_FORWARD_PATH=cluster timeout 120 $B/tools/rhoscan bench --device cuda --cases $cases --backward \
-        --repeats 5 --json $OUT/bench-cluster.jsonl --commit "$commit+path=cluster" 2>&1 | grep -E "^(BDH|long)"
-      for v in ${CLUSTER_VARIANTS:-64/8 64/4 128/8}; do
-        echo "-- cluster forward, RHOSCAN_CLUSTER_LT=${v%/*} RHOSCAN_CLUSTER_SIZE=${v#*/}"
-        RHOSCAN_CUDA_FORWARD_PATH=cluster RHOSCAN_CLUSTER_LT=${v%/*} RHOSCAN_CLUSTER_SIZE=${v#*/} timeout 90 \
-          $B/tools/rhoscan bench --device cuda --cases $cases --repeats 5 --json $OUT/bench-cluster.jsonl \
-          --commit "$commit+path=cluster+lt=${v%/*}+cs=${v#*/}" 2>&1 | grep -E "^(BDH|long)"
-      done
-      (cd $B && timeout 120 tests/test_cuda --gtest_filter='Cuda.ClusterForwardAgainstReference' > $OUT/cluster_test.log 2>&1)
-      echo "cluster test rc=$?"; grep -E "PASSED|FAILED|Failure|rms|context|grad" $OUT/cluster_test.log | head -20
-      RHOSCAN_CUDA_FORWARD_PATH=cluster timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-        $B/tools/rhoscan bench --device cuda --cases BDH-8k --repeats 1 > $OUT/ncu-cluster-BDH-8k.csv 2>&1
-      python3 dev/cuda/ncu_summary.py $OUT/ncu-cluster-BDH-8k.csv | sort -k4 -g -r | head -8 ;;
     workspace)
       # BDH-8k forward+backward under several workspace caps (MiB): what the batching of (b, h)
       # pairs costs.

@@ -1,9 +1,13 @@
-// What the cluster forward's per-chunk exchange costs (src/cuda/cluster_scan.cuh): each block of a
+// What a cluster's per-chunk exchange costs, as the cluster forward (cluster_scan_mma, measured and
+// removed: docs/CUDA.md, "The cluster forward"; the code is at 40f0361) did it: each block of a
 // cluster writes its 64 × 256 float32 share of the chunk's context into shared memory, the cluster
 // waits at its barrier, and each block sums its 256 / CS columns of every block's share (rank order,
-// distributed shared memory) into global memory, then the cluster waits again. The kernel's design
-// rests on this being well under its ~1-2 µs of tensor-core work per chunk; no public measurement
-// of Hopper's SM-to-SM network was at hand, so this measures it.
+// distributed shared memory) into global memory, then the cluster waits again. That design rested
+// on this being well under its ~1-2 µs of tensor-core work per chunk; on the H200 it is not: 3.3-3.9
+// µs per exchange at every cluster size from 1 to 8 (1: a block's own share summed and stored, no
+// remote reads, 3.9 µs; 0.8 µs of each the two barriers), 5.5 µs at 16; the remote reads reach about
+// 8 bytes per cycle per multiprocessor (bench/results/cluster-h200-2026-12-02/). Kept for the next
+// design that would move data between a cluster's blocks.
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src -I include dev/cuda/dsmem_exchange.cu -o /tmp/dsmem_exchange && /tmp/dsmem_exchange
 //

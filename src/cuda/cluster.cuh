@@ -1,8 +1,11 @@
 // Thread-block clusters (sm_90): a cluster's blocks run at once on the multiprocessors of one GPC
 // and can read each other's shared memory (distributed shared memory) and wait at one barrier.
-// The few PTX instructions the backend uses, and the launch with a cluster dimension. The host
-// emulation (dev/cuda/host_emulation/shim.h) has the same functions, with a cluster's blocks run
-// as threads at once.
+// The few PTX instructions a cluster kernel needs, and the launch with a cluster dimension. No
+// library kernel uses them since the cluster forward (a fused forward with the state split over a
+// cluster's blocks) was measured on the H200 and removed (docs/CUDA.md, "The cluster forward");
+// dev/cuda/dsmem_exchange.cu measures the exchange with them, and the host emulation
+// (dev/cuda/host_emulation/shim.h) has the same functions, a cluster's blocks run as threads at
+// once, for the next cluster kernel (docs/CUDA.md, What is left: quad_readback_mma's M tiles).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -51,9 +54,6 @@ __device__ __forceinline__ float ld_cluster_f32(uint32_t a) {
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
   return v;
 }
-
-// Whether the current device runs clusters (compute capability 9.0 or later; once per device).
-bool clusters_supported();
 
 // kernel<<<grid, block, smem, stream>>>(args...) in clusters of `cluster` blocks along x (grid a
 // multiple of it), with PDL where the device has it (launch_kernel's); cluster sizes past 8 need

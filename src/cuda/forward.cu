@@ -9,14 +9,8 @@
 //             L >= 8 T and chunks of 64 (the measurements are at quadratic_shape): the whole lower
 //             block-triangular score matrix instead of chunk-start states; the final state from
 //             final_state_mma.
-//   cluster   (cluster_scan.cuh) bfloat16, T >= 1, a device with thread-block clusters: the whole
-//             forward in one pass over q, the state split over L across a cluster's blocks, the
-//             context shares summed in distributed shared memory and by a finalize; no normaliser
-//             pass, no operand or state workspace. Only where asked for (below) until measured on
-//             the H200, or by default when built with RHOSCAN_CLUSTER_FORWARD=1.
-// RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic|cluster (environment, read per call) forces a path
-// where it applies (quadratic needs a tensor-core dtype and no initial rho; cluster bfloat16): for
-// tests and A/B runs.
+// RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic (environment, read per call) forces a path where it
+// applies (quadratic needs a tensor-core dtype and no initial rho): for tests and A/B runs.
 // The deferred value checks (value_gate.h) are settled after the first batch's normaliser scan
 // and packed values, which write only the workspace (the first batch's s, Nc and rho_norm go there
 // too, copied out after the checks); every output, the saved buffer's P included, is written
@@ -26,7 +20,6 @@
 
 #include "cuda/chunk_products.cuh"
 #include "cuda/chunk_scan.cuh"
-#include "cuda/cluster_scan.cuh"
 #include "cuda/ops.h"
 #include "cuda/quadratic.cuh"
 #include "cuda/value_gate.h"
@@ -82,72 +75,6 @@ float* decay_to_f32(const detail::ForwardParams& f, Workspace& ws, cudaStream_t 
   return a32;
 }
 
-// Whether the cluster path runs: bfloat16, T >= 1, clusters on the device; then per call
-// RHOSCAN_CUDA_FORWARD_PATH (cluster: yes; chunked or quadratic: no), else RHOSCAN_CLUSTER_FORWARD.
-inline bool cluster_forward(DType dtype, int64_t T) {
-  if (dtype != DType::bfloat16 || T == 0) return false;
-  bool wanted = RHOSCAN_CLUSTER_FORWARD;
-  if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_PATH")) {
-    if (std::strcmp(env, "cluster") == 0) wanted = true;
-    if (std::strcmp(env, "chunked") == 0 || std::strcmp(env, "quadratic") == 0) wanted = false;
-  }
-  return wanted && clusters_supported();
-}
-
-// The cluster path (bfloat16). Workspace per pair: the clusters' context and token sums and the
-// packed values; where even one pair's do not fit the cap, the other paths run instead.
-// The saved buffer gets s, Nc and, where its layout has room, the intra-chunk scores P; not the
-// cross-chunk scores (the backward's quadratic path computes those).
-int64_t cluster_forward_pair_bytes(const Dims& d, const ClusterScanPlan& plan) {
-  return Workspace::floats(plan.floats_per_pair(d.T, d.nC)) + Workspace::bytes<bf16>(d.T * d.Ep) + Workspace::floats(d.L);
-}
-void forward_cluster(const detail::ForwardParams& f, Dims d, const ClusterScanPlan& plan, int64_t per_bh, int64_t cap,
-                     cudaStream_t stream) {
-  const detail::Problem& p = f.p;
-  ValueGate gate(f.deferred, stream);
-  const int64_t BH = p.B * p.H, shared = Workspace::floats(p.H * p.L);
-  const detail::SavedLayout saved = detail::saved_layout(p.B, p.H, p.T, p.L, p.dtype, f.rho0 != nullptr, f.options.chunk_size);
-  const bool save = f.saved != nullptr, save_diag = save && saved.diag_scores;
-  const detail::SavedHeader header = save ? forward_saved_header(f, saved, d.C, detail::kSavedNorm |
-                                                                   (save_diag ? detail::kSavedDiagScores : 0u))
-                                          : detail::SavedHeader{};
-  const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
-  Workspace ws(shared + per_batch * per_bh, stream);
-  const float* a32 = decay_to_f32(f, ws, stream);
-  const ForwardTensors x(f);
-  for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
-    d.bh0 = bh0;
-    d.nbh = std::min(per_batch, BH - bh0);
-    bf16* vb = ws.take_array<bf16>(d.v_packed_rows() * d.T * d.Ep);
-    float* Cp = ws.take_floats(d.nbh * plan.groups * d.T * plan.cp_cols());
-    float* sp = ws.take_floats(d.nbh * plan.groups * d.T);
-    float* Pp = ws.take_floats(d.nbh * plan.groups * d.nC * 4096);
-    // N_0 copied first: every column tile's blocks read it, the first tile's write rho_norm, which
-    // may be the same memory
-    float* N0 = nullptr;
-    if (x.n0.p != nullptr) {
-      N0 = ws.take_floats(d.nbh * d.L);
-      launch_kernel("gather_norm_kernel", gather_norm_kernel, grid_for(d.nbh * d.L, 256), 256, 0, stream, d, x.n0, N0);
-    }
-    pack_values<true, bf16>(d, x.v, vb, nullptr, stream);
-    if (!gate.settled()) {
-      gate.settle();
-      if (save) {
-        write_saved_header(f.saved, header, stream);
-        remember_saved_header(p.device_index, f.saved, header);
-      }
-    }
-    float* Nc_out = save ? f.saved + saved.Nc + bh0 * saved.Nc_pair : nullptr;
-    float* s_out = save ? f.saved + saved.s + bh0 * saved.s_pair : nullptr;
-    float* P_out = save_diag ? f.saved + saved.P + bh0 * saved.P_pair : nullptr;
-    launch_cluster_scan(d, plan, x.q, vb, a32, x.rho0, N0, Cp, Pp, sp, x.rho_out, x.n_out, Nc_out, x.ctx, s_out, P_out,
-                        stream);
-    ws.reset();
-    ws.take_floats(p.H * p.L);  // a32 stays at the front
-  }
-  gate.settle();  // (B·H = 0: no batch ran)
-}
-
 template <typename T>
 void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   const detail::Problem& p = f.p;
@@ -155,20 +82,6 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   d.H = p.H, d.T = p.T, d.L = p.L, d.E = p.E;
   d.C = f.options.chunk_size > 0 ? std::min<int64_t>(f.options.chunk_size, kMaxChunk) : kDefaultChunk;
   d.nC = (p.T + d.C - 1) / d.C;
-  if constexpr (std::is_same_v<T, bf16>) {
-    if (cluster_forward(p.dtype, p.T)) {
-      Dims dc = d;
-      set_padding<true>(dc);
-      dc.v_rows = p.Hv == 1 && p.H > 1;
-      const ClusterScanPlan plan = cluster_scan_plan(dc);
-      const int64_t per_bh = cluster_forward_pair_bytes(dc, plan);
-      const int64_t cap = workspace_cap(f.options.max_workspace_bytes, kDefaultWorkspaceCap);
-      if (cluster_scan_fits(dc) && Workspace::floats(p.H * p.L) + per_bh <= cap) {
-        forward_cluster(f, dc, plan, per_bh, cap, stream);
-        return;
-      }
-    }
-  }
   ValueGate gate(f.deferred, stream);
   constexpr bool kTC = kTensorCoreForward<T>;
   set_padding<kTC>(d);

@@ -52,16 +52,6 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A 4-byte store to a 32-bit shared-memory address (smem_addr's form; a constant offset added to
-// the address folds into the instruction's immediate), and two floats rounded to a bf16 pair there.
-__device__ __forceinline__ void st_shared_u32(uint32_t a, uint32_t v) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
-}
-__device__ __forceinline__ void st_shared_bf2(uint32_t a, float x0, float x1) {
-  const __nv_bfloat162 p = __floats2bfloat162_rn(x0, x1);
-  st_shared_u32(a, *reinterpret_cast<const uint32_t*>(&p));
-}
-
 // 16-byte global -> shared copy; zero-filled when !valid (src is then not read).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid = true) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),

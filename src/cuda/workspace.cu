@@ -1,5 +1,4 @@
 #include "cuda/workspace.h"
-#include "cuda/cluster.cuh"
 
 #include <map>
 #include <mutex>
@@ -68,9 +67,6 @@ bool programmatic_launch_supported() {
   known.emplace(device, ok);
   return ok;
 }
-
-// Clusters came with compute capability 9.0, as programmatic launches did.
-bool clusters_supported() { return programmatic_launch_supported(); }
 
 int64_t workspace_cap(int64_t option, int64_t backend_default) { return option > 0 ? option : backend_default; }
 

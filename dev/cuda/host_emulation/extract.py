@@ -49,7 +49,6 @@ MMA_PARTS = [
     (products, "// ---- y (v or G", "// ---- launchers"),
     ("src/cuda/quadratic.cuh", "// ---- cross_scores", "// ---- launchers (quadratic)"),
     ("src/cuda/chunk_scan.cuh", "// ---- chunk_scan_mma", "// ---- launchers (chunk_scan)"),
-    ("src/cuda/cluster_scan.cuh", "// ---- cluster_scan_mma", "// ---- launchers (cluster_scan)"),
     (backward, "constexpr int kLocalThreads", "\n\n"),
     (backward, "// ---- bwd_local's contractions over E on tensor cores", "// gc_t = sum_l"),
     (backward, "// ---- bwd_local: one block per", "// The normaliser gradient across chunks"),

@@ -190,23 +190,6 @@ mutants=(
   "hv1: cross_values: v of the pair's row|src/cuda/quadratic_backward.cuh|vb + (d.v_row(bh) * d.T + J * d.C) * d.Ep|vb + (bh * d.T + J * d.C) * d.Ep|deferred|caught||cross_values_mma"
   "hv1: quadratic output: V of the pair's row|src/cuda/quadratic.cuh|const int64_t vr = d.v_row(bh);|const int64_t vr = bh;|deferred|caught||quadratic_output_mma"
   "final state: sub-batches (past 2^30 pairs) with the decay of the batch's first head|src/cuda/quadratic.cuh|f(s, first, a32 + h0 * d.L, o);|f(s, first, a32, o);|deferred|caught||final_state_mma, sub-batches"
-  "cluster: the context shares of rank 0 only|src/cuda/cluster_scan.cuh|for (int r = 1; r < CS; ++r) {|for (int r = 1; r < 1; ++r) {|deferred|caught||cluster_scan_mma"
-  "cluster: the scores' shares of rank 0 only|src/cuda/cluster_scan.cuh|for (int rk = 1; rk < CS; ++rk) {|for (int rk = 1; rk < 1; ++rk) {|deferred|caught||cluster_scan_mma"
-  "cluster: the token sums of rank 0 only|src/cuda/cluster_scan.cuh|for (int r = 0; r < CS; ++r) s += ld_cluster_f32|for (int r = 0; r < 1; ++r) s += ld_cluster_f32|deferred|caught||cluster_scan_mma"
-  "cluster: every owner sums owner 0's columns|src/cuda/cluster_scan.cuh|const uint32_t xcol = s0 + Lay::kX + 4 * (W * rank);|const uint32_t xcol = s0 + Lay::kX;|deferred|caught||cluster_scan_mma"
-  "cluster: a block's latents without its rank|src/cuda/cluster_scan.cuh|r.l0 = (r.g * CS + rank) * kLT;|r.l0 = (r.g * CS) * kLT;|deferred|caught||cluster_scan_mma"
-  "cluster: the keys' exponent from C, not the chunk's length|src/cuda/cluster_scan.cuh|const int e7 = Cn - 8 - i0;|const int e7 = C - 8 - i0;|deferred|caught||cluster_scan_mma"
-  "cluster: N walked past the chunk's last token|src/cuda/cluster_scan.cuh|if (tok) N[e] = ap[e] * N[e] + qm;|N[e] = ap[e] * N[e] + qm;|deferred|caught||cluster_scan_mma"
-  "cluster: the next chunk's N from the last warp|src/cuda/cluster_scan.cuh|if (warp == (Cn - 1) / 8)|if (warp == 7)|deferred|caught||cluster_scan_mma"
-  "cluster: Xq without a^i|src/cuda/cluster_scan.cuh|st_shared_bf2(r0 + Lay::kXq + kRow * m, xv[0] * pw[0], xv[1] * pw[1]);|st_shared_bf2(r0 + Lay::kXq + kRow * m, xv[0], xv[1]);|deferred|caught||cluster_scan_mma"
-  "cluster: the last chunk's state decay a^C|src/cuda/cluster_scan.cuh|const float* f = dec + (last ? kLT : 0) + sl0 + g;|const float* f = dec + sl0 + g;|deferred|caught||cluster_scan_mma"
-  "cluster: Sb from the wrong state rows|src/cuda/cluster_scan.cuh|Sb + (sl0 + 16 * mt + 8 * hf + g) * SBS|Sb + (16 * mt + 8 * hf + g) * SBS|deferred|caught||cluster_scan_mma"
-  "cluster: no wait for v's tile|src/cuda/cluster_scan.cuh|      cp_async_wait<0>();  // this thread's copies of v's tile\n|\n|deferred|caught||cluster_scan_mma"
-  "cluster: no wait #2 (an unpaired arrive)|src/cuda/cluster_scan.cuh|      if (pending) cluster_wait();  // #2|      if (false) cluster_wait();  // #2|deferred|caught||cluster_scan_mma"
-  "cluster: the triangles into the upper triangle|src/cuda/cluster_scan.cuh|Pm[(i0 + m) * PF + i0 + n] = tri_sum;|Pm[(i0 + n) * PF + i0 + m] = tri_sum;|deferred|caught||cluster_scan_mma"
-  "cluster: the start N over the warp's own z too|src/cuda/cluster_scan.cuh|for (int w = 0; w < warp; ++w) {\n            const float2 zw = *reinterpret_cast<const float2*>(Z + w * kLT + x0);|for (int w = 0; w <= warp; ++w) {\n            const float2 zw = *reinterpret_cast<const float2*>(Z + w * kLT + x0);|deferred|caught||cluster_scan_mma"
-  "cluster: the finalize's scores of group 0 only|src/cuda/cluster_scan.cuh|for (int gg = 0; gg < G; ++gg) v += Pp[|for (int gg = 0; gg < 1; ++gg) v += Pp[|deferred|caught||cluster_scan_mma"
-  "cluster: the finalize's P·V over j <= i (equivalent: the kernel's P is zero on and above the diagonal)|src/cuda/cluster_scan.cuh|if (i < Cn \&\& j < i)\n        for (int gg|if (i < Cn \&\& j <= i)\n        for (int gg|deferred|missed||cluster_scan_mma"
 )
 missed=0
 for m in "${mutants[@]}"; do

@@ -346,18 +346,6 @@ inline void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, u
   }
 }
 
-// st.shared.b32 at a 32-bit shared-memory address (mma.cuh's st_shared_u32 / st_shared_bf2).
-inline void st_shared_u32(uint32_t a, uint32_t v) {
-  if (size_t(a) + 4 > emu::smem_size || a % 4 != 0) emu::fail("st.shared.b32 outside shared memory or misaligned", nullptr);
-  std::memcpy(emu::smem + a, &v, 4);
-}
-inline void st_shared_bf2(uint32_t a, float x0, float x1) {
-  const __nv_bfloat162 p = __floats2bfloat162_rn(x0, x1);
-  uint32_t v;
-  std::memcpy(&v, &p, 4);
-  st_shared_u32(a, v);
-}
-
 // cp.async.cg.shared.global 16 bytes (zero fill when !valid: src is then not read), commit_group,
 // wait_group<N>. Deferred by default (see the top of this file).
 namespace emu {
