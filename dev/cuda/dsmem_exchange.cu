@@ -5,9 +5,11 @@
 // distributed shared memory) into global memory, then the cluster waits again. That design rested
 // on this being well under its ~1-2 µs of tensor-core work per chunk; on the H200 it is not: 3.3-3.9
 // µs per exchange at every cluster size from 1 to 8 (1: a block's own share summed and stored, no
-// remote reads, 3.9 µs; 0.8 µs of each the two barriers), 5.5 µs at 16; the remote reads reach about
-// 8 bytes per cycle per multiprocessor (bench/results/cluster-h200-2026-12-02/). Kept for the next
-// design that would move data between a cluster's blocks.
+// remote reads, 3.9 µs; 0.8 µs of each the two barriers), 5.5 µs at 16
+// (bench/results/cluster-h200-2026-12-02/): the shares' global stores and the barriers cost about
+// the same with or without remote reads, so the printed B/clk (remote bytes over the whole step) is
+// a lower bound on the network's rate, not its rate. Kept for the next design that would move data
+// between a cluster's blocks.
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I src -I include dev/cuda/dsmem_exchange.cu -o /tmp/dsmem_exchange && /tmp/dsmem_exchange
 //

@@ -18,6 +18,10 @@
 // bytes each SM receives per cycle (at 1.98 GHz) and the L2 bytes read per SM and cycle; checks the
 // sums against the host's (PASS / FAIL; exit 0 when all pass). --small: one launch of 8 steps per
 // configuration (for compute-sanitizer).
+//
+// Measured on the H200 (bench/results/cluster-h200-2026-12-02/tma_multicast-9d3f472.txt): unicast
+// 0.30 µs per tile (27.8 B/clk per SM from the L2); multicast 0.91-0.96 µs at clusters of 2, 1.13-1.26
+// at 4, 1.84-1.90 at 8, with either refill and 4 or 8 stages: slower at every size.
 #include <cooperative_groups.h>
 #include <cuda/ptx>
 #include <cuda_runtime.h>
