@@ -30,17 +30,9 @@
 #include <vector>
 
 #include "cuda/cluster.cuh"  // the library's cluster primitives, as the kernel uses them
+#include "harness.cuh"
 
 using namespace rhoscan::cuda_detail;
-
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e = (x);                                                           \
-    if (e != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));                 \
-      std::exit(2);                                                                \
-    }                                                                              \
-  } while (0)
 
 constexpr int kRows = 64, kCols = 256, kThreads = 256, kSmem = 200 * 1024;
 
@@ -94,41 +86,17 @@ __global__ void exchange_kernel(float* out, int steps) {
 
 template <bool kBf16, bool kLoads>
 bool run(int cs, int sms, int steps, int launches, bool& ok_all) {
-  auto kernel = exchange_kernel<kBf16, kLoads>;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  if (cs > 8) CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchConfig_t cfg{};
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmem;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = cs, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr, cfg.numAttrs = 1;
-  cfg.gridDim = dim3(cs);
-  int fit = 0;
-  if (cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg) != cudaSuccess || fit == 0) {
-    (void)cudaGetLastError();
+  ClusterLaunch launch(exchange_kernel<kBf16, kLoads>, cs, kThreads, kSmem, sms);
+  if (launch.clusters == 0) {
     std::printf("  cluster %2d: not runnable here\n", cs);
     return false;
   }
-  const int clusters = std::min(fit, sms / cs);
-  cfg.gridDim = dim3(clusters * cs);
+  const int clusters = launch.clusters;
   float* out = nullptr;
   CHECK(cudaMalloc(&out, sizeof(float) * clusters * kRows * kCols));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < launches; ++i) {
-    CHECK(cudaEventRecord(a));
-    CHECK(cudaLaunchKernelEx(&cfg, kernel, out, steps));
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
+  const std::vector<float> ms = timed_launches(launches, 0, [&] {
+    CHECK(cudaLaunchKernelEx(&launch.config, exchange_kernel<kBf16, kLoads>, out, steps));
+  });
   bool ok = true;
   if (kLoads) {
     std::vector<float> h(size_t(clusters) * kRows * kCols);
@@ -143,8 +111,6 @@ bool run(int cs, int sms, int steps, int launches, bool& ok_all) {
               kLoads ? remote / (us * 1e3 * 1.98) : 0.0, ok ? "PASS" : "FAIL");
   ok_all &= ok;
   CHECK(cudaFree(out));
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
   return true;
 }
 

@@ -18,14 +18,7 @@
 #include <cstdio>
 #include <vector>
 
-#define CHECK(x)                                                                                 \
-  do {                                                                                           \
-    cudaError_t e = (x);                                                                         \
-    if (e != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));                               \
-      std::exit(2);                                                                              \
-    }                                                                                            \
-  } while (0)
+#include "harness.cuh"
 
 __device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void allow_next_grid() { asm volatile("griddepcontrol.launch_dependents;" :::); }

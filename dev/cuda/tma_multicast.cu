@@ -33,17 +33,10 @@
 #include <type_traits>
 #include <vector>
 
+#include "harness.cuh"
+
 namespace cg = cooperative_groups;
 namespace ptx = cuda::ptx;
-
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e = (x);                                                           \
-    if (e != cudaSuccess) {                                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));                 \
-      std::exit(2);                                                                \
-    }                                                                              \
-  } while (0)
 
 constexpr int kTileBytes = 16384, kTileFloats = kTileBytes / 4, kThreads = 128;
 constexpr int kTiles = 1024;  // 16 MiB of tiles: L2-resident on an H100 / H200 (50 MB)
@@ -151,40 +144,17 @@ template <bool kMulticast, int kStages, bool kProducer>
 Result run(int cs, int sms, const float* tiles, const std::vector<float>& host_tiles, int steps, int launches) {
   Result res;
   auto kernel = tiles_kernel<kMulticast, kStages, kProducer>;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  cudaLaunchConfig_t cfg{};
-  cfg.blockDim = dim3(kThreads + (kProducer ? 32 : 0));
-  cfg.dynamicSmemBytes = kSmem;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = cs, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr, cfg.numAttrs = 1;
-  cfg.gridDim = dim3(cs);
-  int fit = 0;
-  if (cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg) != cudaSuccess || fit == 0) {
-    (void)cudaGetLastError();
+  ClusterLaunch launch(kernel, cs, kThreads + (kProducer ? 32 : 0), kSmem, sms);
+  if (launch.clusters == 0) {
     std::printf("  cluster %d: not runnable here\n", cs);
     return res;
   }
-  const int clusters = std::min(fit, sms / cs), blocks = clusters * cs;
-  cfg.gridDim = dim3(blocks);
+  const int blocks = launch.clusters * cs;
   float* sums = nullptr;
   CHECK(cudaMalloc(&sums, sizeof(float) * blocks * kThreads));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < launches + 1; ++i) {  // the first launch warms the L2
-    CHECK(cudaEventRecord(a));
-    CHECK(cudaLaunchKernelEx(&cfg, kernel, tiles, sums, steps));
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    CHECK(cudaGetLastError());
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    if (i > 0 || launches == 0) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
+  // (the first launch warms the L2; with no timed launches (--small) that one is the result)
+  const std::vector<float> ms = timed_launches(std::max(launches, 1), launches > 0 ? 1 : 0,
+                                               [&] { CHECK(cudaLaunchKernelEx(&launch.config, kernel, tiles, sums, steps)); });
   std::vector<float> got(size_t(blocks) * kThreads);
   CHECK(cudaMemcpy(got.data(), sums, sizeof(float) * got.size(), cudaMemcpyDeviceToHost));
   bool ok = true;
@@ -209,8 +179,6 @@ Result run(int cs, int sms, const float* tiles, const std::vector<float>& host_t
               kMulticast ? "multicast" : "unicast", kProducer ? "producer warp," : "thread 0,     ", kStages, cs, blocks, res.us_per_step, kTileBytes / clk,
               kTileBytes / cs / clk, ok ? "PASS" : "FAIL");
   CHECK(cudaFree(sums));
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
   return res;
 }
 
