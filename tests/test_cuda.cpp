@@ -370,54 +370,6 @@ TEST_F(Cuda, ForwardPathsQuadraticAndChunked) {
     }
 }
 
-// norm_state_mma (the quadratic forward's normaliser planes with the final state, bfloat16 where q's
-// rows allow 16-byte copies: L a multiple of 8) against the two kernels it replaces (norm_apply +
-// final_state_mma, RHOSCAN_CUDA_NORM_STATE=0) and the float64 reference: a tail chunk, two column
-// tiles (E = 136) and padding latents (L = 1224: Lp 1280, a last latent tile half past Lp), an
-// initial normaliser, decay 0 and 1, all-zero q rows; sequence-first with chunks of 32 and Hv = H;
-// T = 1. The two paths may round differently (__fdividef, Kq's powers; mostly hidden by the bf16
-// roundings of the planes), and agree to the bar; rho_norm comes from norm_carry on both.
-TEST_F(Cuda, NormStateMatchesNormApplyAndFinalState) {
-  struct Case {
-    ProblemSpec s;
-    int64_t chunk;
-  };
-  std::vector<Case> cases;
-  {
-    ProblemSpec s = spec(2, 3, 1, 150, 1224, 136, DType::bfloat16);
-    s.q_zero_fraction = 0.5;
-    s.initial_rho_norm = s.zero_q_rows = true;
-    s.decay = DecayKind::with_zeros_and_ones;
-    cases.push_back({s, 0});
-  }
-  {
-    ProblemSpec s = spec(1, 2, 2, 100, 1000, 72, DType::bfloat16);
-    s.bthl_layout = true;
-    cases.push_back({s, 32});
-  }
-  cases.push_back({spec(2, 2, 1, 1, 64, 40, DType::bfloat16), 0});
-  ScopedEnv forced("RHOSCAN_CUDA_FORWARD_PATH", "quadratic");
-  for (const Case& c : cases) {
-    SCOPED_TRACE("T " + std::to_string(c.s.T) + " L " + std::to_string(c.s.L) + " chunk " + std::to_string(c.chunk));
-    Problem ref = Problem(c.s).reference_solution();
-    Problem fused(c.s), pair(c.s);
-    for (auto [p, off] : {std::pair{&fused, "1"}, std::pair{&pair, "0"}}) {
-      ScopedEnv path("RHOSCAN_CUDA_NORM_STATE", off);
-      MirroredProblem m(*p, Device::cuda);
-      forward(m.forward_args(), cuda(c.chunk));
-      m.copy_outputs_to_host();
-    }
-    const double ft = forward_tolerance(c.s.dtype);
-    for (Problem* p : {&fused, &pair}) {
-      EXPECT_LE(rms_rel(p->context.values(), ref.context.values()), ft) << (p == &fused ? "fused" : "pair") << " context";
-      EXPECT_LE(rms_rel(p->rho_out.values(), ref.rho_out.values()), ft) << (p == &fused ? "fused" : "pair") << " rho";
-    }
-    EXPECT_LE(rms_rel(fused.context.values(), pair.context.values()), ft) << "context, fused against the pair";
-    EXPECT_LE(rms_rel(fused.rho_out.values(), pair.rho_out.values()), ft) << "rho, fused against the pair";
-    EXPECT_TRUE(same_bytes(fused.rho_norm_out, pair.rho_norm_out)) << "rho_norm";
-  }
-}
-
 // With an initial rho the quadratic path does not apply: forcing it must fall back to the chunked
 // path (the reference includes R_0's read).
 TEST_F(Cuda, ForwardPathQuadraticNeedsNoInitialRho) {

@@ -607,11 +607,9 @@ inline void launch_final_norm(const Dims& d, const float* Nc, Str3 n_out, cudaSt
 // alone, so the forward and the backward's recomputation take the same one (s bitwise equal).
 // sums_ready: s and Nc already hold the token sums and the carried chunk-start normalisers (the
 // forward's saved buffer, core/saved.h), so only norm_apply runs; s and Nc are then only read.
-// apply false: no norm_apply (the quadratic forward's norm_state_mma writes its planes).
 template <typename T, typename QpT>
 void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, float* s, float* s_parts, QpT* Qp, float* Nc,
-                      Str3 n_out, __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream, bool sums_ready = false,
-                      bool apply = true) {
+                      Str3 n_out, __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream, bool sums_ready = false) {
   // Pairs need q's pairs aligned (norm_pairs_ok) and Lp even (a multiple of 64, or L).
   const bool pairs = norm_pairs_ok<T>(d, q) && (!Xq || d.Lp % 2 == 0);
   if (!sums_ready) {
@@ -631,7 +629,6 @@ void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, float* s
     launch_kernel("norm_carry_kernel", norm_carry_kernel, grid_for(d.nbh * d.L, 256), 256, 0, stream, d, a32, n0, Nc,
                   n_out);
   }
-  if (!apply) return;
   if (pairs)
     launch_norm_apply<T, QpT, kNormVec>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
   else

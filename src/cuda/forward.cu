@@ -17,7 +17,6 @@
 // after them.
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 #include "cuda/chunk_products.cuh"
 #include "cuda/chunk_scan.cuh"
@@ -158,12 +157,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
                                   : ws.take_floats(d.nbh * d.nC * d.nC * d.C * d.C);
     float* Pparts = quadratic ? ws.take_floats((cross_nsplit - 1) * d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
     const Operands16 o = take_operands<kTC, T>(ws, d, false);
-    // quadratic, bfloat16: norm_state_mma (after the checks, below) in place of norm_apply and
-    // final_state_mma, where q's layout allows it (quadratic.cuh)
-    bool norm_state = false;
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) norm_state = quadratic && norm_state_applies<T>(d, q, rho_out);
-    launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, gated ? Str3{} : n_out, o.Xq, o.Kq, stream, false,
-                        !norm_state);
+    launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, gated ? Str3{} : n_out, o.Xq, o.Kq, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     if (gated) {
       gate.settle();
@@ -178,9 +172,6 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     }
     // P straight into the saved buffer where it has one split (the same [nC][C][C] blocks per
     // pair); else split 0 of each [nsplit][C][C] slot holds the sum, copied there
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      if (norm_state) launch_norm_state<T>(d, q, a32, s, Nc, Qp, o, rho_out, stream);
-    }
     float* const P_saved = save_diag ? f.saved + saved.P + bh0 * saved.P_pair : nullptr;
     float* const P = P_saved != nullptr && d.nsplit == 1 ? P_saved : P_ws;
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
@@ -193,7 +184,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     // (it has no init term); chunked: the chunk states and the final state by the states kernel,
     // or all of it (outputs and final state) by chunk_scan_mma
     if constexpr (kTC) {
-      if (quadratic && !norm_state) launch_final_state<T>(d, a32, o, rho_out, stream);
+      if (quadratic) launch_final_state<T>(d, a32, o, rho_out, stream);
     }
     if (!quadratic && scan) launch_chunk_scan<T>(d, o, P, a32, rho0, ctx, rho_out, stream);
     if (!quadratic && !scan) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);

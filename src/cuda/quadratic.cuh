@@ -15,9 +15,6 @@
 // GEMM-shaped kernel that stores no chunk state).
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
-
 #include "cuda/chunk_products.cuh"
 
 namespace rhoscan::cuda_detail {
@@ -471,111 +468,6 @@ inline int64_t final_state_items(const Dims& d) { return d.nbh * ((d.Lp + kFsLT 
 // gave rho_T bit for bit as this kernel (emulated). Measured on the H200 (cd8634c's A/B, BDH-8k):
 // this kernel (then version 4) 0.28 against 0.32 ms per forward (Nsight Compute durations), forward
 // 1.41 against 1.44 ms; version 3 was then removed.
-// The pieces of final_state_mma that norm_state_mma (below) shares: a warp's 64×64 accumulator
-// tile acc[mt][nt][r] holds latent wm + 16 mt + g + 8 (r / 2), column wn + 8 nt + 2 tq + r % 2.
-// S <- f ⊙ S: f points at the factor of the thread's first accumulator row (f[16 mt + 8 hf]).
-__device__ __forceinline__ void fs_scale_rows(float (&acc)[4][8][4], const float* f) {
-#pragma unroll
-  for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const float x = f[16 * mt + 8 * hf];
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) acc[mt][nt][2 * hf] *= x, acc[mt][nt][2 * hf + 1] *= x;
-    }
-}
-// One 64-token step: S[l][e] += sum_i K[i][l] V[i][e] with A = K^T (K's tile stored [i][l],
-// ldmatrix.trans from the lane's address a_st) and B = V (stored [i][e], from b_st; float16: V_lo
-// vlo_b bytes after V). Sub-steps j = (k16, pass): A fragments per k16 (set k16 % 2), B per
-// sub-step (set j % 2); sub-step j + 1's fragments are loaded before sub-step j's mma, and
-// after_first() runs after the first sub-step's mma (its address arithmetic under the tensor cores'
-// work).
-template <bool kLo, typename F>
-__device__ __forceinline__ void fs_step_products(float (&acc)[4][8][4], uint32_t a_st, uint32_t b_st, uint32_t vlo_b,
-                                                 F&& after_first) {
-  constexpr int KS = kFsKS, VS = kFsVS, TT = kFsTT;
-  constexpr int kPasses = kLo ? 2 : 1, kSub = TT / 16 * kPasses;
-  auto frag_a = [&](uint32_t(&fa)[4][4], int k16) {
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt) ldsm_x4_trans_u32(fa[mt], a_st + 2 * (16 * k16 * KS + 16 * mt));
-  };
-  auto frag_b = [&](uint32_t(&fb)[4][4], int k16, int pass) {  // fb[np]: {0,1} columns 16 np + 0..7, {2,3} + 8..15
-#pragma unroll
-    for (int np = 0; np < 4; ++np) ldsm_x4_trans_u32(fb[np], b_st + pass * vlo_b + 2 * (16 * k16 * VS + 16 * np));
-  };
-  uint32_t fa[2][4][4], fb[2][4][4];
-  frag_a(fa[0], 0);
-  frag_b(fb[0], 0, 0);
-#pragma unroll
-  for (int j = 0; j < kSub; ++j) {
-    if (j + 1 < kSub) {
-      if ((j + 1) % kPasses == 0) frag_a(fa[((j + 1) / kPasses) % 2], (j + 1) / kPasses);
-      frag_b(fb[(j + 1) % 2], (j + 1) / kPasses, (j + 1) % kPasses);
-    }
-    const uint32_t(&a)[4][4] = fa[(j / kPasses) % 2];
-    const uint32_t(&bb)[4][4] = fb[j % 2];
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-        mma_bf16_16816(acc[mt][nt], a[mt], bb[nt / 2][2 * (nt % 2)], bb[nt / 2][2 * (nt % 2) + 1]);
-    if (j == 0) after_first();
-  }
-}
-// rho_T[b, h] of the warp's tile (latents lw.., columns ew..: lw = l0 + wm, ew = e0 + wn), only
-// inside L and E. float2 pairs (columns 2 tq,
-// 2 tq + 1: e even) where every pair is 8-byte aligned; a full tile without checks.
-__device__ __forceinline__ void fs_store(const float (&acc)[4][8][4], const Dims& d, Str4 out, int b, int h, int lw, int ew,
-                                         int g, int tq) {
-  float* out_p = static_cast<float*>(const_cast<void*>(out.p));
-  const int64_t o0 = out.at(b, h, 0, 0);
-  const bool pairs = out.s[3] == 1 && (o0 | out.s[2]) % 2 == 0 && reinterpret_cast<uintptr_t>(out_p) % 8 == 0;
-  if (pairs && lw + 64 <= d.L && ew + 64 <= d.E) {  // a full tile: no checks
-    float* row = out_p + o0 + (lw + g) * out.s[2] + ew + 2 * tq;
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-          *reinterpret_cast<float2*>(row + 8 * nt) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-        row += 8 * out.s[2];
-      }
-  } else {
-    auto for_each_row = [&](auto&& f) {  // f(mt, hf, l) for the thread's accumulator rows l inside L
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int l = lw + 16 * mt + 8 * hf + g;
-          if (l < d.L) f(mt, hf, l);
-        }
-    };
-    if (pairs) {
-      for_each_row([&](int mt, int hf, int l) {
-        float* row = out_p + o0 + l * out.s[2];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const int e = ew + 8 * nt + 2 * tq;
-          if (e + 1 < d.E)
-            *reinterpret_cast<float2*>(row + e) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
-          else if (e < d.E)  // (odd E: the last column alone)
-            row[e] = acc[mt][nt][2 * hf];
-        }
-      });
-    } else {  // scalar stores at rho's strides
-      for_each_row([&](int mt, int hf, int l) {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int e = ew + 8 * nt + 2 * tq + r;
-            if (e < d.E) out_p[o0 + l * out.s[2] + e * out.s[3]] = acc[mt][nt][2 * hf + r];
-          }
-      });
-    }
-  }
-}
 template <bool kLo>
 static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
     final_state_mma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
@@ -645,6 +537,7 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
   };
   fetch_next(0);
   uint32_t so = 0;  // the current step's stage (byte offset)
+  float* out_p = static_cast<float*>(const_cast<void*>(out.p));
   int bh = static_cast<int>(blockIdx.x / (net * nlt));
   int lt = static_cast<int>(blockIdx.x / net % nlt), et = static_cast<int>(blockIdx.x % net);
   for (; bh < d.nbh; advance(bh, lt, et)) {
@@ -678,246 +571,99 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
         so = refill;
         continue;
       }
-      // S <- a^Cn_c S before chunk c's first tokens (chunk 0 starts from S = 0)
-      if (c > 0) fs_scale_rows(acc, decay_s + (c == nC - 1 ? last_off : 0) + wm + g);
-      fs_step_products<kLo>(acc, a_ln + so, b_ln + so, kVloB, [&] { fetch_next(refill); });
+      if (c > 0) {  // S <- a^Cn_c S before chunk c's first tokens (chunk 0 starts from S = 0)
+        const float* f = decay_s + (c == nC - 1 ? last_off : 0) + wm + g;
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const float x = f[16 * mt + 8 * hf];
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) acc[mt][nt][2 * hf] *= x, acc[mt][nt][2 * hf + 1] *= x;
+          }
+      }
+      // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (stored [i][l], ldmatrix.trans), B = V (stored [i][e]);
+      // sub-steps j = (k16, pass): A fragments per k16 (set k16 % 2), B per sub-step (set j % 2);
+      // sub-step j + 1's fragments are loaded before sub-step j's mma
+      constexpr int kPasses = kLo ? 2 : 1, kSub = TT / 16 * kPasses;
+      const uint32_t a_st = a_ln + so, b_st = b_ln + so;
+      auto frag_a = [&](uint32_t(&fa)[4][4], int k16) {
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) ldsm_x4_trans_u32(fa[mt], a_st + 2 * (16 * k16 * KS + 16 * mt));
+      };
+      auto frag_b = [&](uint32_t(&fb)[4][4], int k16, int pass) {  // fb[np]: {0,1} columns 16 np + 0..7, {2,3} + 8..15
+#pragma unroll
+        for (int np = 0; np < 4; ++np)
+          ldsm_x4_trans_u32(fb[np], b_st + pass * kVloB + 2 * (16 * k16 * VS + 16 * np));
+      };
+      uint32_t fa[2][4][4], fb[2][4][4];
+      frag_a(fa[0], 0);
+      frag_b(fb[0], 0, 0);
+#pragma unroll
+      for (int j = 0; j < kSub; ++j) {
+        if (j + 1 < kSub) {
+          if ((j + 1) % kPasses == 0) frag_a(fa[((j + 1) / kPasses) % 2], (j + 1) / kPasses);
+          frag_b(fb[(j + 1) % 2], (j + 1) / kPasses, (j + 1) % kPasses);
+        }
+        const uint32_t(&a)[4][4] = fa[(j / kPasses) % 2];
+        const uint32_t(&bb)[4][4] = fb[j % 2];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+            mma_bf16_16816(acc[mt][nt], a[mt], bb[nt / 2][2 * (nt % 2)], bb[nt / 2][2 * (nt % 2) + 1]);
+        if (j == 0) fetch_next(refill);  // (its address arithmetic under the first sub-step's mma)
+      }
       so = refill;
     }
-    if (active) fs_store(acc, d, out, b, h, l0 + wm, e0 + wn, g, tq);
-  }
-  cp_async_wait<0>();  // (only empty groups are left)
-}
-
-
-// ---- norm_state: the normaliser's apply pass fused into the final state ------------------------
-// The quadratic forward's norm_apply reads q once to write Qp, Xq and Kq (3 bf16 [T, L] planes),
-// and final_state_mma then reads Kq back: at BDH-8k 0.30 + 0.28 ms per forward, ~1.6 GB of DRAM
-// traffic of which q's read and Kq's read (537 MB) are the two kernels' overlap. norm_state_mma
-// reads q once for both: its tiles are final_state_mma's (item (bh, 128 latents, 128 columns),
-// 4 warps of 64×64, 64-token steps, a persistent grid whose pipeline runs across items), with K's
-// tile made in shared memory from q's instead of fetched:
-//   - q's tile (rows of the chunk's tokens, 128 latents) comes by cp.async straight from q's
-//     strides (16-byte pieces: unit latent stride, every stride and the base 16-byte aligned, L a
-//     multiple of 8, so that a piece lies wholly inside or past L; norm_state_applies);
-//   - step s multiplies tile s while its threads turn tile s + 1's q into Kq = q_i a^(Cn-1-i) (the
-//     state keys, as norm_apply's) in a second shared tile, and fetch q's tile s + 2 and V's tile
-//     s + 1: two q stages, two Kq tiles, two V stages (104 KiB with the factors, 2 blocks per SM),
-//     one barrier per step;
-//   - the same threads write the normaliser's planes for the tile's tokens: Kq (from the values
-//     just made), and from N at the chunk start (Nc, norm_carry's) by the walk N <- a N + q_i the
-//     read weights Qp_i = q_i / (s_i (N_i + eps)) and Xq_i = Qp_i a^i. The column tiles of one
-//     latent tile share that work: column tile et writes the tokens of its share of the chunk
-//     (ceil(C / net) rows each), so that no item carries all of it; the grid is odd where net is
-//     even, so that a block's items do not all have the same share.
-// Thread (pp = tid % 64, sg = tid / 64) makes Kq for latents 2 pp, 2 pp + 1 of tokens 32 sg .. 32 sg
-// + 31 (and writes those of its item's share), and walks its half of the share's tokens for the
-// same latents, from N at the chunk start through the rows before it (Horner, from shared memory).
-// Powers a^n with n >= 0 only (exact at a = 0 and 1); the division as __fdividef (the
-// denominator is positive and far below 2^126). The outputs are norm_apply's within rounding (one
-// bf16 rounding each; Kq's powers by ipow and running products in another order), not bitwise.
-// bfloat16 only (float16's split values would need a third V plane: one block per SM).
-constexpr int kNsTileB = 2 * kFsTT * kFsKS;  // bytes of a 64-row tile of 128 (+ 8) bf16: q, Kq and V alike
-static_assert(kFsKS == kFsVS, "norm_state_mma: q, Kq and V tiles of one size");
-constexpr int kNsSmem = 6 * kNsTileB + 2 * kFsLT * static_cast<int>(sizeof(float));  // [q0 q1 K0 K1 V0 V1][factors]
-static_assert(kFsMinBlocks * kNsSmem <= 227 * 1024, "norm_state_mma: shared memory past the H200's for 2 blocks");
-// A block's position in the items (bh, lt, et) and the chunk c of its step; next() moves one step
-// on (to the next item, a grid on, after the last chunk).
-struct NsCursor {
-  int bh, lt, et, c;
-  __device__ __forceinline__ void next(int nC, int dbh, int dlt, int det, int nlt, int net) {
-    if (++c < nC) return;
-    c = 0;
-    bh += dbh + carry_add(lt, dlt, carry_add(et, det, 0, net), nlt);
-  }
-};
-template <typename T>
-static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
-    norm_state_mma_kernel(Dims d, Str4 q, const float* a32, const float* s, const float* Nc, bf16* Qp, bf16* Xq,
-                          bf16* Kq, const bf16* V, Str4 out) {
-  grid_dependency_wait();
-  static_assert(std::is_same_v<T, bf16>, "norm_state_mma: bfloat16 q and values");
-  constexpr int LT = kFsLT, ET = kFsET, KS = kFsKS, KW = kFsKS / 2, TB = kNsTileB;
-  static_assert(kFsThreads == 128 && LT == 128 && ET == 128 && kFsTT == 64,
-                "fixed pieces: rows tid / 16 + 8 r, columns 8 (tid % 16); threads: 64 latent pairs × 2");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* decay_s = reinterpret_cast<float*>(smem_raw + 6 * TB);  // [2][LT]: a^C, a^(Cn of the last chunk)
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  const int wm = 64 * (warp % (LT / 64)), wn = 64 * (warp / (LT / 64));
-  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC);
-  const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
-  const int last_off = CnLast == C ? 0 : LT;
-  const int nlt = static_cast<int>((d.Lp + LT - 1) / LT), net = static_cast<int>(d.Ep / ET);
-  if (nlt == 0 || net == 0 || nC == 0) return;  // (the launcher takes T > 0)
-  const int share = (C + net - 1) / net, half = (share + 1) / 2;  // a column tile's tokens, a thread's walk
-  const uint32_t s0 = smem_addr(smem_raw);
-  // tiles: q stage k at k TB, Kq tile k at (2 + k) TB, V stage k at (4 + k) TB
-  const uint32_t a_ln = s0 + 2 * TB + 2 * (((lane >> 4) * 8 + (lane & 7)) * KS + wm + ((lane >> 3) & 1) * 8);
-  const uint32_t b_ln = s0 + 4 * TB + 2 * ((((lane >> 3) & 1) * 8 + (lane & 7)) * KS + wn + (lane >> 4) * 8);
-  const int row0 = tid / 16, p = 8 * (tid % 16);
-  const uint32_t q_dst = s0 + 2 * (row0 * KS + p), v_dst = s0 + 4 * TB + 2 * (row0 * KS + p);
-  const int64_t grid = gridDim.x;
-  const int det = static_cast<int>(grid % net), dlt = static_cast<int>(grid / net % nlt);
-  const int dbh = static_cast<int>(grid / (int64_t{net} * nlt));
-  const int first_bh = static_cast<int>(blockIdx.x / (net * nlt));
-  const NsCursor first{first_bh, static_cast<int>(blockIdx.x / net % nlt), static_cast<int>(blockIdx.x % net), 0};
-  auto b_h = [&](int bh, int& b, int& h) {  // (32-bit: bh0 + nbh < 2^30, the launcher's condition)
-    const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), qt = x / H;
-    b = qt, h = x - qt * H;
-  };
-  auto chunk_len = [&](int c) { return c == nC - 1 ? CnLast : C; };
-  // q's tile of step f into q stage k: rows row0 + 8 r of the chunk, latents lt LT + p ..; zeros
-  // past the chunk's tokens and past L
-  auto fetch_q = [&](const NsCursor& f, int k) {
-    if (f.bh >= d.nbh) return;
-    int b, h;
-    b_h(f.bh, b, h);
-    const int l = f.lt * LT + p, lim = chunk_len(f.c) - row0;
-    const T* src = static_cast<const T*>(q.p) + q.at(b, h, int64_t{f.c} * C + row0, l);
-    const bool in_l = l < d.L;
-#pragma unroll
-    for (int r = 0; r < 8; ++r)
-      cp_async16_u32(q_dst + k * TB + 2 * 8 * KS * r, src + r * 8 * q.s[2], in_l && 8 * r < lim ? 16u : 0u);
-  };
-  // V's tile of step f into V stage k (final_state_mma's fetch)
-  auto fetch_v = [&](const NsCursor& f, int k) {
-    if (f.bh >= d.nbh) return;
-    const int lim = chunk_len(f.c) - row0;
-    const int64_t voff = ((int64_t{f.bh} + d.v_row_delta32(f.bh)) * d.T + int64_t{f.c} * C + row0) * d.Ep + f.et * ET + p;
-#pragma unroll
-    for (int r = 0; r < 8; ++r) cp_async16_u32(v_dst + k * TB + 2 * 8 * KS * r, V + voff + r * 8 * d.Ep, 8 * r < lim ? 16u : 0u);
-  };
-  // Step x's q tile (stage k) into its Kq tile (k), and the normaliser's planes of its share.
-  const int pp = tid % 64, sg = tid / 64;
-  auto transform = [&](const NsCursor& x, int k) {
-    const int l = x.lt * LT + 2 * pp;
-    if (x.bh >= d.nbh || l >= d.Lp) return;  // (past the block's items, or latents past Lp: never read)
-    int b, h;
-    b_h(x.bh, b, h);
-    const int Cn = chunk_len(x.c);
-    const bool in_l = l < d.L;  // (L even: both latents, or neither; past L q's tile holds zeros)
-    float a[2] = {0.0f, 0.0f};
-    if (in_l) {
-      const float2 a2 = *reinterpret_cast<const float2*>(a32 + h * d.L + l);
-      a[0] = a2.x, a[1] = a2.y;
-    }
-    const uint32_t* qw = reinterpret_cast<const uint32_t*>(smem_raw + k * TB) + pp;  // row i at qw[i KW]
-    uint32_t* kw = reinterpret_cast<uint32_t*>(smem_raw + (2 + k) * TB) + pp;
-    const int r0 = x.et * share, r1 = min(Cn, r0 + share);  // the share's tokens of this chunk
-    const int64_t row_t = int64_t{x.bh} * d.T + int64_t{x.c} * C;  // token row of the chunk's first token
-    // Rows in batches of 8 whose shared loads are issued together before the arithmetic that
-    // uses them (one row at a time, the loops waited on every load: 0.81 ms per forward at
-    // BDH-8k against 0.58 for the two kernels, at 8 warps per SM). load8: q of rows i0 .. i0 + 7
-    // (those at k >= n zero).
-    auto load8 = [&](int i0, int n, float (&qv)[8][2]) {
-      uint32_t w[8];
-#pragma unroll
-      for (int k = 0; k < 8; ++k) w[k] = k < n ? qw[(i0 + k) * KW] : 0u;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) pair_floats<T>(w[k], qv[k][0], qv[k][1]);
-    };
-    // Kq of rows 32 sg + 31 down to 32 sg: a^(Cn-1-i) by a running product from ipow (rows past
-    // Cn hold zeros: their power stays 1)
-    {
-      const int top = 32 * sg + 31;
-      float pw[2];
-      ipow_lanes<2>(a, max(Cn - 1 - top, 0), pw);
-#pragma unroll
-      for (int bt = 3; bt >= 0; --bt) {
-        const int i0 = 32 * sg + 8 * bt;
-        float qv[8][2];
-        load8(i0, 8, qv);
-#pragma unroll
-        for (int k = 7; k >= 0; --k) {
-          const int i = i0 + k;
-          const __nv_bfloat162 kq = __floats2bfloat162_rn(qv[k][0] * pw[0], qv[k][1] * pw[1]);
-          *reinterpret_cast<__nv_bfloat162*>(kw + i * KW) = kq;
-          if (i >= r0 && i < r1) *reinterpret_cast<__nv_bfloat162*>(Kq + (row_t + i) * d.Lp + l) = kq;
-          if (i < Cn) pw[0] *= a[0], pw[1] *= a[1];
-        }
-      }
-    }
-    // the walk over rows [ra, rb) of the share: N at ra from the chunk start, then Qp and Xq
-    const int ra = min(r1, r0 + sg * half), rb = min(r1, r0 + (sg + 1) * half);
-    if (ra >= rb) return;
-    float N[2] = {0.0f, 0.0f};
-    if (in_l) {
-      const float2 n2 = *reinterpret_cast<const float2*>(Nc + (int64_t{x.bh} * (nC + 1) + x.c) * d.L + l);
-      N[0] = n2.x, N[1] = n2.y;
-    }
-    for (int i0 = 0; i0 < ra; i0 += 8) {  // N through the rows before the walk
-      const int n = min(8, ra - i0);
-      float qv[8][2];
-      load8(i0, n, qv);
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        if (k < n) N[0] = a[0] * N[0] + qv[k][0], N[1] = a[1] * N[1] + qv[k][1];
-    }
-    float ap[2];  // a^i
-    ipow_lanes<2>(a, ra, ap);
-    const float* s_tok = s + row_t;
-    for (int i0 = ra; i0 < rb; i0 += 8) {
-      const int n = min(8, rb - i0);
-      float qv[8][2], sv[8];
-      load8(i0, n, qv);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) sv[k] = k < n ? s_tok[i0 + k] : 1.0f;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        if (k >= n) break;
-        const float qp0 = __fdividef(qv[k][0], sv[k] * (N[0] + kEpsF));  // N_i: the rows before i
-        const float qp1 = __fdividef(qv[k][1], sv[k] * (N[1] + kEpsF));
-        const int64_t row = row_t + i0 + k;
-        if (in_l) *reinterpret_cast<__nv_bfloat162*>(Qp + row * d.L + l) = __floats2bfloat162_rn(qp0, qp1);
-        *reinterpret_cast<__nv_bfloat162*>(Xq + row * d.Lp + l) = __floats2bfloat162_rn(qp0 * ap[0], qp1 * ap[1]);
-        N[0] = a[0] * N[0] + qv[k][0], N[1] = a[1] * N[1] + qv[k][1];
-        ap[0] *= a[0], ap[1] *= a[1];
-      }
-    }
-  };
-  // Cursors: m the step multiplied, x = m + 1 (V fetched, q made into Kq), f = m + 2 (q fetched).
-  NsCursor m = first, x = first, f = first;
-  fetch_q(f, 0);
-  cp_async_commit();
-  f.next(nC, dbh, dlt, det, nlt, net);
-  fetch_q(f, 1);
-  fetch_v(m, 0);
-  cp_async_commit();
-  f.next(nC, dbh, dlt, det, nlt, net);
-  cp_async_wait<1>();  // q's tile 0
-  __syncthreads();
-  transform(x, 0);
-  x.next(nC, dbh, dlt, det, nlt, net);
-  float acc[4][8][4] = {};
-  for (int step = 0; m.bh < d.nbh; ++step, m.next(nC, dbh, dlt, det, nlt, net)) {
-    const int k = step & 1;       // step's Kq tile and V stage; q stage of step + 2
-    cp_async_wait<0>();           // q's tile step + 1 and V's tile step (this thread's copies) ...
-    __syncthreads();              // ... everyone's; Kq tile k made; the stages refilled below read
-    fetch_q(f, k);                // (q stage k held step's q, made into Kq at the last step)
-    fetch_v(x, k ^ 1);            // (V stage k ^ 1 was multiplied at the last step)
-    cp_async_commit();
-    f.next(nC, dbh, dlt, det, nlt, net);
-    transform(x, k ^ 1);          // (Kq tile k ^ 1 was multiplied at the last step)
-    x.next(nC, dbh, dlt, det, nlt, net);
-    const int l0 = m.lt * LT;
-    int b, h;
-    b_h(m.bh, b, h);
-    if (m.c == 0) {  // the previous item's factors were last read before this barrier
-      const int l = l0 + tid;
-      const float a = l < d.L ? __ldg(a32 + h * d.L + l) : 0.0f;
-      decay_s[tid] = ipow(a, C);
-      decay_s[LT + tid] = ipow(a, CnLast);
-    }
-    if (l0 + wm >= d.Lp) continue;  // the warp's latents past Lp (an odd last tile)
-    if (m.c > 0) fs_scale_rows(acc, decay_s + (m.c == nC - 1 ? last_off : 0) + wm + g);
-    fs_step_products<false>(acc, a_ln + k * TB, b_ln + k * TB, 0, [] {});
-    if (m.c == nC - 1) {
-      fs_store(acc, d, out, b, h, l0 + wm, m.et * ET + wn, g, tq);
+    if (!active) continue;
+    const int64_t o0 = out.at(b, h, 0, 0);
+    // float2 pairs (columns 2 tq, 2 tq + 1: e even) where every pair is 8-byte aligned
+    const bool pairs = out.s[3] == 1 && (o0 | out.s[2]) % 2 == 0 && reinterpret_cast<uintptr_t>(out_p) % 8 == 0;
+    if (pairs && l0 + wm + 64 <= d.L && e0 + wn + 64 <= d.E) {  // a full tile: no checks
+      float* row = out_p + o0 + (l0 + wm + g) * out.s[2] + e0 + wn + 2 * tq;
 #pragma unroll
       for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+            *reinterpret_cast<float2*>(row + 8 * nt) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+          row += 8 * out.s[2];
+        }
+      continue;
+    }
+    auto for_each_row = [&](auto&& f) {  // f(mt, hf, l) for the thread's accumulator rows l inside L
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int l = l0 + wm + 16 * mt + 8 * hf + g;
+          if (l < d.L) f(mt, hf, l);
+        }
+    };
+    if (pairs) {
+      for_each_row([&](int mt, int hf, int l) {
+        float* row = out_p + o0 + l * out.s[2];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int e = e0 + wn + 8 * nt + 2 * tq;
+          if (e + 1 < d.E)
+            *reinterpret_cast<float2*>(row + e) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+          else if (e < d.E)  // (odd E: the last column alone)
+            row[e] = acc[mt][nt][2 * hf];
+        }
+      });
+    } else {  // scalar stores at rho's strides
+      for_each_row([&](int mt, int hf, int l) {
+#pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-          for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;  // (the next item starts from S = 0)
+          for (int r = 0; r < 2; ++r) {
+            const int e = e0 + wn + 8 * nt + 2 * tq + r;
+            if (e < d.E) out_p[o0 + l * out.s[2] + e * out.s[3]] = acc[mt][nt][2 * hf + r];
+          }
+      });
     }
   }
   cp_async_wait<0>();  // (only empty groups are left)
@@ -1019,42 +765,6 @@ void launch_final_state(const Dims& d, const float* a32, const Operands16& o, St
     launch_kernel("final_state_mma_kernel", kernel, grid, kFsThreads, smem, stream, s, o.Kq + kv * d.Lp,
                   o.vb + vv * d.Ep, o.vlo != nullptr ? o.vlo + vv * d.Ep : nullptr, as, os);
   });
-}
-
-// Whether norm_state_mma replaces norm_apply + final_state_mma in the quadratic forward: bfloat16
-// (T), a final state to write, T > 0, q's tiles by 16-byte copies (unit latent stride, the other
-// strides and L multiples of 8, the base 16-byte aligned), 32-bit pair indices, and not turned off
-// (-DRHOSCAN_NORM_STATE=0 at build time; RHOSCAN_CUDA_NORM_STATE=0 in the environment, read per
-// call, for tests and A/B runs).
-#ifndef RHOSCAN_NORM_STATE
-#define RHOSCAN_NORM_STATE 1
-#endif
-template <typename T>
-bool norm_state_applies(const Dims& d, const Str4& q, const Str4& out) {
-  if (!std::is_same_v<T, bf16> || !RHOSCAN_NORM_STATE || out.p == nullptr || d.T == 0) return false;
-  if (const char* env = std::getenv("RHOSCAN_CUDA_NORM_STATE"); env != nullptr && std::strcmp(env, "0") == 0)
-    return false;
-  return q.s[3] == 1 && q.s[0] % 8 == 0 && q.s[1] % 8 == 0 && q.s[2] % 8 == 0 && d.L % 8 == 0 &&
-         reinterpret_cast<uintptr_t>(q.p) % 16 == 0 && d.bh0 + d.nbh < (int64_t{1} << 30);
-}
-// Qp, Xq, Kq (norm_apply's planes, from s and Nc) and rho_T of one batch by norm_state_mma (where
-// norm_state_applies). A persistent grid as final_state_mma's, of an odd size where the column
-// tiles are even in number (so that a block's items take turns at the shares of the walk).
-template <typename T>
-void launch_norm_state(const Dims& d, Str4 q, const float* a32, const float* s, const float* Nc, bf16* Qp,
-                       const Operands16& o, Str4 out, cudaStream_t stream) {
-  auto kernel = norm_state_mma_kernel<T>;
-  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kNsSmem));
-  int dev = 0, sms = 0, per_sm = 0;
-  RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
-  RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFsThreads, kNsSmem));
-  const int64_t items = final_state_items(d), net = d.Ep / kFsET;
-  int64_t grid = std::min<int64_t>(items, std::max<int64_t>(1, int64_t{sms} * per_sm));
-  if (net % 2 == 0 && grid % 2 == 0 && grid < items) grid -= 1;
-  if (items == 0) return;
-  launch_kernel("norm_state_mma_kernel", kernel, static_cast<unsigned>(grid), kFsThreads, kNsSmem, stream, d, q, a32, s,
-                Nc, Qp, o.Xq, o.Kq, o.vb, out);
 }
 
 }  // namespace rhoscan::cuda_detail

@@ -618,76 +618,6 @@ bool final_state_case(const Problem& p, unsigned grid, bool padded = false, int6
   return check("rho_T", doubles(out), ref, 1e-2);
 }
 
-// ---- norm_state_mma (the quadratic forward's normaliser planes with the final state): from s and
-//      Nc (made here as the normaliser scan makes them, with an initial normaliser), Qp_t = q_t /
-//      (s_t (N_t + eps)) with N walked from the chunk start in float64, Xq = Qp a^i, Kq = q
-//      a^(Cn-1-i) (zeros in the padding latents L .. Lp), and rho_T as final_state_case. Where L %
-//      8 != 0 the kernel does not apply (its q tiles are 16-byte copies: norm_state_applies). -----
-bool norm_state_case(const Problem& p, unsigned grid) {
-  const Dims& d = p.d;
-  const int64_t L = d.L, T = d.T, E = d.E, C = d.C, nC = d.nC, Lp = d.Lp;
-  if (L % 8 != 0) {
-    std::printf("    (L %% 8 != 0: not a shape norm_state_mma takes)\n");
-    return true;
-  }
-  std::vector<float> s(d.nbh * T), Nc(d.nbh * (nC + 1) * L);
-  for (int64_t bh = 0; bh < d.nbh; ++bh) {
-    for (int64_t t = 0; t < T; ++t) {
-      double x = kEpsF;
-      for (int64_t l = 0; l < L; ++l) x += p.qf(bh, t, l);
-      s[bh * T + t] = float(x);
-    }
-    for (int64_t l = 0; l < L; ++l) {
-      const double a = p.a32[p.h_of(bh) * L + l];
-      double N = U01();  // an initial normaliser
-      for (int64_t c = 0; c <= nC; ++c) {
-        Nc[(bh * (nC + 1) + c) * L + l] = float(N);
-        for (int64_t i = 0; c < nC && i < p.chunk_len(c); ++i) N = a * N + p.qf(bh, c * C + i, l);
-      }
-    }
-  }
-  auto Qp = nans<bf16>(d.nbh * T * L), Xq = nans<bf16>(d.nbh * T * Lp), Kq = nans<bf16>(d.nbh * T * Lp);
-  size_t size = 0;
-  Str4 outs = final_state_strides(p, false, size);
-  auto rho = nans<float>(size);
-  outs.p = rho.data();
-  emu::launch(grid, kFsThreads, kNsSmem, [&] {
-    norm_state_mma_kernel<bf16>(d, p.qs, p.a32.data(), s.data(), Nc.data(), Qp.data(), Xq.data(), Kq.data(),
-                                p.vb.data(), outs);
-  });
-  std::vector<Acc> rQp(Qp.size(), kUnwritten), rXq(Xq.size(), kUnwritten), rKq(Kq.size(), kUnwritten);
-  std::vector<Acc> rrho(rho.size(), kUnwritten);
-  for (int64_t bh = 0; bh < d.nbh; ++bh) {
-    const int64_t b = p.b_of(bh), h = p.h_of(bh);
-    for (int64_t c = 0; c < nC; ++c)
-      for (int64_t l = 0; l < Lp; ++l) {
-        double N = l < L ? Nc[(bh * (nC + 1) + c) * L + l] : 0.0;
-        const int64_t Cn = p.chunk_len(c);
-        for (int64_t i = 0; i < Cn; ++i) {
-          const int64_t row = bh * T + c * C + i;
-          if (l >= L) {  // padding latents: zeros in the operands
-            rXq[row * Lp + l] = rKq[row * Lp + l] = {0.0, 0.0};
-            continue;
-          }
-          const double q = p.qf(bh, c * C + i, l), qp = q / (s[row] * (N + kEpsF));
-          const double xq = qp * p.apow(h, l, i), kq = q * p.apow(h, l, Cn - 1 - i);
-          rQp[row * L + l] = {qp, std::fabs(qp)};
-          rXq[row * Lp + l] = {xq, std::fabs(xq)};
-          rKq[row * Lp + l] = {kq, std::fabs(kq)};
-          N = p.a32[h * L + l] * N + q;
-        }
-      }
-    for (int64_t l = 0; l < L; ++l)
-      for (int64_t e = 0; e < E; ++e) {
-        Acc x;
-        for (int64_t t = 0; t < T; ++t) x += p.qf(bh, t, l) * p.apow(h, l, T - 1 - t) * to_float(p.v[p.vs.at(b, h, t, e)]);
-        rrho[outs.at(b, h, l, e)] = x;
-      }
-  }
-  return check("Qp", doubles(Qp), rQp, 1e-2) & check("Xq", doubles(Xq), rXq, 1e-2) &
-         check("Kq", doubles(Kq), rKq, 1e-2) & check("rho_T", doubles(rho), rrho, 1e-2);
-}
-
 // ---- chunk outputs: out_i = sum_l X_i[l] S[l,:] + sum_j Pm[i][j] Y_j, forward (X = Xq, S = H_c
 //      in bf16, Pm = P for j < i, Y = v) or dv (X = Kq, S = A_end in float32, Pm = P^T for j > i,
 //      Y = G). P's split 0 holds the sum; its upper triangle and the other splits are NaN. ------
@@ -1380,22 +1310,17 @@ int main(int argc, char** argv) {
   problems.push_back(make_problem("H3 pairs2@4 T64 L64 E128 C64 splits3 Hv1", 3, 2, 4, 64, 64, 128, 64, 3, false, true));
   problems.push_back(make_problem("H2 pairs3@3 T300 L70 E136 C64 [B,T,H,x] Hv1", 2, 3, 3, 300, 70, 136, 64, 2, true, true));
   problems.push_back(make_problem("H3 pairs5@2 T40 L13 E20 C17 [B,T,H,x] Hv1", 3, 5, 2, 40, 13, 20, 17, 1, true, true));
-  // norm_state_mma (L % 8 = 0; the quadratic kernels only): two latent tiles with padding latents
-  // (L 200, Lp 256) and two column tiles with a tail chunk; a latent tile half past Lp (L 136, Lp
-  // 192), one column tile, chunks of 32, sequence-first
-  problems.push_back(make_problem("H2 pairs3@1 T150 L200 E130 C64", 2, 3, 1, 150, 200, 130, 64, 1, false));
-  problems.push_back(make_problem("H2 pairs2@1 T100 L136 E70 C32 [B,T,H,x]", 2, 2, 1, 100, 136, 70, 32, 1, true));
   // EMU_QUICK=1 (ctest's default set): on the large problems (`big`) only the bfloat16 path's
   // kernels (`core`); the float32-state and split-value variants, and the second checks of the
   // quadratic kernels (three splits, slot by slot, the states without stores), on the others.
   // The full run (ctest label long, or without EMU_QUICK) takes every kernel on every problem.
   const bool quick = std::getenv("EMU_QUICK") != nullptr;
-  const std::vector<bool> big = {true, false, true, false, false, false, false, true, false, true,
-                                 true, true,  true, true,  true,  true,  true,  false, true, true};
-  const std::vector<bool> quadratic_only = {false, false, false, false, false, false, false, false, false, true,
-                                            true,  true,  false, false, false, false, true,  false, true,  true};
-  const std::vector<bool> scan_only = {false, false, false, false, false, false, false, false, false, false,
-                                       false, false, true,  true,  false, false, false, false, false, false};
+  const std::vector<bool> big = {true, false, true, false, false, false, false, true, false,
+                                 true, true,  true, true, true,  true,  true, true,  false};
+  const std::vector<bool> quadratic_only = {false, false, false, false, false, false, false, false, false,
+                                            true,  true,  true,  false, false, false, false, true,  false};
+  const std::vector<bool> scan_only = {false, false, false, false, false, false, false, false, false,
+                                       false, false, false, true,  true,  false, false, false, false};
   struct K {
     const char* name;
     std::function<bool(const Problem&)> f;
@@ -1443,9 +1368,6 @@ int main(int argc, char** argv) {
        [](const Problem& p) { return final_state_case<false>(p, 2, false, 3); }, false, true},
       {"final_state_mma, sub-batches of at most 2 pairs, split values, rho rows padded, 3 blocks",
        [](const Problem& p) { return final_state_case<true>(p, 3, true, 3); }, false, true},
-      {"norm_state_mma (the normaliser planes with the final state), 2 blocks",
-       [](const Problem& p) { return norm_state_case(p, 2); }, true, true},
-      {"norm_state_mma, 5 blocks", [](const Problem& p) { return norm_state_case(p, 5); }, false, true},
       {"quadratic_output_mma", quadratic_output_case<false>, true, true},
       {"quadratic_output_mma, split values", quadratic_output_case<true>, false, true},
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
