@@ -17,6 +17,8 @@
 // after them.
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "cuda/chunk_products.cuh"
 #include "cuda/chunk_scan.cuh"
@@ -56,6 +58,26 @@ detail::SavedHeader forward_saved_header(const detail::ForwardParams& f, const d
   header.has_rho_norm = f.rho_norm0 != nullptr;
   header.filled = filled;
   return header;
+}
+// Side streams of the current device for the quadratic forward's independent kernels (created
+// once per device and index, non-blocking, kept for the process's life as the context is).
+cudaStream_t side_stream(int index) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, cudaStream_t> streams;
+  int dev = 0;
+  RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mutex);
+  cudaStream_t& s = streams[{dev, index}];
+  if (s == nullptr) RHOSCAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+// An event recorded on `from` that `to` waits for (destroyed at once: the wait is enqueued).
+void stream_wait(cudaStream_t to, cudaStream_t from) {
+  cudaEvent_t e = nullptr;
+  RHOSCAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  RHOSCAN_CUDA_CHECK(cudaEventRecord(e, from));
+  RHOSCAN_CUDA_CHECK(cudaStreamWaitEvent(to, e, 0));
+  RHOSCAN_CUDA_CHECK(cudaEventDestroy(e));
 }
 // The call's tensors as the kernels take them.
 struct ForwardTensors {
@@ -172,6 +194,21 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     }
     // P straight into the saved buffer where it has one split (the same [nC][C][C] blocks per
     // pair); else split 0 of each [nsplit][C][C] slot holds the sum, copied there
+    // RHOSCAN_CUDA_FORWARD_FORK (experiment): 1 runs cross_scores on a side stream beside
+    // chunk_scores and final_state, 2 also final_state on a second one
+    int fork = 0;
+    if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_FORK")) fork = quadratic ? std::atoi(env) : 0;
+    cudaStream_t s1 = fork >= 1 ? side_stream(1) : stream, s2 = fork >= 2 ? side_stream(2) : stream;
+    if constexpr (kTC) {
+      if (fork >= 1) {
+        stream_wait(s1, stream);
+        launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, s1);
+      }
+      if (fork >= 2) {
+        stream_wait(s2, stream);
+        launch_final_state<T>(d, a32, o, rho_out, s2);
+      }
+    }
     float* const P_saved = save_diag ? f.saved + saved.P + bh0 * saved.P_pair : nullptr;
     float* const P = P_saved != nullptr && d.nsplit == 1 ? P_saved : P_ws;
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
@@ -184,14 +221,16 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     // (it has no init term); chunked: the chunk states and the final state by the states kernel,
     // or all of it (outputs and final state) by chunk_scan_mma
     if constexpr (kTC) {
-      if (quadratic) launch_final_state<T>(d, a32, o, rho_out, stream);
+      if (quadratic && fork < 2) launch_final_state<T>(d, a32, o, rho_out, stream);
     }
     if (!quadratic && scan) launch_chunk_scan<T>(d, o, P, a32, rho0, ctx, rho_out, stream);
     if (!quadratic && !scan) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
     if constexpr (kTC) {
       if (quadratic) {
-        launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, stream);
+        if (fork < 1) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, stream);
+        if (fork >= 1) stream_wait(stream, s1);
         launch_quadratic_output<T>(d, P, Pcross, o, ctx, stream);
+        if (fork >= 2) stream_wait(stream, s2);
       }
     }
     if (!quadratic && !scan) launch_chunk_output<kTC, T, T, false>(d, q, v, a32, Qp, o, Hs, P, ctx, nullptr, stream);
