@@ -370,6 +370,53 @@ TEST_F(Cuda, ForwardPathsQuadraticAndChunked) {
     }
 }
 
+// The quadratic forward's side streams (forward.cu: cross_scores and final_state beside
+// chunk_scores): bitwise the one-stream forward's outputs, and joined back into the caller's
+// stream. The caller's stream is a non-blocking one held back by a host function when the
+// forward is called, and the outputs are copied on that stream alone afterwards: a side stream
+// that the caller's stream did not wait for would still be writing rho (or would have read the
+// operands before they were made).
+TEST_F(Cuda, QuadraticForwardSideStreamsJoinTheCallersStream) {
+  ProblemSpec s = spec(2, 2, 1, 150, 1600, 136, DType::bfloat16);
+  s.q_zero_fraction = 0.5;
+  s.initial_rho_norm = true;
+  Problem one(s), two(s);
+  {
+    ScopedEnv off("RHOSCAN_CUDA_FORWARD_SIDE_STREAMS", "0");
+    MirroredProblem m(one, Device::cuda);
+    forward(m.forward_args(), cuda());
+    m.copy_outputs_to_host();
+  }
+  ScopedEnv on("RHOSCAN_CUDA_FORWARD_SIDE_STREAMS", "1");
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  MirroredProblem m(two, Device::cuda);
+  const ForwardArgs f = m.forward_args();
+  Options o = cuda();
+  o.stream = stream;
+  ASSERT_EQ(cudaLaunchHostFunc(
+                stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }, nullptr),
+            cudaSuccess);
+  forward(f, o);
+  const size_t cb = one.context.bytes(), rb = one.rho_out.bytes(), nb = one.rho_norm_out.bytes();
+  void* host = nullptr;
+  ASSERT_EQ(cudaMallocHost(&host, cb + rb + nb), cudaSuccess);
+  char* h = static_cast<char*>(host);
+  ASSERT_EQ(cudaMemcpyAsync(h, f.context.data, cb, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(h + cb, f.rho_out.data, rb, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(h + cb + rb, f.rho_norm_out.data, nb, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(std::memcmp(h, one.context.data(), cb), 0) << "context";
+  EXPECT_EQ(std::memcmp(h + cb, one.rho_out.data(), rb), 0) << "rho";
+  EXPECT_EQ(std::memcmp(h + cb + rb, one.rho_norm_out.data(), nb), 0) << "rho_norm";
+  const Problem ref = Problem(s).reference_solution();
+  EXPECT_LE(rms_rel(one.context.values(), ref.context.values()), forward_tolerance(s.dtype)) << "context";
+  EXPECT_LE(rms_rel(one.rho_out.values(), ref.rho_out.values()), forward_tolerance(s.dtype)) << "rho";
+  EXPECT_EQ(cudaFreeHost(host), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
 // With an initial rho the quadratic path does not apply: forcing it must fall back to the chunked
 // path (the reference includes R_0's read).
 TEST_F(Cuda, ForwardPathQuadraticNeedsNoInitialRho) {

@@ -18,7 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
+#include <utility>
 
 #include "cuda/chunk_products.cuh"
 #include "cuda/chunk_scan.cuh"
@@ -59,19 +59,35 @@ detail::SavedHeader forward_saved_header(const detail::ForwardParams& f, const d
   header.filled = filled;
   return header;
 }
-// Side streams of the current device for the quadratic forward's independent kernels (created
-// once per device and index, non-blocking, kept for the process's life as the context is).
+// The quadratic forward's side streams: final_state_mma and cross_scores_mma depend only on the
+// normaliser's operands and the packed values, as chunk_scores_mma does, and write disjoint
+// buffers, so they run on two more streams of the device beside it (forked from the caller's
+// stream by an event after the operands, joined back by events before quadratic_output and
+// before the call returns: to the caller it is one stream's work). Measured on the H200 (BDH-8k,
+// b9436eb): forward 1.24-1.25 ms against 1.30 on one stream (the kernels' tails and their
+// different bottlenecks overlap; final_state_mma at one block per SM to leave room for the others
+// measured slower, 1.41-1.42). Per thread and device, created once and kept (as the context is):
+// calls from different threads do not share them, so one thread's stream capture does not meet
+// another's work. RHOSCAN_CUDA_FORWARD_SIDE_STREAMS=0 (environment, per call) or
+// -DRHOSCAN_FORWARD_SIDE_STREAMS=0 (build) keeps every kernel on the caller's stream.
+#ifndef RHOSCAN_FORWARD_SIDE_STREAMS
+#define RHOSCAN_FORWARD_SIDE_STREAMS 1
+#endif
+bool forward_side_streams() {
+  if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_SIDE_STREAMS"); env != nullptr && std::strcmp(env, "0") == 0)
+    return false;
+  return RHOSCAN_FORWARD_SIDE_STREAMS;
+}
 cudaStream_t side_stream(int index) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, int>, cudaStream_t> streams;
+  thread_local std::map<std::pair<int, int>, cudaStream_t> streams;
   int dev = 0;
   RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mutex);
   cudaStream_t& s = streams[{dev, index}];
   if (s == nullptr) RHOSCAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   return s;
 }
-// An event recorded on `from` that `to` waits for (destroyed at once: the wait is enqueued).
+// `to` waits for the work enqueued on `from` so far (an event, destroyed at once: the wait is
+// already enqueued).
 void stream_wait(cudaStream_t to, cudaStream_t from) {
   cudaEvent_t e = nullptr;
   RHOSCAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -79,6 +95,19 @@ void stream_wait(cudaStream_t to, cudaStream_t from) {
   RHOSCAN_CUDA_CHECK(cudaStreamWaitEvent(to, e, 0));
   RHOSCAN_CUDA_CHECK(cudaEventDestroy(e));
 }
+// Joins side streams into the caller's stream when a batch's scope ends, also when an exception
+// leaves it (the workspace is freed in the caller's stream order, after the side streams' work).
+struct SideStreamsJoin {
+  cudaStream_t main = nullptr, s1 = nullptr, s2 = nullptr;
+  ~SideStreamsJoin() {
+    for (cudaStream_t s : {s1, s2}) {
+      cudaEvent_t e = nullptr;
+      if (s == nullptr || cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) continue;
+      if (cudaEventRecord(e, s) == cudaSuccess) (void)cudaStreamWaitEvent(main, e, 0);
+      (void)cudaEventDestroy(e);
+    }
+  }
+};
 // The call's tensors as the kernels take them.
 struct ForwardTensors {
   Str4 q, v, rho0, rho_out, ctx;
@@ -192,23 +221,20 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       }
       launch_final_norm(d, Nc, n_out, stream);
     }
-    // P straight into the saved buffer where it has one split (the same [nC][C][C] blocks per
-    // pair); else split 0 of each [nsplit][C][C] slot holds the sum, copied there
-    // RHOSCAN_CUDA_FORWARD_FORK (experiment): 1 runs cross_scores on a side stream beside
-    // chunk_scores and final_state, 2 also final_state on a second one
-    int fork = 0;
-    if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_FORK")) fork = quadratic ? std::atoi(env) : 0;
-    cudaStream_t s1 = fork >= 1 ? side_stream(1) : stream, s2 = fork >= 2 ? side_stream(2) : stream;
+    // quadratic: cross_scores and final_state on the side streams (above), beside chunk_scores
+    const bool fork = quadratic && forward_side_streams();
+    cudaStream_t s1 = fork ? side_stream(1) : stream, s2 = fork ? side_stream(2) : stream;
+    const SideStreamsJoin join{stream, fork ? s1 : nullptr, fork ? s2 : nullptr};
     if constexpr (kTC) {
-      if (fork >= 1) {
+      if (fork) {
         stream_wait(s1, stream);
         launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, s1);
-      }
-      if (fork >= 2) {
         stream_wait(s2, stream);
         launch_final_state<T>(d, a32, o, rho_out, s2);
       }
     }
+    // P straight into the saved buffer where it has one split (the same [nC][C][C] blocks per
+    // pair); else split 0 of each [nsplit][C][C] slot holds the sum, copied there
     float* const P_saved = save_diag ? f.saved + saved.P + bh0 * saved.P_pair : nullptr;
     float* const P = P_saved != nullptr && d.nsplit == 1 ? P_saved : P_ws;
     launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
@@ -221,16 +247,18 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     // (it has no init term); chunked: the chunk states and the final state by the states kernel,
     // or all of it (outputs and final state) by chunk_scan_mma
     if constexpr (kTC) {
-      if (quadratic && fork < 2) launch_final_state<T>(d, a32, o, rho_out, stream);
+      if (quadratic && !fork) launch_final_state<T>(d, a32, o, rho_out, stream);
     }
     if (!quadratic && scan) launch_chunk_scan<T>(d, o, P, a32, rho0, ctx, rho_out, stream);
     if (!quadratic && !scan) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
     if constexpr (kTC) {
       if (quadratic) {
-        if (fork < 1) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, stream);
-        if (fork >= 1) stream_wait(stream, s1);
+        if (fork) {
+          stream_wait(stream, s1);  // Pcross
+        } else {
+          launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, stream);
+        }
         launch_quadratic_output<T>(d, P, Pcross, o, ctx, stream);
-        if (fork >= 2) stream_wait(stream, s2);
       }
     }
     if (!quadratic && !scan) launch_chunk_output<kTC, T, T, false>(d, q, v, a32, Qp, o, Hs, P, ctx, nullptr, stream);

@@ -15,8 +15,6 @@
 // GEMM-shaped kernel that stores no chunk state).
 #pragma once
 
-#include <cstdlib>
-
 #include "cuda/chunk_products.cuh"
 
 namespace rhoscan::cuda_detail {
@@ -757,7 +755,6 @@ void launch_final_state(const Dims& d, const float* a32, const Operands16& o, St
   RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
   RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFsThreads, smem));
-  if (const char* env = std::getenv("RHOSCAN_CUDA_FS_PER_SM")) per_sm = std::max(1, std::min(per_sm, std::atoi(env)));
   // (one launch, or sub-batches past 2^30 pairs: the kernel's 32-bit pair indices)
   final_state_batches(d, a32, out, int64_t{1} << 30, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
     const unsigned grid = grid_for(final_state_items(s), 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
