@@ -370,24 +370,24 @@ TEST_F(Cuda, ForwardPathsQuadraticAndChunked) {
     }
 }
 
-// The quadratic forward's side streams (forward.cu: cross_scores and final_state beside
-// chunk_scores): bitwise the one-stream forward's outputs, and joined back into the caller's
-// stream. The caller's stream is a non-blocking one held back by a host function when the
+// The quadratic forward's side streams (side_streams.h: cross_scores and final_state beside
+// chunk_scores), and the quadratic backward's (quad_dv beside quad_readback and bwd_local): bitwise
+// the one-stream outputs and gradients, and joined back into the caller's stream. The caller's stream is a non-blocking one held back by a host function when the
 // forward is called, and the outputs are copied on that stream alone afterwards: a side stream
 // that the caller's stream did not wait for would still be writing rho (or would have read the
 // operands before they were made).
-TEST_F(Cuda, QuadraticForwardSideStreamsJoinTheCallersStream) {
+TEST_F(Cuda, QuadraticSideStreamsJoinTheCallersStream) {
   ProblemSpec s = spec(2, 2, 1, 150, 1600, 136, DType::bfloat16);
   s.q_zero_fraction = 0.5;
   s.initial_rho_norm = true;
   Problem one(s), two(s);
   {
-    ScopedEnv off("RHOSCAN_CUDA_FORWARD_SIDE_STREAMS", "0");
+    ScopedEnv off("RHOSCAN_CUDA_SIDE_STREAMS", "0");
     MirroredProblem m(one, Device::cuda);
     forward(m.forward_args(), cuda());
     m.copy_outputs_to_host();
   }
-  ScopedEnv on("RHOSCAN_CUDA_FORWARD_SIDE_STREAMS", "1");
+  ScopedEnv on("RHOSCAN_CUDA_SIDE_STREAMS", "1");
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   MirroredProblem m(two, Device::cuda);
@@ -415,6 +415,15 @@ TEST_F(Cuda, QuadraticForwardSideStreamsJoinTheCallersStream) {
   EXPECT_EQ(cudaFreeHost(host), cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  // the backward (quadratic: L >= T, no initial rho, no final-state gradient): the same gradients
+  Problem g_one(s), g_two(s);
+  for (auto [p, side] : {std::pair{&g_one, "0"}, std::pair{&g_two, "1"}}) {
+    ScopedEnv e("RHOSCAN_CUDA_SIDE_STREAMS", side);
+    MirroredProblem mb(*p, Device::cuda);
+    backward(mb.backward_args(), cuda());
+    mb.copy_outputs_to_host();
+  }
+  expect_same_gradients(g_one, g_two);
 }
 
 // With an initial rho the quadratic path does not apply: forcing it must fall back to the chunked

@@ -32,6 +32,7 @@
 #include "cuda/chunk_products.cuh"
 #include "cuda/ops.h"
 #include "cuda/quadratic_backward.cuh"
+#include "cuda/side_streams.h"
 #include "cuda/value_gate.h"
 #include "cuda/workspace.h"
 
@@ -1893,10 +1894,16 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     if constexpr (kTC) {
       if (!quadratic) launch_diagonal_values<kSplitValues<T>>(d, o, M, stream);
     }
+    // quadratic: quad_dv_mma on a side stream (side_streams.h) beside cross_values_mma,
+    // quad_readback_mma and bwd_local; joined before dv_accumulate reads its dvp
+    const bool fork = kTC && quadratic && side_streams_on();
+    cudaStream_t s1 = fork ? side_stream(1) : stream;
+    const SideStreamsJoin join{stream, fork ? s1 : nullptr, nullptr};
     if (quadratic) {
       if constexpr (kTC) {
         if (!saved_scores) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
-        launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream);
+        if (fork) stream_wait(s1, stream);
+        launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream, s1);
       }
       gate.settle();
       // dR_0 = A_0: the reverse recurrence's final state, no chunk states stored (GR is zero here)
@@ -1951,6 +1958,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     else
       launch_kernel("dq_final_kernel", dq_final_kernel<T, 1>, grid_for(n * nC * ((L + kDqThreads - 1) / kDqThreads)),
                     kDqThreads, 0, stream, d, a32, dqp, gc, s, Bend, dq);
+    if (fork) stream_wait(stream, s1);  // dvp
     {
       const int64_t rows = ((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT;
       if (E % 4 == 0 && one_batch)

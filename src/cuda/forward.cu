@@ -17,13 +17,12 @@
 // after them.
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <utility>
 
 #include "cuda/chunk_products.cuh"
 #include "cuda/chunk_scan.cuh"
 #include "cuda/ops.h"
 #include "cuda/quadratic.cuh"
+#include "cuda/side_streams.h"
 #include "cuda/value_gate.h"
 #include "cuda/workspace.h"
 
@@ -59,55 +58,6 @@ detail::SavedHeader forward_saved_header(const detail::ForwardParams& f, const d
   header.filled = filled;
   return header;
 }
-// The quadratic forward's side streams: final_state_mma and cross_scores_mma depend only on the
-// normaliser's operands and the packed values, as chunk_scores_mma does, and write disjoint
-// buffers, so they run on two more streams of the device beside it (forked from the caller's
-// stream by an event after the operands, joined back by events before quadratic_output and
-// before the call returns: to the caller it is one stream's work). Measured on the H200 (BDH-8k,
-// b9436eb): forward 1.24-1.25 ms against 1.30 on one stream (the kernels' tails and their
-// different bottlenecks overlap; final_state_mma at one block per SM to leave room for the others
-// measured slower, 1.41-1.42). Per thread and device, created once and kept (as the context is):
-// calls from different threads do not share them, so one thread's stream capture does not meet
-// another's work. RHOSCAN_CUDA_FORWARD_SIDE_STREAMS=0 (environment, per call) or
-// -DRHOSCAN_FORWARD_SIDE_STREAMS=0 (build) keeps every kernel on the caller's stream.
-#ifndef RHOSCAN_FORWARD_SIDE_STREAMS
-#define RHOSCAN_FORWARD_SIDE_STREAMS 1
-#endif
-bool forward_side_streams() {
-  if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_SIDE_STREAMS"); env != nullptr && std::strcmp(env, "0") == 0)
-    return false;
-  return RHOSCAN_FORWARD_SIDE_STREAMS;
-}
-cudaStream_t side_stream(int index) {
-  thread_local std::map<std::pair<int, int>, cudaStream_t> streams;
-  int dev = 0;
-  RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
-  cudaStream_t& s = streams[{dev, index}];
-  if (s == nullptr) RHOSCAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  return s;
-}
-// `to` waits for the work enqueued on `from` so far (an event, destroyed at once: the wait is
-// already enqueued).
-void stream_wait(cudaStream_t to, cudaStream_t from) {
-  cudaEvent_t e = nullptr;
-  RHOSCAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  RHOSCAN_CUDA_CHECK(cudaEventRecord(e, from));
-  RHOSCAN_CUDA_CHECK(cudaStreamWaitEvent(to, e, 0));
-  RHOSCAN_CUDA_CHECK(cudaEventDestroy(e));
-}
-// Joins side streams into the caller's stream when a batch's scope ends, also when an exception
-// leaves it (the workspace is freed in the caller's stream order, after the side streams' work).
-struct SideStreamsJoin {
-  cudaStream_t main = nullptr, s1 = nullptr, s2 = nullptr;
-  ~SideStreamsJoin() {
-    for (cudaStream_t s : {s1, s2}) {
-      cudaEvent_t e = nullptr;
-      if (s == nullptr || cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) continue;
-      if (cudaEventRecord(e, s) == cudaSuccess) (void)cudaStreamWaitEvent(main, e, 0);
-      (void)cudaEventDestroy(e);
-    }
-  }
-};
 // The call's tensors as the kernels take them.
 struct ForwardTensors {
   Str4 q, v, rho0, rho_out, ctx;
@@ -221,8 +171,8 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       }
       launch_final_norm(d, Nc, n_out, stream);
     }
-    // quadratic: cross_scores and final_state on the side streams (above), beside chunk_scores
-    const bool fork = quadratic && forward_side_streams();
+    // quadratic: cross_scores and final_state on side streams (side_streams.h), beside chunk_scores
+    const bool fork = quadratic && side_streams_on();
     cudaStream_t s1 = fork ? side_stream(1) : stream, s2 = fork ? side_stream(2) : stream;
     const SideStreamsJoin join{stream, fork ? s1 : nullptr, fork ? s2 : nullptr};
     if constexpr (kTC) {

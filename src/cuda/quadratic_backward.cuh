@@ -498,11 +498,12 @@ void launch_diagonal_values(const Dims& d, const Operands16& o, float* M, cudaSt
 // bwd_local and dv_accumulate read. Grids: an item per block, grid-stride beyond 2^16 blocks.
 // kLo (float16): the split values' and keys' passes (o.vlo, o.glo, o.Kq_lo).
 // M: bwd_local's per-chunk M = G v^T ([bh][nC][nsplit][C][C], split 0), written here by
-// cross_values_mma's diagonal items.
+// cross_values_mma's diagonal items. quad_dv_mma runs on dv_stream (the caller's stream, or a
+// side stream that waited for it: side_streams.h), the others on stream.
 template <bool kLo>
 void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
                                const float* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
-                               float* dvp, cudaStream_t stream) {
+                               float* dvp, cudaStream_t stream, cudaStream_t dv_stream) {
   if (d.nbh == 0 || d.nC == 0) return;
   {
     auto cv = cross_values_mma_kernel<kLo>;
@@ -519,7 +520,7 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
   auto qd = quad_dv_mma_kernel<kLo>;
   constexpr int qd_smem = quad_dv_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));
-  launch_kernel("quad_dv_mma_kernel", qd, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kQdThreads, qd_smem, stream, d,
+  launch_kernel("quad_dv_mma_kernel", qd, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kQdThreads, qd_smem, dv_stream, d,
                 Pcross, P, o.gb, dvp, o.glo);
 }
 

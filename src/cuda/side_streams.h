@@ -1,0 +1,68 @@
+// Side streams for independent kernels of one call. In the quadratic forward final_state_mma and
+// cross_scores_mma depend only on the normaliser's operands and the packed values, as
+// chunk_scores_mma does, and write disjoint buffers; in the quadratic backward quad_dv_mma needs
+// only the scores and the packed G, beside cross_values_mma, quad_readback_mma and bwd_local. They
+// run on more streams of the device (forked from the caller's stream by an event, joined back by
+// events before their outputs are read and when the batch's scope ends, also when an exception
+// leaves it: to the caller it is one stream's work, and the workspace is freed in the caller's
+// stream order after them). Measured on the H200 (BDH-8k forward, b9436eb / 8eea7a7): 1.24-1.25
+// ms against 1.30 on one stream in four runs of five (the kernels' tails and their different
+// bottlenecks overlap; final_state_mma at one block per SM, to leave room for the others, was
+// slower: 1.41-1.42). Streams per thread and device, created once and kept (as the context is):
+// calls from different threads do not share them, so one thread's stream capture does not meet
+// another's work. RHOSCAN_CUDA_SIDE_STREAMS=0 (environment, per call) or
+// -DRHOSCAN_SIDE_STREAMS=0 (build) keeps every kernel on the caller's stream.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "cuda/common.cuh"
+
+#ifndef RHOSCAN_SIDE_STREAMS
+#define RHOSCAN_SIDE_STREAMS 1
+#endif
+
+namespace rhoscan::cuda_detail {
+
+inline bool side_streams_on() {
+  if (const char* env = std::getenv("RHOSCAN_CUDA_SIDE_STREAMS"); env != nullptr && std::strcmp(env, "0") == 0)
+    return false;
+  return RHOSCAN_SIDE_STREAMS;
+}
+// Side stream `index` of the current device for this thread.
+inline cudaStream_t side_stream(int index) {
+  thread_local std::map<std::pair<int, int>, cudaStream_t> streams;
+  int dev = 0;
+  RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaStream_t& s = streams[{dev, index}];
+  if (s == nullptr) RHOSCAN_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+// `to` waits for the work enqueued on `from` so far (an event, destroyed at once: the wait is
+// already enqueued).
+inline void stream_wait(cudaStream_t to, cudaStream_t from) {
+  cudaEvent_t e = nullptr;
+  RHOSCAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  RHOSCAN_CUDA_CHECK(cudaEventRecord(e, from));
+  RHOSCAN_CUDA_CHECK(cudaStreamWaitEvent(to, e, 0));
+  RHOSCAN_CUDA_CHECK(cudaEventDestroy(e));
+}
+// Joins side streams (null: none) into the caller's stream when a batch's scope ends.
+struct SideStreamsJoin {
+  cudaStream_t main = nullptr, s1 = nullptr, s2 = nullptr;
+  ~SideStreamsJoin() {
+    for (cudaStream_t s : {s1, s2}) {
+      cudaEvent_t e = nullptr;
+      if (s == nullptr || cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) continue;
+      if (cudaEventRecord(e, s) == cudaSuccess) (void)cudaStreamWaitEvent(main, e, 0);
+      (void)cudaEventDestroy(e);
+    }
+  }
+};
+
+}  // namespace rhoscan::cuda_detail
