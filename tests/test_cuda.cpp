@@ -372,10 +372,10 @@ TEST_F(Cuda, ForwardPathsQuadraticAndChunked) {
 
 // The quadratic forward's side streams (side_streams.h: cross_scores and final_state beside
 // chunk_scores), and the quadratic backward's (quad_dv beside quad_readback and bwd_local): bitwise
-// the one-stream outputs and gradients, and joined back into the caller's stream. The caller's stream is a non-blocking one held back by a host function when the
-// forward is called, and the outputs are copied on that stream alone afterwards: a side stream
-// that the caller's stream did not wait for would still be writing rho (or would have read the
-// operands before they were made).
+// the one-stream outputs and gradients, and joined back into the caller's stream. The caller's
+// stream is a non-blocking one held back by a host function when the forward is called, and the
+// outputs are copied on that stream alone afterwards: a side stream that the caller's stream did
+// not wait for would still be writing rho (or would have read the operands before they were made).
 TEST_F(Cuda, QuadraticSideStreamsJoinTheCallersStream) {
   ProblemSpec s = spec(2, 2, 1, 150, 1600, 136, DType::bfloat16);
   s.q_zero_fraction = 0.5;

@@ -44,24 +44,26 @@ inline cudaStream_t side_stream(int index) {
   return s;
 }
 // `to` waits for the work enqueued on `from` so far (an event, destroyed at once: the wait is
-// already enqueued).
-inline void stream_wait(cudaStream_t to, cudaStream_t from) {
+// already enqueued); the first error, or cudaSuccess.
+inline cudaError_t try_stream_wait(cudaStream_t to, cudaStream_t from) noexcept {
   cudaEvent_t e = nullptr;
-  RHOSCAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  RHOSCAN_CUDA_CHECK(cudaEventRecord(e, from));
-  RHOSCAN_CUDA_CHECK(cudaStreamWaitEvent(to, e, 0));
-  RHOSCAN_CUDA_CHECK(cudaEventDestroy(e));
+  cudaError_t status = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  if (status != cudaSuccess) return status;
+  status = cudaEventRecord(e, from);
+  if (status == cudaSuccess) status = cudaStreamWaitEvent(to, e, 0);
+  const cudaError_t destroyed = cudaEventDestroy(e);
+  return status != cudaSuccess ? status : destroyed;
 }
-// Joins side streams (null: none) into the caller's stream when a batch's scope ends.
+inline void stream_wait(cudaStream_t to, cudaStream_t from) {
+  RHOSCAN_CUDA_CHECK(try_stream_wait(to, from));
+}
+// Joins side streams (null: none) into the caller's stream when a batch's scope ends (errors
+// ignored: it also runs while an exception unwinds).
 struct SideStreamsJoin {
   cudaStream_t main = nullptr, s1 = nullptr, s2 = nullptr;
   ~SideStreamsJoin() {
-    for (cudaStream_t s : {s1, s2}) {
-      cudaEvent_t e = nullptr;
-      if (s == nullptr || cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) continue;
-      if (cudaEventRecord(e, s) == cudaSuccess) (void)cudaStreamWaitEvent(main, e, 0);
-      (void)cudaEventDestroy(e);
-    }
+    for (cudaStream_t s : {s1, s2})
+      if (s != nullptr) (void)try_stream_wait(main, s);
   }
 };
 
