@@ -375,20 +375,21 @@ __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
 // red[warp][latent] and are summed in warp order: every sum in a fixed order, no atomics.
 // The E loop (float32 / float16: no readback) computes W and U into the same shared arrays that
 // the readback path fills from Wr, Ur, with its tiles in the space of the row phase's arrays.
-// kPad: floats of padding per row (version 5: 8, see there; version 2: 0).
-template <int kPad>
+// kPad: floats of padding per row (version 5: 8, see there; version 2: 0); kMsPad: of ms's rows
+// (version 5: 4, see kLocalMsPadV5).
+template <int kPad, int kMsPad = kPad>
 struct LocalRowTiles {
   float qs[64][kLocalLT + kPad], qps[64][kLocalLT + kPad], ns[64][kLocalLT + kPad];
-  float ms[64][64 + kPad];
+  float ms[64][64 + kMsPad];
 };
 struct LocalETiles {  // rows padded by 4 floats: 16-byte reads stay aligned and spread over the banks
   float hs[kLocalLT][kLocalET + 4], dhs[kLocalLT][kLocalET + 4];
   float gs[64][kLocalET + 4], vs[64][kLocalET + 4];
 };
-template <int kPad>
+template <int kPad, int kMsPad = kPad>
 struct LocalSmemP {
   union {
-    LocalRowTiles<kPad> r;
+    LocalRowTiles<kPad, kMsPad> r;
     LocalETiles e;
   };
   __align__(16) float w[64][kLocalLT + kPad];  // W, then dn (row phase), then ib (reverse scan)
@@ -489,7 +490,15 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 // pairs per half-warp, where a stride of 64 put the 8 rows on the same banks: 8-way conflicts),
 // 110.25 KiB against version 2's 98.25 (two blocks per SM still fit: 2 × (110.25 + 1) <= 228).
 constexpr int kLocalPadV5 = 8;
-using LocalSmemV5 = LocalSmemP<kLocalPadV5>;
+// ms's rows (M's float32 tile, and the bf16 hi / lo blocks that bwd_local_split_m leaves in its
+// upper triangle for ldmatrix) are padded by 4 floats instead: 272 bytes apart, so the 8 rows of
+// an ldmatrix 8×8 matrix fall on 8 different 16-byte bank groups. At 288 bytes (the pad of 8) rows
+// r and r + 4 shared banks: every ldmatrix of bwd_local_cross took 2 wavefronts instead of 1, half
+// of the kernel's excess shared wavefronts in the H200 profile of round 15 (25 M of 48 M, with
+// 287 M in all, at L1 72 % busy). The row phase reads ms by warp-wide broadcasts, which any stride
+// serves; the columns 64, 65 (1/s, s) stay inside the padding.
+constexpr int kLocalMsPadV5 = 4;
+using LocalSmemV5 = LocalSmemP<kLocalPadV5, kLocalMsPadV5>;
 template <int kVersion>
 using LocalSmemOf = std::conditional_t<kVersion == 5, LocalSmemV5, LocalSmem>;
 struct LocalPowTables {
@@ -1057,7 +1066,8 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
                                              const float* HdHr, float* gcp, float* dqp, float* dap, float* Bsum,
                                              float* Zs) {
   constexpr int LT = kLocalLT, RS = kLocalLT + kLocalPadV5;  // RS: floats per row of the [64][RS] tiles
-  static_assert(kLocalPadV5 >= 1, "ms's padding column LT: 1/s");
+  constexpr int MS = 64 + kLocalMsPadV5;  // floats per row of ms
+  static_assert(kLocalMsPadV5 >= 2, "ms's padding columns LT, LT + 1: 1/s, s");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   LocalSmemV5& S = *reinterpret_cast<LocalSmemV5*>(smem_raw);
   auto& qs = S.r.qs;
@@ -1085,7 +1095,8 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
   constexpr uint32_t kStepB = 4 * 16 * RS;  // bytes from piece k to k + 1 in shared memory
   const uint32_t pso = 4 * (pr * RS + px);
   const uint32_t w_dst = smem_addr(&S.w[0][0]) + pso, u_dst = smem_addr(&S.u[0][0]) + pso;
-  const uint32_t m_dst = smem_addr(&ms[0][0]) + pso;
+  const uint32_t m_dst = smem_addr(&ms[0][0]) + 4 * (pr * MS + px);  // (ms's own row stride)
+  constexpr uint32_t kStepMB = 4 * 16 * MS;
   // items (bh, c, lt), item = (bh nC + c) nlt + lt, advanced by the grid; b, h of bh0 + bh with them.
   // The grid's and the block's own decomposition in 32-bit unsigned arithmetic (grid.x < 2^32; nlt,
   // nC are int), b and h of the first pair by a 32-bit division where bh0 + bh and H fit in 32 bits.
@@ -1166,7 +1177,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     const float* Mc = M + (bh * nC + c) * d.nsplit * C * C;
     if (C == 64) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) cp_async16_u32(m_dst + k * kStepB, Mc + 4 * threadIdx.x + 1024 * k);
+      for (int k = 0; k < 4; ++k) cp_async16_u32(m_dst + k * kStepMB, Mc + 4 * threadIdx.x + 1024 * k);
     }
     cp_async_commit();
     {  // the power tables (in ns: the previous item's reads of it are done), as version 4; and N_0, a
