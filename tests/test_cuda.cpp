@@ -370,12 +370,13 @@ TEST_F(Cuda, ForwardPathsQuadraticAndChunked) {
     }
 }
 
-// The quadratic forward's side streams (side_streams.h: cross_scores and final_state beside
-// chunk_scores), and the quadratic backward's (quad_dv beside quad_readback and bwd_local): bitwise
-// the one-stream outputs and gradients, and joined back into the caller's stream. The caller's
-// stream is a non-blocking one held back by a host function when the forward is called, and the
-// outputs are copied on that stream alone afterwards: a side stream that the caller's stream did
-// not wait for would still be writing rho (or would have read the operands before they were made).
+// The side streams (side_streams.h): the quadratic forward's cross_scores and final_state beside
+// chunk_scores, the quadratic backward's quad_dv beside quad_readback and bwd_local, and the
+// chunked paths' chunk states: bitwise the one-stream outputs and gradients, and joined back into
+// the caller's stream. The caller's stream is a non-blocking one held back by a host function
+// when the forward is called, and the outputs are copied on that stream alone afterwards: a side
+// stream that the caller's stream did not wait for would still be writing rho (or would have read
+// the operands before they were made).
 TEST_F(Cuda, QuadraticSideStreamsJoinTheCallersStream) {
   ProblemSpec s = spec(2, 2, 1, 150, 1600, 136, DType::bfloat16);
   s.q_zero_fraction = 0.5;
@@ -424,6 +425,23 @@ TEST_F(Cuda, QuadraticSideStreamsJoinTheCallersStream) {
     mb.copy_outputs_to_host();
   }
   expect_same_gradients(g_one, g_two);
+  // the chunked paths (not chunk_scan: Lp > 256, or float32): the chunk states beside the scores
+  // (forward) and the forward states beside the reverse ones (backward), bitwise too
+  for (ProblemSpec c : {spec(2, 2, 1, 400, 320, 72, DType::bfloat16), spec(1, 2, 1, 200, 100, 40, DType::float32)}) {
+    SCOPED_TRACE(std::string("chunked ") + dtype_name(c.dtype));
+    c.initial_rho = c.initial_rho_norm = c.grad_rho_out = true;
+    Problem c_one(c), c_two(c);
+    for (auto [p, side] : {std::pair{&c_one, "0"}, std::pair{&c_two, "1"}}) {
+      ScopedEnv e("RHOSCAN_CUDA_SIDE_STREAMS", side);
+      MirroredProblem mc(*p, Device::cuda);
+      forward(mc.forward_args(), cuda());
+      backward(mc.backward_args(), cuda());
+      mc.copy_outputs_to_host();
+    }
+    EXPECT_TRUE(same_bytes(c_one.context, c_two.context)) << "context";
+    EXPECT_TRUE(same_bytes(c_one.rho_out, c_two.rho_out)) << "rho";
+    expect_same_gradients(c_one, c_two);
+  }
 }
 
 // With an initial rho the quadratic path does not apply: forcing it must fall back to the chunked

@@ -1905,9 +1905,10 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     if constexpr (kTC) {
       if (!quadratic) launch_diagonal_values<kSplitValues<T>>(d, o, M, stream);
     }
-    // quadratic: quad_dv_mma on a side stream (side_streams.h) beside cross_values_mma,
-    // quad_readback_mma and bwd_local; joined before dv_accumulate reads its dvp
-    const bool fork = kTC && quadratic && side_streams_on();
+    // a side stream (side_streams.h): quadratic, quad_dv_mma beside cross_values_mma,
+    // quad_readback_mma and bwd_local, joined before dv_accumulate reads its dvp; chunked, the
+    // forward chunk states beside the reverse ones and dv's products, joined before their readers
+    const bool fork = (quadratic ? kTC : true) && side_streams_on();
     cudaStream_t s1 = fork ? side_stream(1) : stream;
     const SideStreamsJoin join{stream, fork ? s1 : nullptr, nullptr};
     if (quadratic) {
@@ -1921,10 +1922,12 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       if (dr0.p != nullptr)
         launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, static_cast<BState*>(nullptr), dr0, stream);
     } else {
-      launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, stream, Hs_lo);
+      if (fork) stream_wait(s1, stream);
+      launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, Str4{}, s1, Hs_lo);
       if (dr0.p != nullptr) gate.settle();
       launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, dHs, dr0, stream, dHs_lo);
       launch_chunk_output<kTC, T, float, true>(d, q, gctx, a32, Qp, o, dHs, P, Str4{}, dvp, stream);
+      if (fork) stream_wait(stream, s1);  // Hs
     }
     constexpr int local_smem = static_cast<int>(sizeof(LocalSmemOf<kTC ? 5 : 2>));
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(bwd_local_kernel<T, kTC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1969,7 +1972,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     else
       launch_kernel("dq_final_kernel", dq_final_kernel<T, 1>, grid_for(n * nC * ((L + kDqThreads - 1) / kDqThreads)),
                     kDqThreads, 0, stream, d, a32, dqp, gc, s, Bend, dq);
-    if (fork) stream_wait(stream, s1);  // dvp
+    if (fork && quadratic) stream_wait(stream, s1);  // dvp
     {
       const int64_t rows = ((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT;
       if (E % 4 == 0 && one_batch)

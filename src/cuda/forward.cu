@@ -171,13 +171,15 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       }
       launch_final_norm(d, Nc, n_out, stream);
     }
-    // quadratic: cross_scores and final_state on side streams (side_streams.h), beside chunk_scores
-    const bool fork = quadratic && side_streams_on();
-    cudaStream_t s1 = fork ? side_stream(1) : stream, s2 = fork ? side_stream(2) : stream;
-    const SideStreamsJoin join{stream, fork ? s1 : nullptr, fork ? s2 : nullptr};
+    // side streams (side_streams.h) beside chunk_scores: quadratic, cross_scores and final_state;
+    // chunked (not chunk_scan), the chunk states
+    const bool fork = (quadratic || !scan) && side_streams_on();
+    cudaStream_t s1 = fork ? side_stream(1) : stream, s2 = fork && quadratic ? side_stream(2) : stream;
+    const SideStreamsJoin join{stream, fork ? s1 : nullptr, fork && quadratic ? s2 : nullptr};
+    if (fork) stream_wait(s1, stream);
+    if (fork && !quadratic) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, s1);
     if constexpr (kTC) {
-      if (fork) {
-        stream_wait(s1, stream);
+      if (fork && quadratic) {
         launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, s1);
         stream_wait(s2, stream);
         launch_final_state<T>(d, a32, o, rho_out, s2);
@@ -200,7 +202,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       if (quadratic && !fork) launch_final_state<T>(d, a32, o, rho_out, stream);
     }
     if (!quadratic && scan) launch_chunk_scan<T>(d, o, P, a32, rho0, ctx, rho_out, stream);
-    if (!quadratic && !scan) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
+    if (!quadratic && !scan && !fork) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
     if constexpr (kTC) {
       if (quadratic) {
         if (fork) {
@@ -211,7 +213,10 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
         launch_quadratic_output<T>(d, P, Pcross, o, ctx, stream);
       }
     }
-    if (!quadratic && !scan) launch_chunk_output<kTC, T, T, false>(d, q, v, a32, Qp, o, Hs, P, ctx, nullptr, stream);
+    if (!quadratic && !scan) {
+      if (fork) stream_wait(stream, s1);  // Hs
+      launch_chunk_output<kTC, T, T, false>(d, q, v, a32, Qp, o, Hs, P, ctx, nullptr, stream);
+    }
     ws.reset();
     ws.take_floats(p.H * p.L);  // a32 stays at the front
   }
