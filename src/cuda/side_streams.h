@@ -1,17 +1,21 @@
 // Side streams for independent kernels of one call. In the quadratic forward final_state_mma and
 // cross_scores_mma depend only on the normaliser's operands and the packed values, as
 // chunk_scores_mma does, and write disjoint buffers; in the quadratic backward quad_dv_mma needs
-// only the scores and the packed G, beside cross_values_mma, quad_readback_mma and bwd_local. They
-// run on more streams of the device (forked from the caller's stream by an event, joined back by
-// events before their outputs are read and when the batch's scope ends, also when an exception
-// leaves it: to the caller it is one stream's work, and the workspace is freed in the caller's
-// stream order after them). Measured on the H200 (BDH-8k forward, b9436eb / 8eea7a7): 1.24-1.25
-// ms against 1.30 on one stream in four runs of five (the kernels' tails and their different
-// bottlenecks overlap; final_state_mma at one block per SM, to leave room for the others, was
-// slower: 1.41-1.42). Streams per thread and device, created once and kept (as the context is):
-// calls from different threads do not share them, so one thread's stream capture does not meet
-// another's work. RHOSCAN_CUDA_SIDE_STREAMS=0 (environment, per call) or
-// -DRHOSCAN_SIDE_STREAMS=0 (build) keeps every kernel on the caller's stream.
+// only the scores and the packed G, beside cross_values_mma, quad_readback_mma and bwd_local; on
+// the chunked paths the forward's chunk_states_mma (where chunk_scan_mma does not apply) runs
+// beside chunk_scores_mma, and the backward's forward chunk states beside the reverse ones and
+// dv's products. They run on more streams of the device (forked from the caller's stream by an
+// event, joined back by events before their outputs are read and when the batch's scope ends,
+// also when an exception leaves it: to the caller it is one stream's work, and the workspace is
+// freed in the caller's stream order after them). Measured on the H200 (BDH-8k forward, b9436eb /
+// 8eea7a7): 1.24-1.25 ms against 1.30 on one stream in four runs of five (the kernels' tails and
+// their different bottlenecks overlap; final_state_mma at one block per SM, to leave room for the
+// others, was slower: 1.41-1.42); the chunked paths' (round 15, long-T8192): forward+backward
+// 3.74-3.77 against 3.77-3.81 ms, the forward within the runs' spread. Streams per thread and
+// device, created once and kept (as the context is): calls from different threads do not share
+// them, so one thread's stream capture does not meet another's work. RHOSCAN_CUDA_SIDE_STREAMS=0
+// (environment, per call) or -DRHOSCAN_SIDE_STREAMS=0 (build) keeps every kernel on the caller's
+// stream.
 #pragma once
 
 #include <cuda_runtime.h>
