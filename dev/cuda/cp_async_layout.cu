@@ -23,8 +23,13 @@
 //   plain       rows RB apart, no swizzle: aligned writes, 8-way conflicted ldmatrix (reference).
 // Prints µs per step and bytes per clock per SM received; checks every block's sum against the
 // host's (PASS / FAIL; exit 0 when all pass). --small: one launch of 8 steps per configuration
-// (for compute-sanitizer). With Nsight Compute (scripts: `ncu --metrics
-// l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ldgsts.sum,...`) the wavefronts per layout.
+// (for compute-sanitizer); under `ncu --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,...`
+// it gives each layout's shared wavefronts.
+//
+// Measured on the H200 (bench/results/round15-h200-2026-12-03/cp_async_layout-0215832.txt): padded
+// 22.7-22.9 B/clk per SM (0.365 us per 8 KiB tile, 0.724 per 16 KiB), padded in address order the
+// same, swizzled 33.0-34.6 (0.251, 0.478 us: 1.45-1.51x faster), plain 12.5-13.7. Nsight Compute
+// counts the same shared wavefronts for padded and swizzled: the difference is in the fill path.
 #include <cuda_runtime.h>
 
 #include <cstdint>
