@@ -166,17 +166,45 @@ constexpr int kQrThreads = 256;
 constexpr int kQrLT = 128;          // latents per block
 constexpr int kQrMS = kQB + 8;      // bf16 row stride of the M tiles
 constexpr int kQrOS = kQrLT + 8;    // bf16 row stride of the operand tiles
+// kSwizzle (RHOSCAN_QR_SWIZZLE=1 at build time; the default 0 keeps the padded rows above): the M
+// and operand tiles with unpadded rows (128 and 256 bytes) and 16-byte chunk c of row r stored at
+// chunk c ^ (r % 8) (c's bit 3 kept in the operand's 16-chunk rows), so that the cp.async fills
+// write whole aligned 128-byte groups and the ldmatrix rows (8 consecutive rows at one chunk) still
+// fall on 8 bank groups. dev/cuda/cp_async_layout.cu measured tiles streamed from the L2 into such
+// rows 1.45-1.51x faster than into padded ones (33-35 against 23 bytes per clock per SM, H200,
+// round 15). The fragment addresses stay one register per lane and tile: a k step moves the row
+// (an immediate, rows 16 apart keep r % 8) or the chunk by 2, 4 or 6 (an XOR of the lane's address
+// with 32, 64 or 96: the tiles start on 128-byte boundaries, so bits 4-6 of an address are the
+// chunk's). Same bytes in other places, so the same products bit for bit (emulated). ptxas
+// (sm_90a, nvcc 13): bfloat16 128 registers with 4 bytes of spill (padded: none), float16 179.
+// Not yet measured on the H200: off by default until its A/B.
+#ifndef RHOSCAN_QR_SWIZZLE
+#define RHOSCAN_QR_SWIZZLE 0
+#endif
+template <bool kSwizzle>
+constexpr int qr_m_stride() {  // bf16 row stride of the M tiles
+  return kSwizzle ? kQB : kQrMS;
+}
+template <bool kSwizzle>
+constexpr int qr_op_stride() {  // of the operand tiles
+  return kSwizzle ? kQrLT : kQrOS;
+}
+// The byte offset of row r, 16-byte chunk c (element 8 c) in a tile of row stride ld (elements).
+template <bool kSwizzle>
+__host__ __device__ constexpr uint32_t qr_tile_offset(int r, int c, int ld) {
+  return static_cast<uint32_t>(2 * r * ld + 16 * (kSwizzle ? (c ^ (r & 7)) : c));
+}
 // kKeyLo (split keys, float16): Kq_lo holds Kq's bf16 remainders, a third pass M_hi·Kq_lo in the W
 // steps (as the chunked path's recomputed states H; Xq is not split there either). One more operand
 // tile per stage: 125 KB of shared memory, one block per SM.
 // bf16 elements per stage: M hi, M lo, operand (and its remainders)
-template <bool kKeyLo>
+template <bool kKeyLo, bool kSwizzle = false>
 constexpr int quad_readback_stage() {
-  return 2 * 64 * kQrMS + (kKeyLo ? 2 : 1) * 64 * kQrOS;
+  return 2 * 64 * qr_m_stride<kSwizzle>() + (kKeyLo ? 2 : 1) * 64 * qr_op_stride<kSwizzle>();
 }
-template <bool kKeyLo>
+template <bool kKeyLo, bool kSwizzle = false>
 constexpr int quad_readback_smem() {
-  return (2 * quad_readback_stage<kKeyLo>() + 64 * kQrOS) * static_cast<int>(sizeof(bf16)) +
+  return (2 * quad_readback_stage<kKeyLo, kSwizzle>() + 64 * qr_op_stride<kSwizzle>()) * static_cast<int>(sizeof(bf16)) +
          (kQrLT + 2 * kQrLT) * static_cast<int>(sizeof(float));  // a^C, HdH partials
 }
 // Designed against the integer work around the mma: a source-level Nsight Compute profile of the
@@ -206,35 +234,74 @@ constexpr int quad_readback_smem() {
 // registers 126, float16 164) gave the same W, U and HdH' bit for bit (emulated). Measured on the
 // H200 (778d902, BDH-8k bfloat16): this kernel (then version 3) 1.00 ms against version 1's 1.23
 // (Nsight Compute durations), forward+backward 6.19 against 6.41 ms; version 1 was then removed.
-template <bool kKeyLo = false>
+// warp_mma_32x32_u32 (mma.cuh) on this kernel's tiles: the same fragments and mma sequence; with
+// kSwizzle a column step of 16 elements (2 chunks) is an XOR of the lane's address (bits 5 and 6,
+// a chunk's: every logical chunk a lane starts from has those bits clear, so the XOR adds them),
+// and a row step stays an immediate.
+template <bool kSwizzle, bool kATrans, bool kBTrans, int kLda, int kLdb, int kKdim>
+__device__ __forceinline__ void qr_mma_32x32(float (&acc)[2][4][4], uint32_t a, uint32_t b) {
+  if constexpr (!kSwizzle) {
+    warp_mma_32x32_u32<kATrans, kBTrans, kLda, kLdb, kKdim>(acc, a, b);
+  } else {
+    static_assert(kATrans, "the A operand of quad_readback_mma is stored [k][m]");
+#pragma unroll
+    for (int k0 = 0; k0 < kKdim; k0 += 16) {
+      uint32_t af[2][4], bf[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) ldsm_x4_trans_u32(af[mt], (a ^ (32u * mt)) + 2 * k0 * kLda);
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        if (kBTrans)
+          ldsm_x4_u32(bf[np], (b ^ (2u * k0)) + 2 * 16 * np * kLdb);
+        else
+          ldsm_x4_trans_u32(bf[np], (b ^ (32u * np)) + 2 * k0 * kLdb);
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+          mma_bf16_16816(acc[mt][nt], af[mt], bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]);
+    }
+  }
+}
+template <bool kKeyLo = false, bool kSwizzle = false>
 __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     quad_readback_mma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
                              const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
   grid_dependency_wait();
   static_assert(kQrThreads == 256 && kQrLT == 128, "the fetch's fixed pieces assume 256 threads, 128 latents");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  constexpr int kQrStage = quad_readback_stage<kKeyLo>();
+  // (128-byte aligned: the swizzled tiles' XOR steps need every tile on a 128-byte boundary)
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  constexpr int MS = qr_m_stride<kSwizzle>(), OS = qr_op_stride<kSwizzle>();
+  constexpr int kQrStage = quad_readback_stage<kKeyLo, kSwizzle>();
   constexpr uint32_t kStageB = 2 * kQrStage;            // bytes per stage
-  constexpr uint32_t kLoB = 2 * 64 * kQrMS;             // M lo's tile in a stage (bytes)
-  constexpr uint32_t kOpB = 2 * 2 * 64 * kQrMS;         // the operand tile in a stage
-  constexpr uint32_t kOpLoB = kOpB + 2 * 64 * kQrOS;    // the split keys' tile
+  constexpr uint32_t kLoB = 2 * 64 * MS;                // M lo's tile in a stage (bytes)
+  constexpr uint32_t kOpB = 2 * 2 * 64 * MS;            // the operand tile in a stage
+  constexpr uint32_t kOpLoB = kOpB + 2 * 64 * OS;       // the split keys' tile
   constexpr uint32_t kXkB = 2 * kStageB;                // xk, after the two stages
+  static_assert(!kSwizzle || (kStageB % 128 == 0 && kLoB % 128 == 0 && kOpB % 128 == 0 && kOpLoB % 128 == 0),
+                "the swizzled tiles start on 128-byte boundaries");
   bf16* stages = reinterpret_cast<bf16*>(smem_raw);
   bf16* xk = stages + 2 * kQrStage;
-  float* aC = reinterpret_cast<float*>(xk + 64 * kQrOS);
+  float* aC = reinterpret_cast<float*>(xk + 64 * OS);
   float* red = aC + kQrLT;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4;
   const int wm = (warp & 3) * 32, wn = (warp >> 2) * 32;  // the warp's latents and tokens
   const uint32_t s0 = smem_addr(smem_raw);
-  // the lane's ldmatrix addresses in stage 0 (stage 1: + kStageB)
-  const int a_lane = warp_mma_lane_a<true>(lane, wm, kQrOS);
-  const uint32_t a_op = s0 + kOpB + 2 * a_lane;
-  const uint32_t b_w = s0 + 2 * warp_mma_lane_b<true>(lane, wn, kQrMS);   // M^T (W steps)
-  const uint32_t b_u = s0 + 2 * warp_mma_lane_b<false>(lane, wn, kQrMS);  // M (U steps)
-  const uint32_t a_xk = s0 + kXkB + 2 * (a_lane + wn * kQrOS);           // Xq_K^T's fragments (HdH')
+  // the lane's ldmatrix addresses in stage 0 (stage 1: + kStageB), warp_mma_lane_a / _b's rows and
+  // columns (mma.cuh) as tile offsets: A = the operand^T (row (lane >> 4) 8 + lane % 8, column
+  // wm + 8 ((lane >> 3) & 1)), B = M^T (W steps: row wn + (lane >> 4) 8 + lane % 8, column
+  // 8 ((lane >> 3) & 1)) or M (U steps: row 8 ((lane >> 3) & 1) + lane % 8, column wn + 8 (lane >> 4))
+  const int lr = (lane >> 4) * 8 + (lane & 7), lx = (lane >> 3) & 1;
+  const uint32_t a_lane = qr_tile_offset<kSwizzle>(lr, wm / 8 + lx, OS);
+  const uint32_t a_op = s0 + kOpB + a_lane;
+  const uint32_t b_w = s0 + qr_tile_offset<kSwizzle>(wn + lr, lx, MS);                      // M^T (W steps)
+  const uint32_t b_u = s0 + qr_tile_offset<kSwizzle>(8 * lx + (lane & 7), wn / 8 + (lane >> 4), MS);  // M (U steps)
+  const uint32_t a_xk = s0 + kXkB + a_lane + 2 * wn * OS;  // Xq_K^T's fragments (HdH'; rows wn + lr)
   // the thread's pieces: M rows mr, mr + 32 at column mp; operand rows orow + 16k at column oc
   const int mr = tid / 8, mp = 8 * (tid % 8), orow = tid / 16, oc = 8 * (tid % 16);
-  const uint32_t m_dst = s0 + 2 * (mr * kQrMS + mp), o_dst = s0 + kOpB + 2 * (orow * kQrOS + oc);
+  const uint32_t m_dst = s0 + qr_tile_offset<kSwizzle>(mr, tid % 8, MS);
+  const uint32_t o_dst = s0 + kOpB + qr_tile_offset<kSwizzle>(orow, tid % 16, OS);
   const int64_t o_src = orow * d.Lp + oc, o_step = 16 * d.Lp, cstride = d.C * d.Lp;
   const int nC = static_cast<int>(d.nC), nsteps = nC > 0 ? nC - 1 : 0, C = static_cast<int>(d.C);
   const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
@@ -261,21 +328,21 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       const int64_t blk = mb + static_cast<int64_t>(I * (I - 1) / 2 + J) * (kQB * kQB);
       const uint32_t so = st ? kStageB : 0u;
       cp_async16_u32(m_dst + so, Mhi + blk);
-      cp_async16_u32(m_dst + so + 2 * 32 * kQrMS, Mhi + blk + 32 * kQB);
+      cp_async16_u32(m_dst + so + 2 * 32 * MS, Mhi + blk + 32 * kQB);
       cp_async16_u32(m_dst + so + kLoB, Mlo + blk);
-      cp_async16_u32(m_dst + so + kLoB + 2 * 32 * kQrMS, Mlo + blk + 32 * kQB);
+      cp_async16_u32(m_dst + so + kLoB + 2 * 32 * MS, Mlo + blk + 32 * kQB);
       const int c = w ? J : I;  // the operand's chunk
       const int lim = c == nC - 1 ? lim_last : lim_full;
       const int64_t oo = tile0 + c * cstride;
       const bf16* o = (w ? Kq : Xq) + oo;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) cp_async16_u32(o_dst + so + 2 * 16 * kQrOS * k, o + k * o_step, src_bytes(lim, k));
+      for (int k = 0; k < 4; ++k) cp_async16_u32(o_dst + so + 2 * 16 * OS * k, o + k * o_step, src_bytes(lim, k));
       if constexpr (kKeyLo) {
         if (w) {
           const bf16* ol = Kq_lo + oo;
 #pragma unroll
           for (int k = 0; k < 4; ++k)
-            cp_async16_u32(o_dst + so + (kOpLoB - kOpB) + 2 * 16 * kQrOS * k, ol + k * o_step, src_bytes(lim, k));
+            cp_async16_u32(o_dst + so + (kOpLoB - kOpB) + 2 * 16 * OS * k, ol + k * o_step, src_bytes(lim, k));
         }
       }
       cp_async_commit();
@@ -289,7 +356,7 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       const int lim = K == nC - 1 ? lim_last : lim_full;
       const bf16* o = Xq + tile0 + K * cstride;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) cp_async16_u32(o_dst - kOpB + kXkB + 2 * 16 * kQrOS * k, o + k * o_step, src_bytes(lim, k));
+      for (int k = 0; k < 4; ++k) cp_async16_u32(o_dst - kOpB + kXkB + 2 * 16 * OS * k, o + k * o_step, src_bytes(lim, k));
     }
     if (nsteps > 0) fetch(0, 0);
     else cp_async_commit();
@@ -358,7 +425,9 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-          for (int kk = 0; kk < 2; ++kk) ldsm_x4_trans_u32(xf[mt][kk], a_xk + 2 * (16 * kk * kQrOS + 16 * mt));
+          for (int kk = 0; kk < 2; ++kk)
+            ldsm_x4_trans_u32(xf[mt][kk], kSwizzle ? (a_xk ^ (32u * mt)) + 2 * 16 * kk * OS
+                                                   : a_xk + 2 * (16 * kk * OS + 16 * mt));
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -383,12 +452,12 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
         }
       const uint32_t so = st ? kStageB : 0u;
       if constexpr (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (stored [j][l]), B = M^T (M stored [i][j])
-        warp_mma_32x32_u32<true, true, kQrOS, kQrMS, 64>(acc, a_op + so, b_w + so);
-        warp_mma_32x32_u32<true, true, kQrOS, kQrMS, 64>(acc, a_op + so, b_w + so + kLoB);
-        if constexpr (kKeyLo) warp_mma_32x32_u32<true, true, kQrOS, kQrMS, 64>(acc, a_op + so + (kOpLoB - kOpB), b_w + so);
+        qr_mma_32x32<kSwizzle, true, true, OS, MS, 64>(acc, a_op + so, b_w + so);
+        qr_mma_32x32<kSwizzle, true, true, OS, MS, 64>(acc, a_op + so, b_w + so + kLoB);
+        if constexpr (kKeyLo) qr_mma_32x32<kSwizzle, true, true, OS, MS, 64>(acc, a_op + so + (kOpLoB - kOpB), b_w + so);
       } else {  // [l][j] += sum_i Xq_I[i][l] M[i][j]: A = Xq^T (stored [i][l]), B = M (stored [i][j])
-        warp_mma_32x32_u32<true, false, kQrOS, kQrMS, 64>(acc, a_op + so, b_u + so);
-        warp_mma_32x32_u32<true, false, kQrOS, kQrMS, 64>(acc, a_op + so, b_u + so + kLoB);
+        qr_mma_32x32<kSwizzle, true, false, OS, MS, 64>(acc, a_op + so, b_u + so);
+        qr_mma_32x32<kSwizzle, true, false, OS, MS, 64>(acc, a_op + so, b_u + so + kLoB);
       }
       __syncthreads();  // this stage is refilled by the next step's fetch
     };
@@ -512,8 +581,8 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     launch_kernel("cross_values_mma_kernel", cv, grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem,
                   stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
   }
-  auto qr = quad_readback_mma_kernel<kLo>;
-  constexpr int qr_smem = quad_readback_smem<kLo>();
+  auto qr = quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>;
+  constexpr int qr_smem = quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
   launch_kernel("quad_readback_mma_kernel", qr, grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads,
                 qr_smem, stream, d, Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo);

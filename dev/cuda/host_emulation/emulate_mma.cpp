@@ -922,15 +922,32 @@ bool cross_values_case(const Problem& p) {
 }
 
 // quad_readback_mma_kernel, with launch_quadratic_backward's block size and shared memory
-template <bool kKeyLo>
+template <bool kKeyLo, bool kSwizzle = false>
 void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W, std::vector<float>& U,
                        std::vector<float>& HdH) {
   const Dims& d = p.d;
   const int64_t items = d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT);
-  emu::launch(small_grid(items), kQrThreads, quad_readback_smem<kKeyLo>(), [&] {
-    quad_readback_mma_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(), W.data(),
-                                     U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
+  emu::launch(small_grid(items), kQrThreads, quad_readback_smem<kKeyLo, kSwizzle>(), [&] {
+    quad_readback_mma_kernel<kKeyLo, kSwizzle>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
+                                               W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
   });
+}
+// The swizzled tiles (quadratic_backward.cuh, kSwizzle: unpadded rows, chunk c of row r at
+// c ^ (r % 8)) hold the same bytes in other places: W, U and HdH' bitwise the padded kernel's.
+template <bool kKeyLo>
+bool quad_readback_swizzle_case(const Problem& p) {
+  const Dims& d = p.d;
+  const CrossM m = run_cross_values<kKeyLo>(p);
+  auto W = nans<float>(d.nbh * d.T * d.L), U = W, HdH = nans<float>(d.nbh * d.nC * d.L);
+  auto Ws = W, Us = W, HdHs = HdH;
+  run_quad_readback<kKeyLo, false>(p, m, W, U, HdH);
+  run_quad_readback<kKeyLo, true>(p, m, Ws, Us, HdHs);
+  auto same = [](const char* name, const std::vector<float>& x, const std::vector<float>& y) {
+    const bool ok = x.size() == y.size() && std::memcmp(x.data(), y.data(), sizeof(float) * x.size()) == 0;
+    std::printf("    %-8s %s\n", name, ok ? "bitwise the padded kernel's" : "DIFFERENT from the padded kernel's  <-- FAIL");
+    return ok;
+  };
+  return same("W", W, Ws) & same("U", U, Us) & same("HdH", HdH, HdHs);
 }
 
 // quad_readback: W, U and HdH' against float64 loops over explicit chunk states built from the
@@ -1375,10 +1392,12 @@ int main(int argc, char** argv) {
       {"cross_values_mma", cross_values_case<false>, true, true},
       {"quad_readback_mma", quad_readback_case, true, true},
       {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, false, true},
+      {"quad_readback_mma, swizzled tiles", quad_readback_swizzle_case<false>, true, true},
       {"quad_dv_mma", quad_dv_case<false>, true, true},
       // the quadratic backward, float16 (split values and keys)
       {"cross_values_mma, split values", cross_values_case<true>, false, true},
       {"quad_readback_mma slot by slot, split keys", quad_readback_slots_case<true>, false, true},
+      {"quad_readback_mma, swizzled tiles, split keys", quad_readback_swizzle_case<true>, false, true},
       {"quad_dv_mma, split values", quad_dv_case<true>, false, true},
       {"chunk_states_mma reverse, bf16, no chunk states stored (quadratic backward's dR_0)",
        [](const Problem& p) { return states_case<bf16, true>(p, false, false); }, false, true},

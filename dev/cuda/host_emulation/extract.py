@@ -12,11 +12,15 @@ comments (a missing marker stops with its name); run from the repository root.
                                  a kernel added between the pack_bf16
                                  section and the launchers of chunk_products.cuh, or before the
                                  launchers of quadratic.cuh, comes along)"""
+import re
 import subprocess
 import sys
 
 base, out = sys.argv[1], sys.argv[2]
-SHARED = "extern __shared__ __align__(16) unsigned char smem_raw[];"
+# the kernels' dynamic shared memory, at any alignment (emu::smem: offset 0 of a 16-byte aligned
+# buffer, so that a kernel's 32-bit shared addresses are offsets from 0, aligned as on the GPU)
+SHARED = re.compile(r"extern __shared__ __align__\((\d+)\) unsigned char smem_raw\[\];")
+LOCAL = "unsigned char* smem_raw = emu::smem;"
 
 
 def tree(path):
@@ -57,7 +61,7 @@ MMA_PARTS = [
 ]
 if base == "--mma":
     text = "\n".join(['#include "shim.h"'] + [cut(tree(f), b, e, f) for f, b, e in MMA_PARTS])
-    open(out, "w").write(text.replace(SHARED, "unsigned char* smem_raw = emu::smem;"))
+    open(out, "w").write(SHARED.sub(LOCAL, text))
     sys.exit(0)
 
 new_k, old_k, new_b, old_b = tree(kernels), at_base(kernels), tree(backward), at_base(backward)
@@ -83,5 +87,5 @@ parts = [
         f"{base}:{backward}").replace("LocalSmem", "LocalSmemOld").replace("bwd_local_kernel", "bwd_local_kernel_old")
     .replace("kLocalLT", "kLocalLTOld").replace("kLocalET", "kLocalETOld"),
 ]
-text = "\n".join(parts).replace(SHARED, "unsigned char* smem_raw = emu::smem;")
+text = SHARED.sub(LOCAL, "\n".join(parts))
 open(out, "w").write(text)
