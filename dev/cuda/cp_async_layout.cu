@@ -5,7 +5,7 @@
 // (quad_readback_mma 46.5 M of 77.5 M; the kernels are L2-bound, so whether that costs time is
 // what this measures).
 //
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a dev/cuda/cp_async_layout.cu -o /tmp/cp_async_layout && /tmp/cp_async_layout
+//   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I src -I include dev/cuda/cp_async_layout.cu -o /tmp/cp_async_layout && /tmp/cp_async_layout
 //
 // Tiles of 64 rows of RB bytes of bf16 (RB = 128: an M tile of quad_readback_mma; 256: its operand
 // tile), 16 MiB of them (L2-resident after the first launch, as the kernels' tiles mostly are). Two blocks of 256 threads per SM; per step a block copies one tile into one of two
@@ -37,7 +37,10 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda/mma.cuh"
 #include "harness.cuh"
+
+using namespace rhoscan::cuda_detail;  // cp_async16_u32, ldsm_x4_u32, smem_addr
 
 constexpr int kThreads = 256, kRows = 64;
 // 16 MiB of tiles of either width: L2-resident after the first launch (the H200's L2: 60 MiB)
@@ -57,20 +60,11 @@ __device__ __forceinline__ uint32_t unit_offset(int row, int unit) {
   return row * S + 16 * unit;
 }
 
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
 template <int kLayout, int kRB>
 __global__ void __launch_bounds__(kThreads, 2) copy_kernel(const uint4* tiles, uint32_t* sums, int steps) {
   constexpr int U = kRB / 16, S = row_bytes(kLayout, kRB), kStage = kRows * S;
   extern __shared__ __align__(128) unsigned char smem[];
-  const uint32_t s0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t s0 = smem_addr(smem);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   auto fetch = [&](int step, int stage) {
     const uint4* t = tiles + size_t((blockIdx.x * 7 + step) % kTiles<kRB>) * kRows * U;
@@ -79,22 +73,22 @@ __global__ void __launch_bounds__(kThreads, 2) copy_kernel(const uint4* tiles, u
       for (int p = tid; p < kRows * (U + 1); p += kThreads) {
         const int row = p / (U + 1), unit = p % (U + 1);
         const bool pad = unit == U;
-        cp_async16(base + row * S + 16 * unit, t + row * U + (pad ? 0 : unit), pad ? 0u : 16u);
+        cp_async16_u32(base + row * S + 16 * unit, t + row * U + (pad ? 0 : unit), pad ? 0u : 16u);
       }
     } else {
       for (int p = tid; p < kRows * U; p += kThreads)
-        cp_async16(base + unit_offset<kLayout, kRB>(p / U, p % U), t + p, 16u);
+        cp_async16_u32(base + unit_offset<kLayout, kRB>(p / U, p % U), t + p, 16u);
     }
-    asm volatile("cp.async.commit_group;\n" ::);
+    cp_async_commit();
   };
   uint32_t acc = 0;
   fetch(0, 0);
   for (int s = 0; s < steps; ++s) {
     if (s + 1 < steps) {
       fetch(s + 1, (s + 1) & 1);  // into the stage read at step s - 1 (the barrier below)
-      asm volatile("cp.async.wait_group 1;\n" ::);
+      cp_async_wait<1>();
     } else {
-      asm volatile("cp.async.wait_group 0;\n" ::);
+      cp_async_wait<0>();
     }
     __syncthreads();
     const uint32_t base = s0 + (s & 1) * kStage;
@@ -103,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, 2) copy_kernel(const uint4* tiles, u
 #pragma unroll
     for (int m = 0; m < U / 4; ++m) {
       uint32_t r[4];
-      ldsm_x4(base + unit_offset<kLayout, kRB>(row, 4 * m + lane / 8), r);
+      ldsm_x4_u32(r, base + unit_offset<kLayout, kRB>(row, 4 * m + lane / 8));
       acc += r[0] + r[1] + r[2] + r[3];
     }
     __syncthreads();  // the stage is refilled at step s + 1
@@ -170,13 +164,8 @@ bool all_layouts(int sms, int steps, int launches) {
 
 int main(int argc, char** argv) {
   const bool small = argc > 1 && std::strcmp(argv[1], "--small") == 0;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: nothing measured\n");
-    return 0;
-  }
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (!first_device(prop)) return 0;
   std::printf("%s, %d SMs, L2 %d MiB; 2 blocks of %d threads per SM, tiles of 64 rows\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, kThreads);
   const int steps = small ? 8 : 2000, launches = small ? 0 : 7;

@@ -116,13 +116,8 @@ bool run(int cs, int sms, int steps, int launches, bool& ok_all) {
 
 int main(int argc, char** argv) {
   const bool small = argc > 1 && std::strcmp(argv[1], "--small") == 0;
-  int dev = 0, count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: nothing measured\n");
-    return 0;
-  }
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, dev));
+  if (!first_device(prop)) return 0;
   std::printf("%s, %d SMs\n", prop.name, prop.multiProcessorCount);
   const int steps = small ? 2 : 200, launches = small ? 1 : 9;
   bool ok = true;

@@ -19,6 +19,18 @@
     }                                                                              \
   } while (0)
 
+// Device 0's properties into prop, or false (after saying so) where there is no CUDA device: the
+// harnesses then measure nothing and exit 0.
+inline bool first_device(cudaDeviceProp& prop) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: nothing measured\n");
+    return false;
+  }
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  return true;
+}
+
 // A launch of `kernel` in 1-D clusters of `cs` blocks of `block` threads and `smem` bytes of dynamic
 // shared memory, as many clusters as the device holds at once, at most sms / cs (config's attrs
 // point into this object: not copyable). clusters == 0: the device cannot run that cluster size.

@@ -184,13 +184,8 @@ Result run(int cs, int sms, const float* tiles, const std::vector<float>& host_t
 
 int main(int argc, char** argv) {
   const bool small = argc > 1 && std::strcmp(argv[1], "--small") == 0;
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: nothing measured\n");
-    return 0;
-  }
   cudaDeviceProp prop{};
-  CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (!first_device(prop)) return 0;
   std::printf("%s, %d SMs, L2 %d MiB; tiles of %d KiB\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20, kTileBytes / 1024);
   std::vector<float> host(size_t(kTiles) * kTileFloats);
