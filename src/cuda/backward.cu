@@ -54,13 +54,21 @@ constexpr int kLocalLT = 64, kLocalET = 32;
 // kLo (split values, float16): gb_lo and vb_lo hold G's and v's bf16 remainders; the products
 // then add S_hi·Y_lo (S_lo·Y_lo is below float32 resolution).
 constexpr int kRbS = kMmaLT + 8;
+// kSwizzle (version 2 only; RHOSCAN_RB_SWIZZLE=1 at build time, default 0 until measured on the
+// H200): the tiles' 128-byte rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled
+// tiles), so that the cp.async fills write whole aligned 128-byte groups. The same bytes in other
+// places: the same W, U and HdH bit for bit (emulated).
+#ifndef RHOSCAN_RB_SWIZZLE
+#define RHOSCAN_RB_SWIZZLE 0
+#endif
+constexpr bool kRbSwizzle = RHOSCAN_RB_SWIZZLE != 0;
 template <bool kLo>
 constexpr int readback_tiles() {
   return kLo ? 8 : 6;
 }
-template <bool kLo>
+template <bool kLo, bool kSwizzle = false>
 constexpr int readback_smem() {
-  return 2 * readback_tiles<kLo>() * 64 * kRbS * static_cast<int>(sizeof(bf16));
+  return 2 * readback_tiles<kLo>() * 64 * (kSwizzle ? kMmaLT : kRbS) * static_cast<int>(sizeof(bf16));
 }
 // RHOSCAN_READBACK_VERSION=1 builds the launcher with version 1 (chunk_readback_mma_v1_kernel) for
 // the A/B; the default 2 runs version 2 (chunk_readback_mma_kernel, below) within
@@ -173,17 +181,18 @@ __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_v
 //   - W and U stores through a running row pointer with the latents at immediate offsets where the
 //     warp's 32 x 32 block lies inside L and the chunk (else version 1's checked element loop).
 // readback_fit_32bit: the decomposition's indices in 32 bits (beyond, the launcher runs version 1).
-template <bool kLo = false>
+template <bool kLo = false, bool kSwizzle = kRbSwizzle>
 __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_kernel(
     Dims d, const bf16* Hs, const bf16* Hs_lo, const bf16* dHs, const bf16* dHs_lo, const bf16* gb, const bf16* vb,
     float* W, float* U, float* HdH, const bf16* gb_lo = nullptr, const bf16* vb_lo = nullptr) {
   grid_dependency_wait();
   static_assert(kMmaThreads == 256, "the fetch's fixed pieces: 2 per thread and tile");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  // version 1's layout, in bytes: per stage NT tiles of [64][kRbS] bf16 (0, 1: H hi, lo; 2, 3:
-  // A_end hi, lo; 4: G, 5: v; if kLo, 6: G lo, 7: v lo)
-  constexpr int NT = readback_tiles<kLo>();
-  constexpr uint32_t kTileB = 2 * 64 * kRbS, kStageB = NT * kTileB, kHalfB = 2 * 32 * kRbS;  // kHalfB: 32 rows on
+  // (128-byte aligned: the swizzled tiles' XOR steps need every tile on a 128-byte boundary)
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // version 1's layout, in bytes: per stage NT tiles of [64][RS] bf16 (0, 1: H hi, lo; 2, 3:
+  // A_end hi, lo; 4: G, 5: v; if kLo, 6: G lo, 7: v lo); RS = kRbS (padded) or 64 (swizzled)
+  constexpr int NT = readback_tiles<kLo>(), RS = kSwizzle ? kMmaLT : kRbS;
+  constexpr uint32_t kTileB = 2 * 64 * RS, kStageB = NT * kTileB, kHalfB = 2 * 32 * RS;  // kHalfB: 32 rows on
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   const bool is_u = warp >= 4;
   const int wm = (warp & 1) * 32, wn = ((warp >> 1) & 1) * 32;  // the warp's latents and tokens
@@ -194,13 +203,14 @@ __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_k
   const uint32_t s0 = smem_addr(smem_raw);
   // the lane's ldmatrix addresses in stage 0: A = S (W: H's hi tile 0, U: A_end's hi tile 2; the lo
   // plane one tile on), B = Y^T (W: G's tile 4, U: v's tile 5; the remainders two tiles on)
-  const uint32_t a_ln = s0 + (is_u ? 2 * kTileB : 0u) + 2 * warp_mma_lane_a<false>(lane, wm, kRbS);
-  const uint32_t b_ln = s0 + (is_u ? 5 * kTileB : 4 * kTileB) + 2 * warp_mma_lane_b<true>(lane, wn, kRbS);
-  // the thread's fetch pieces: rows fr, fr + 32 of every tile, columns fp .. fp + 7
+  const uint32_t a_ln = s0 + (is_u ? 2 * kTileB : 0u) + warp_mma_lane_a_tile<kSwizzle, false>(lane, wm, RS);
+  const uint32_t b_ln = s0 + (is_u ? 5 * kTileB : 4 * kTileB) + warp_mma_lane_b_tile<kSwizzle, true>(lane, wn, RS);
+  // the thread's fetch pieces: rows fr, fr + 32 of every tile (the same r % 8), columns fp .. fp + 7
   const int fr = tid / 8, fp = 8 * (tid % 8);
-  const uint32_t f_dst = s0 + 2 * (fr * kRbS + fp);
-  // HdH: the thread's elements, rows tid / 16 + 16 k, columns 4 (tid % 16) .. + 3 (version 1's)
-  const unsigned char* hd = smem_raw + 2 * ((tid / 16) * kRbS + 4 * (tid % 16));
+  const uint32_t f_dst = s0 + tile_offset<kSwizzle>(fr, tid % 8, RS);
+  // HdH: the thread's elements, rows tid / 16 + 16 k (the same r % 8), columns 4 (tid % 16) .. + 3
+  // (version 1's): the first or second half of chunk (tid % 16) / 2
+  const unsigned char* hd = smem_raw + tile_offset<kSwizzle>(tid / 16, (tid % 16) / 2, RS) + 8 * (tid % 2);
   // items (bh, c, lt) advanced by the grid: the grid's decomposition
   const int64_t grid = gridDim.x, per_bh = int64_t{nC} * nlt;
   const int dlt = static_cast<int>(grid % nlt), dc = static_cast<int>(grid / nlt % nC),
@@ -265,7 +275,7 @@ __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_k
       const unsigned char* hs = hd + st;
 #pragma unroll
       for (int k = 0; k < 4; ++k) {  // <H, A_end> over this tile's 64 columns, from hi + lo
-        const uint32_t o = 2 * 16 * kRbS * k;
+        const uint32_t o = 2 * 16 * RS * k;
         const uint2 h0 = *reinterpret_cast<const uint2*>(hs + o), h1 = *reinterpret_cast<const uint2*>(hs + kTileB + o);
         const uint2 a0 = *reinterpret_cast<const uint2*>(hs + 2 * kTileB + o),
                     a1 = *reinterpret_cast<const uint2*>(hs + 3 * kTileB + o);
@@ -279,9 +289,9 @@ __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_k
       }
       // [l][t] += sum_e S[l][e] Y[t][e]: A = S (stored [l][e]), B = Y^T (Y stored [t][e])
       const uint32_t a = a_ln + st, b = b_ln + st;
-      warp_mma_32x32_u32<false, true, kRbS, kRbS, 64>(acc, a, b);
-      warp_mma_32x32_u32<false, true, kRbS, kRbS, 64>(acc, a + kTileB, b);
-      if constexpr (kLo) warp_mma_32x32_u32<false, true, kRbS, kRbS, 64>(acc, a, b + 2 * kTileB);
+      warp_mma_32x32_tile<kSwizzle, false, true, RS, RS, 64>(acc, a, b);
+      warp_mma_32x32_tile<kSwizzle, false, true, RS, RS, 64>(acc, a + kTileB, b);
+      if constexpr (kLo) warp_mma_32x32_tile<kSwizzle, false, true, RS, RS, 64>(acc, a, b + 2 * kTileB);
       __syncthreads();  // this stage is refilled by the next step's fetch
     }
     float* out = is_u ? U : W;
@@ -1941,10 +1951,10 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
 #if RHOSCAN_READBACK_VERSION == 2
         if (readback_fit_32bit(d)) readback = chunk_readback_mma_kernel<kLo>, v2 = true;
 #endif
-        RHOSCAN_CUDA_CHECK(
-            cudaFuncSetAttribute(readback, cudaFuncAttributeMaxDynamicSharedMemorySize, readback_smem<kLo>()));
+        const int rb_smem = v2 ? readback_smem<kLo, kRbSwizzle>() : readback_smem<kLo>();
+        RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(readback, cudaFuncAttributeMaxDynamicSharedMemorySize, rb_smem));
         launch_kernel(v2 ? "chunk_readback_mma_kernel" : "chunk_readback_mma_v1_kernel", readback,
-                      grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, readback_smem<kLo>(), stream, d, Hs, Hs_lo, dHs,
+                      grid_for(n * nC * (d.Lp / kMmaLT)), kMmaThreads, rb_smem, stream, d, Hs, Hs_lo, dHs,
                       dHs_lo, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
       }
     }

@@ -244,6 +244,14 @@ constexpr int kStatesThreads = kStatesLT / 32 * (kMmaET / 32) * 32;  // a warp p
 #endif
 constexpr int kStatesStages = RHOSCAN_STATES_STAGES;
 constexpr int kStKS = kStatesLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
+// kSwizzle (version 2 only; RHOSCAN_ST_SWIZZLE=1 at build time, default 0 until measured on the
+// H200): K's and V's rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles), so
+// that the cp.async fills write whole aligned 128-byte groups; the same products bit for bit
+// (emulated). states_mma_smem stays the padded layout's size, an upper bound for both.
+#ifndef RHOSCAN_ST_SWIZZLE
+#define RHOSCAN_ST_SWIZZLE 0
+#endif
+constexpr bool kStatesSwizzle = RHOSCAN_ST_SWIZZLE != 0;
 // Chunk states leave through a per-warp staging tile in shared memory, so that each row goes out
 // in 16-byte pieces (the accumulator layout gives 4- or 8-byte pieces: half of every 32-byte
 // sector written per instruction). Measured on the H200 at BDH-8k: bf16 states (the forward) took
@@ -534,14 +542,16 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
 // H200 (seventh round's integration build, Nsight Compute durations per call, bfloat16): 84 -> 74
 // us at BDH-base, 0.376 -> 0.317 ms at the long case against version 1, whose A/B switch
 // (RHOSCAN_STATES_VERSION) was then removed.
-template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false>
+template <typename S, bool kReverse, bool kLo = false, bool kKeyLo = false, bool kSplitStore = false,
+          bool kSwizzle = kStatesSwizzle>
 __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
     chunk_states_mma_kernel(Dims d, const bf16* keys, const bf16* vals, const float* a32, Str4 init, S* Hs,
                                Str4 out, const bf16* vals_lo = nullptr, const bf16* keys_lo = nullptr,
                                S* Hs_lo = nullptr) {
   grid_dependency_wait();
   static_assert(!kSplitStore || std::is_same_v<S, bf16>, "split stores are bf16 planes");
-  constexpr int LT = kStatesLT, ET = kMmaET, KS = kStKS, VS = kStVS, NT = kStatesThreads, NS = kStatesStages;
+  constexpr int LT = kStatesLT, ET = kMmaET, NT = kStatesThreads, NS = kStatesStages;
+  constexpr int KS = kSwizzle ? LT : kStKS, VS = kSwizzle ? ET : kStVS;  // bf16 row strides
   // the fetch's fixed pieces: KPR (VPR) pieces per K (V) row, a thread's pieces KRS (VRS) rows apart
   constexpr int KPR = LT / 8, VPR = ET / 8, KRS = NT / KPR, VRS = NT / VPR;
   static_assert(NS == 2, "version 2: two stages (the fetch one step ahead)");
@@ -550,7 +560,8 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
   constexpr uint32_t kKB = 2 * 64 * KS, kVB = 2 * 64 * VS;  // a stage of K's, V's tile
   constexpr uint32_t kVOff = NS * kKB, kVloOff = kVOff + NS * kVB, kKloOff = kVOff + (kLo ? 2 : 1) * NS * kVB;
   constexpr uint32_t kStagingOff = kKloOff + (kKeyLo ? NS * kKB : 0);
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // (128-byte aligned: the swizzled tiles' XOR steps need every tile on a 128-byte boundary)
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   S* staging_all = reinterpret_cast<S*>(smem_raw + kStagingOff);
   S* staging = staging_all + warp * 32 * kStStS<S>;  // if staged
@@ -565,11 +576,15 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
   float* out_p = const_cast<float*>(static_cast<const float*>(out.p));
   const uint32_t s0 = smem_addr(smem_raw);
   // the lane's ldmatrix addresses in stage 0 (k = 0, mt = np = 0)
-  const uint32_t a_ln = s0 + 2 * warp_mma_lane_a<true>(lane, wm, KS);
-  const uint32_t b_ln = s0 + kVOff + 2 * warp_mma_lane_b<false>(lane, wn, VS);
+  const uint32_t a_ln = s0 + warp_mma_lane_a_tile<kSwizzle, true>(lane, wm, KS);
+  const uint32_t b_ln = s0 + kVOff + warp_mma_lane_b_tile<kSwizzle, false>(lane, wn, VS);
   // the thread's fetch pieces: K rows kr0 + KRS r, latents kp ..; V rows vr0 + VRS r, columns vp ..
+  // (KRS, VRS multiples of 8: every piece of a thread has its first row's swizzle)
+  static_assert(!kSwizzle || (KRS % 8 == 0 && VRS % 8 == 0 && kKB % 128 == 0 && kVB % 128 == 0),
+                "swizzled pieces: rows 8 apart, tiles on 128-byte boundaries");
   const int kr0 = tid / KPR, kp = 8 * (tid % KPR), vr0 = tid / VPR, vp = 8 * (tid % VPR);
-  const uint32_t k_dst = s0 + 2 * (kr0 * KS + kp), v_dst = s0 + kVOff + 2 * (vr0 * VS + vp);
+  const uint32_t k_dst = s0 + tile_offset<kSwizzle>(kr0, tid % KPR, KS);
+  const uint32_t v_dst = s0 + kVOff + tile_offset<kSwizzle>(vr0, tid % VPR, VS);
   // items (bh, latent tile lt, column tile et), item = (bh nlt + lt) net + et, advanced by the grid
   // (bh as int: the launcher takes version 1 where bh0 + nbh >= 2^30)
   const int grid = static_cast<int>(gridDim.x), per_bh = nlt * net;
@@ -775,16 +790,16 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
         const int nk = (Cn + 15) / 16;
         constexpr uint32_t kKA = 2 * 16 * KS, kKV = 2 * 16 * VS;  // 16 tokens on in K's, V's tile
 #pragma unroll 1
-        for (int j = 0; j < nk; ++j) warp_mma_32x32_u32<true, false, KS, VS, 16>(acc, a + j * kKA, bv + j * kKV);
+        for (int j = 0; j < nk; ++j) warp_mma_32x32_tile<kSwizzle, true, false, KS, VS, 16>(acc, a + j * kKA, bv + j * kKV);
         if constexpr (kLo) {
 #pragma unroll 1
           for (int j = 0; j < nk; ++j)
-            warp_mma_32x32_u32<true, false, KS, VS, 16>(acc, a + j * kKA, bv + (kVloOff - kVOff) + j * kKV);
+            warp_mma_32x32_tile<kSwizzle, true, false, KS, VS, 16>(acc, a + j * kKA, bv + (kVloOff - kVOff) + j * kKV);
         }
         if constexpr (kKeyLo) {
 #pragma unroll 1
           for (int j = 0; j < nk; ++j)
-            warp_mma_32x32_u32<true, false, KS, VS, 16>(acc, a + kKloOff + j * kKA, bv + j * kKV);
+            warp_mma_32x32_tile<kSwizzle, true, false, KS, VS, 16>(acc, a + kKloOff + j * kKA, bv + j * kKV);
         }
       }
       stage ^= 1;

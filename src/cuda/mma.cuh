@@ -133,6 +133,67 @@ __device__ __forceinline__ void warp_mma_32x32_u32(float (&acc)[2][4][4], uint32
         mma_bf16_16816(acc[mt][nt], af[mt], bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]);
   }
 }
+// Swizzled tiles: rows of ld bf16 (a multiple of 64: 128-byte groups), unpadded, with 16-byte chunk
+// c of row r stored at chunk c ^ (r % 8) (bits 3 and up of c kept), every tile starting on a
+// 128-byte boundary. The cp.async fills of such a tile write whole aligned 128-byte groups (into
+// padded rows they do not: dev/cuda/cp_async_layout.cu measured 33-35 against 23 bytes per clock
+// per SM on the H200), and the 8 rows of an ldmatrix matrix (8 consecutive rows at one logical
+// chunk) still fall on 8 different bank groups. tile_offset: the byte offset of row r, chunk c
+// (element 8 c) in such a tile (kSwizzle) or in a padded one.
+template <bool kSwizzle>
+__host__ __device__ constexpr uint32_t tile_offset(int r, int c, int ld) {
+  return static_cast<uint32_t>(2 * r * ld + 16 * (kSwizzle ? (c ^ (r & 7)) : c));
+}
+// The lane's byte offsets of warp_mma_32x32's ldmatrix rows at k0 = 0, mt = np = 0 (as
+// warp_mma_lane_a / _b, in bytes) in a tile of row stride ld, padded or swizzled. Swizzled, m0 and
+// n0 must be multiples of 32 where they move the chunk (A stored [k][m], B stored [k][n]), so that
+// the 16-element blocks mt, np = 1 are the chunk's bit 1: an XOR (warp_mma_32x32_tile).
+template <bool kSwizzle, bool kATrans>
+__device__ __forceinline__ uint32_t warp_mma_lane_a_tile(int lane, int m0, int ld) {
+  return kATrans ? tile_offset<kSwizzle>((lane >> 4) * 8 + (lane & 7), m0 / 8 + ((lane >> 3) & 1), ld)
+                 : tile_offset<kSwizzle>(m0 + (lane & 15), lane >> 4, ld);
+}
+template <bool kSwizzle, bool kBTrans>
+__device__ __forceinline__ uint32_t warp_mma_lane_b_tile(int lane, int n0, int ld) {
+  return kBTrans ? tile_offset<kSwizzle>(n0 + (lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1, ld)
+                 : tile_offset<kSwizzle>(((lane >> 3) & 1) * 8 + (lane & 7), n0 / 8 + (lane >> 4), ld);
+}
+// warp_mma_32x32_u32 on padded (kSwizzle false: that function) or swizzled tiles, from the lane
+// addresses of warp_mma_lane_a_tile / _b_tile: the same fragments and mma sequence (the same sums,
+// bit for bit). Swizzled, a step of 16 elements along a row (2 chunks) is an XOR of the lane's
+// address (32 bytes per block mt or np; 2 k0 bytes per k step: the logical chunk a lane starts
+// from has those bits clear, so the XOR adds them), a step of rows an immediate (16 rows keep r % 8).
+template <bool kSwizzle, bool kATrans, bool kBTrans, int kLda, int kLdb, int kKdim>
+__device__ __forceinline__ void warp_mma_32x32_tile(float (&acc)[2][4][4], uint32_t a, uint32_t b) {
+  if constexpr (!kSwizzle) {
+    warp_mma_32x32_u32<kATrans, kBTrans, kLda, kLdb, kKdim>(acc, a, b);
+  } else {
+    static_assert(kKdim % 16 == 0 && kLda % 64 == 0 && kLdb % 64 == 0, "kdim: a multiple of 16; rows of 128-byte groups");
+#pragma unroll
+    for (int k0 = 0; k0 < kKdim; k0 += 16) {
+      uint32_t af[2][4], bf[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        if (kATrans)
+          ldsm_x4_trans_u32(af[mt], (a ^ (32u * mt)) + 2 * k0 * kLda);
+        else
+          ldsm_x4_u32(af[mt], (a ^ (2u * k0)) + 2 * 16 * mt * kLda);
+      }
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        if (kBTrans)
+          ldsm_x4_u32(bf[np], (b ^ (2u * k0)) + 2 * 16 * np * kLdb);
+        else
+          ldsm_x4_trans_u32(bf[np], (b ^ (32u * np)) + 2 * k0 * kLdb);
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+          mma_bf16_16816(acc[mt][nt], af[mt], bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]);
+    }
+  }
+}
 // One k step (16) of a warp's 16×32 block of C += A·B: A's fragment given (af, rows m0 .. m0 + 15:
 // from ldmatrix or built in registers), B stored [k][n] read by ldmatrix.trans from the lane's
 // address b (warp_mma_lane_b<false>, this k step). The B fragments and the mma sequence of

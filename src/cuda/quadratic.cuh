@@ -74,17 +74,32 @@ constexpr int kCrossS = kMmaLT + 8;  // bf16 row stride of the operand tiles (co
 // stride kCrossS) and f the tile's 64 per-latent factors a^(d C): each key pair is scaled in float32
 // and rounded to bf16 once, in the B fragments after ldmatrix; the next 16-latent step's fragments
 // are loaded while this step's mma run.
+// kSwizzle: rows of 64 latents unpadded (128 bytes) with 16-byte chunk c of row r at c ^ (r % 8)
+// (cross_scores_mma_kernel's fill); xs and ks then start on 128-byte boundaries, the lane's ldmatrix
+// row is at its logical chunk 0 or 1 (XOR the row's r % 8 = lane % 8), and a 16-latent step moves
+// the chunk by 2 k: an XOR of the address with 2 k0 bytes (bits 5, 6), the row blocks immediates.
+template <bool kSwizzle = false>
 __device__ __forceinline__ void cross_warp_tile(float (&acc)[4][4][4], const bf16* xs, const bf16* ks, const float* f,
                                                 int lane) {
-  constexpr int LT = kMmaLT, S = kCrossS;
+  constexpr int LT = kMmaLT, S = kSwizzle ? kMmaLT : kCrossS;
   const int tq = lane % 4;
   uint32_t af[2][4][4], bf[2][2][4];  // fragments of two 16-latent steps (double-buffered)
+  // (swizzled: the lane's rows at k0 = 0, mt = np = 0)
+  const uint32_t xa = smem_addr(xs) + 2 * (lane & 15) * S + 16 * ((lane >> 4) ^ (lane & 7));
+  const uint32_t kb = smem_addr(ks) + 2 * ((lane >> 4) * 8 + (lane & 7)) * S + 16 * (((lane >> 3) & 1) ^ (lane & 7));
   auto load = [&](int k0, uint32_t(&a)[4][4], uint32_t(&b)[2][4]) {
+    if constexpr (kSwizzle) {
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) ldsm_x4(a[mt], xs + (16 * mt + (lane & 15)) * S + k0 + (lane >> 4) * 8);
+      for (int mt = 0; mt < 4; ++mt) ldsm_x4_u32(a[mt], (xa ^ (2u * k0)) + 2 * 16 * S * mt);
 #pragma unroll
-    for (int np = 0; np < 2; ++np)  // regs 0, 2: latents k0 + 2 tq (+1); regs 1, 3: k0 + 8 + 2 tq (+1)
-      ldsm_x4(b[np], ks + (16 * np + (lane >> 4) * 8 + (lane & 7)) * S + k0 + ((lane >> 3) & 1) * 8);
+      for (int np = 0; np < 2; ++np) ldsm_x4_u32(b[np], (kb ^ (2u * k0)) + 2 * 16 * S * np);
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) ldsm_x4(a[mt], xs + (16 * mt + (lane & 15)) * S + k0 + (lane >> 4) * 8);
+#pragma unroll
+      for (int np = 0; np < 2; ++np)  // regs 0, 2: latents k0 + 2 tq (+1); regs 1, 3: k0 + 8 + 2 tq (+1)
+        ldsm_x4(b[np], ks + (16 * np + (lane >> 4) * 8 + (lane & 7)) * S + k0 + ((lane >> 3) & 1) * 8);
+    }
   };
   auto scaled = [](uint32_t u, float2 fa) {  // a bf16 pair times its factors, rounded once
     __nv_bfloat162 w;
@@ -160,16 +175,33 @@ __device__ __forceinline__ void cross_item_decode(int64_t g, int64_t nC, int (&x
 }
 constexpr int kCrossThreads = 256;
 constexpr int kCrossNS = 3;                 // pipeline stages
-constexpr int kCrossStage = 4 * 64 * kCrossS;  // bf16 per stage: Xq rows of slots 0, 1, then key rows of slots 0, 1
-constexpr int kCrossSmem = kCrossNS * kCrossStage * static_cast<int>(sizeof(bf16)) +
-                           2 * 4 * kMmaLT * static_cast<int>(sizeof(float));
+// kSwizzle (RHOSCAN_CS_SWIZZLE=1 at build time; default 0 until measured on the H200): the tiles'
+// rows unpadded, chunk c of row r at c ^ (r % 8), as quad_readback_mma's (quadratic_backward.cuh:
+// the cp.async fills then write whole aligned 128-byte groups). The same bytes in other places:
+// the same products bit for bit (emulated).
+#ifndef RHOSCAN_CS_SWIZZLE
+#define RHOSCAN_CS_SWIZZLE 0
+#endif
+template <bool kSwizzle>
+constexpr int cross_stage() {  // bf16 per stage: Xq rows of slots 0, 1, then key rows of slots 0, 1
+  return 4 * 64 * (kSwizzle ? kMmaLT : kCrossS);
+}
+template <bool kSwizzle>
+constexpr int cross_smem() {
+  return kCrossNS * cross_stage<kSwizzle>() * static_cast<int>(sizeof(bf16)) + 2 * 4 * kMmaLT * static_cast<int>(sizeof(float));
+}
+constexpr bool kCrossSwizzle = RHOSCAN_CS_SWIZZLE != 0;  // the launcher's layout
+constexpr int kCrossSmem = cross_smem<kCrossSwizzle>();
+template <bool kSwizzle = kCrossSwizzle>
 static __global__ void __launch_bounds__(kCrossThreads, 2)
     cross_scores_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross, float* parts,
                             int nsplit) {
   grid_dependency_wait();
-  constexpr int LT = kMmaLT, S = kCrossS, NS = kCrossNS;
+  constexpr int LT = kMmaLT, S = kSwizzle ? kMmaLT : kCrossS, NS = kCrossNS, kCrossStage = cross_stage<kSwizzle>();
   static_assert(kCrossThreads == 4 * LT && kCrossThreads == 256, "one factor per thread, 64 copying threads per slot");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  static_assert(!kSwizzle || (2 * kCrossStage) % 128 == 0, "the swizzled tiles start on 128-byte boundaries");
+  // (128-byte aligned: the swizzled tiles' XOR steps need every tile on a 128-byte boundary)
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw);                // [NS][256][S]: Xq rows, raw key rows
   float* fs = reinterpret_cast<float*>(tiles + NS * kCrossStage);  // [2][4 combinations][64 latents]: a^(d C)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
@@ -200,7 +232,8 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
     const int fCn = fslot == 0 ? Cn0 : fslot == 1 ? Cn1 : fslot == 2 || key1 ? C : 0;
     const bf16* fsrc = (fslot < 2 ? Xq : Kq) + (bh * d.T + int64_t{fblk} * C + fi) * d.Lp + 8 * (tid % 8);
     auto fetch = [&](int kt) {  // tile kt's raw rows into stage (kt - kt0) % NS; zeros outside
-      bf16* st = tiles + (kt - kt0) % NS * kCrossStage + (64 * fslot + fi) * S + 8 * (tid % 8);
+      // (swizzled: rows 64 fslot + fi + 8 r all have r % 8 = fi)
+      bf16* st = tiles + (kt - kt0) % NS * kCrossStage + (64 * fslot + fi) * S + 8 * (kSwizzle ? (tid % 8) ^ fi : tid % 8);
       const bf16* q = fsrc + kt * LT;
 #pragma unroll
       for (int r = 0; r < 8; ++r, q += 8 * d.Lp) cp_async16(st + 8 * r * S, fi + 8 * r < fCn ? q : Xq, fi + 8 * r < fCn);
@@ -241,7 +274,7 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
       const bf16* st = tiles + (kt - kt0) % NS * kCrossStage;
       const bf16* xs = st + 64 * wr * S;              // the warp's 64 Xq rows
       const bf16* ks = st + (128 + 64 * wk + wc) * S;  // the warp's 32 key rows
-      cross_warp_tile(acc, xs, ks, f, lane);
+      cross_warp_tile<kSwizzle>(acc, xs, ks, f, lane);
     }
     cp_async_wait<0>();  // (only empty groups are left)
     if (!active) continue;
@@ -427,16 +460,27 @@ constexpr int kFsLT = 128, kFsET = kMmaET, kFsTT = 64, kFsNS = 2;
 constexpr int kFsThreads = kFsLT / 64 * (kFsET / 64) * 32;  // a warp per 64×64 block of the tile
 constexpr int kFsMinBlocks = 2;                             // blocks per SM the registers are budgeted for
 constexpr int kFsKS = kFsLT + 8, kFsVS = kFsET + 8;  // bf16 row strides (conflict-free ldmatrix)
-template <bool kLo>
+// kSwizzle (RHOSCAN_FS_SWIZZLE=1 at build time; default 0 until measured on the H200): K's and V's
+// rows unpadded (256 bytes), 16-byte chunk c of row r at c ^ (r % 8) (c's bit 3 kept), as
+// quad_readback_mma's operand tiles (quadratic_backward.cuh): the cp.async fills write whole
+// aligned 128-byte groups; a fragment's row block (mt, np: chunks 2 mt, 2 np on) is an XOR of the
+// lane's address with 32 mt bytes, a k16 step an immediate (16 rows keep r % 8). The same products
+// bit for bit (emulated).
+#ifndef RHOSCAN_FS_SWIZZLE
+#define RHOSCAN_FS_SWIZZLE 0
+#endif
+constexpr bool kFsSwizzle = RHOSCAN_FS_SWIZZLE != 0;  // the launcher's layout
+template <bool kLo, bool kSwizzle = kFsSwizzle>
 constexpr int final_state_stage() {  // bf16 per stage: TT rows of K, of V (and of V_lo)
-  return kFsTT * (kFsKS + (kLo ? 2 : 1) * kFsVS);
+  return kFsTT * ((kSwizzle ? kFsLT : kFsKS) + (kLo ? 2 : 1) * (kSwizzle ? kFsET : kFsVS));
 }
-template <bool kLo>
+template <bool kLo, bool kSwizzle = kFsSwizzle>
 constexpr int final_state_smem() {
-  return kFsNS * final_state_stage<kLo>() * static_cast<int>(sizeof(bf16)) + 2 * kFsLT * static_cast<int>(sizeof(float));
+  return kFsNS * final_state_stage<kLo, kSwizzle>() * static_cast<int>(sizeof(bf16)) +
+         2 * kFsLT * static_cast<int>(sizeof(float));
 }
-static_assert(kFsMinBlocks * final_state_smem<false>() <= 227 * 1024 &&
-                  kFsMinBlocks * final_state_smem<true>() <= 227 * 1024,
+static_assert(kFsMinBlocks * final_state_smem<false, false>() <= 227 * 1024 &&
+                  kFsMinBlocks * final_state_smem<true, false>() <= 227 * 1024,
               "final_state_mma: shared memory past the H200's for the blocks budgeted for");
 inline int64_t final_state_items(const Dims& d) { return d.nbh * ((d.Lp + kFsLT - 1) / kFsLT) * (d.Ep / kFsET); }
 // Less integer work around the mma. A source-level Nsight Compute profile of the earlier version 3
@@ -468,16 +512,20 @@ inline int64_t final_state_items(const Dims& d) { return d.nbh * ((d.Lp + kFsLT 
 // gave rho_T bit for bit as this kernel (emulated). Measured on the H200 (cd8634c's A/B, BDH-8k):
 // this kernel (then version 4) 0.28 against 0.32 ms per forward (Nsight Compute durations), forward
 // 1.41 against 1.44 ms; version 3 was then removed.
-template <bool kLo>
+template <bool kLo, bool kSwizzle = kFsSwizzle>
 static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
     final_state_mma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
   grid_dependency_wait();
-  constexpr int LT = kFsLT, ET = kFsET, TT = kFsTT, NS = kFsNS, KS = kFsKS, VS = kFsVS, NT = kFsThreads;
-  constexpr int kStage = final_state_stage<kLo>();
+  constexpr int LT = kFsLT, ET = kFsET, TT = kFsTT, NS = kFsNS, NT = kFsThreads;
+  constexpr int KS = kSwizzle ? LT : kFsKS, VS = kSwizzle ? ET : kFsVS;
+  constexpr int kStage = final_state_stage<kLo, kSwizzle>();
   static_assert(NS == 2 && NT == 128 && LT == 128 && ET == 128 && TT == 64,
                 "two stages; fixed fetch pieces: rows tid / 16 + 8 r (r < 8), columns 8 (tid % 16)");
   constexpr uint32_t kStageB = 2 * kStage, kVB = 2 * TT * KS, kVloB = 2 * TT * VS;  // bytes: a stage, V's tile, V_lo's
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  static_assert(!kSwizzle || (kStageB % 128 == 0 && kVB % 128 == 0 && kVloB % 128 == 0),
+                "the swizzled tiles start on 128-byte boundaries");
+  // (128-byte aligned: the swizzled tiles' XOR steps need every tile on a 128-byte boundary)
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw);                  // [NS][TT K rows, TT V rows (, TT V_lo rows)]
   float* decay_s = reinterpret_cast<float*>(tiles + NS * kStage);  // [2][LT]: a^C, a^(Cn of the last chunk)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
@@ -489,11 +537,15 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
   if (nlt == 0 || net == 0) return;  // no items (and no divisions by zero below)
   const uint32_t s0 = smem_addr(smem_raw);
   // the lane's ldmatrix addresses in stage 0 (k16 = 0, mt = np = 0, the hi pass)
-  const uint32_t a_ln = s0 + 2 * (((lane >> 4) * 8 + (lane & 7)) * KS + wm + ((lane >> 3) & 1) * 8);
-  const uint32_t b_ln = s0 + kVB + 2 * ((((lane >> 3) & 1) * 8 + (lane & 7)) * VS + wn + (lane >> 4) * 8);
-  // the thread's fetch pieces: rows row0 + 8 r, columns p .. p + 7 (of K's and V's tiles)
-  const int row0 = tid / 16, p = 8 * (tid % 16);
-  const uint32_t k_dst = s0 + 2 * (row0 * KS + p), v_dst = s0 + kVB + 2 * (row0 * VS + p);
+  // (swizzled: the row's r % 8 is lane % 8, the lane's logical chunk wm / 8 + ((lane >> 3) & 1), resp.
+  // wn / 8 + (lane >> 4), XORed with it in its low 3 bits)
+  const int sw = kSwizzle ? lane & 7 : 0;
+  const uint32_t a_ln = s0 + 2 * (((lane >> 4) * 8 + (lane & 7)) * KS + wm + (((lane >> 3) & 1) ^ sw) * 8);
+  const uint32_t b_ln = s0 + kVB + 2 * ((((lane >> 3) & 1) * 8 + (lane & 7)) * VS + wn + ((lane >> 4) ^ sw) * 8);
+  // the thread's fetch pieces: rows row0 + 8 r, columns p .. p + 7 (of K's and V's tiles; swizzled:
+  // stored at chunk (tid % 16) ^ (row0 % 8), the same for every r)
+  const int row0 = tid / 16, p = 8 * (tid % 16), pd = kSwizzle ? 8 * ((tid % 16) ^ (row0 & 7)) : p;
+  const uint32_t k_dst = s0 + 2 * (row0 * KS + pd), v_dst = s0 + kVB + 2 * (row0 * VS + pd);
   // items (bh, latent tile lt, column tile et), item = (bh nlt + lt) net + et, advanced by the grid
   const int64_t grid = gridDim.x;
   const int det = static_cast<int>(grid % net), dlt = static_cast<int>(grid / net % nlt);
@@ -589,12 +641,14 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
       const uint32_t a_st = a_ln + so, b_st = b_ln + so;
       auto frag_a = [&](uint32_t(&fa)[4][4], int k16) {
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt) ldsm_x4_trans_u32(fa[mt], a_st + 2 * (16 * k16 * KS + 16 * mt));
+        for (int mt = 0; mt < 4; ++mt)
+          ldsm_x4_trans_u32(fa[mt], kSwizzle ? (a_st ^ (32u * mt)) + 2 * 16 * k16 * KS : a_st + 2 * (16 * k16 * KS + 16 * mt));
       };
       auto frag_b = [&](uint32_t(&fb)[4][4], int k16, int pass) {  // fb[np]: {0,1} columns 16 np + 0..7, {2,3} + 8..15
 #pragma unroll
         for (int np = 0; np < 4; ++np)
-          ldsm_x4_trans_u32(fb[np], b_st + pass * kVloB + 2 * (16 * k16 * VS + 16 * np));
+          ldsm_x4_trans_u32(fb[np], kSwizzle ? ((b_st + pass * kVloB) ^ (32u * np)) + 2 * 16 * k16 * VS
+                                             : b_st + pass * kVloB + 2 * (16 * k16 * VS + 16 * np));
       };
       uint32_t fa[2][4][4], fb[2][4][4];
       frag_a(fa[0], 0);
@@ -719,9 +773,9 @@ inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, c
                                 float* Pcross, float* scratch, cudaStream_t stream) {
   const int64_t items = d.nbh * cross_items(d.nC) * nsplit;
   if (items == 0) return;
-  RHOSCAN_CUDA_CHECK(
-      cudaFuncSetAttribute(cross_scores_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCrossSmem));
-  launch_kernel("cross_scores_mma_kernel", cross_scores_mma_kernel, grid_for(items), kCrossThreads, kCrossSmem, stream,
+  auto kernel = cross_scores_mma_kernel<kCrossSwizzle>;
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCrossSmem));
+  launch_kernel("cross_scores_mma_kernel", kernel, grid_for(items), kCrossThreads, kCrossSmem, stream,
                 d, Xq, Kq, a32, Pcross, scratch, static_cast<int>(nsplit));
   if (nsplit > 1) {
     launch_kernel("cross_reduce_kernel", cross_reduce_kernel, grid_for(d.nbh * d.nC * d.nC * d.C * d.C, 256), 256, 0,

@@ -166,7 +166,7 @@ constexpr int kQrThreads = 256;
 constexpr int kQrLT = 128;          // latents per block
 constexpr int kQrMS = kQB + 8;      // bf16 row stride of the M tiles
 constexpr int kQrOS = kQrLT + 8;    // bf16 row stride of the operand tiles
-// kSwizzle (RHOSCAN_QR_SWIZZLE=1 at build time; the default 0 keeps the padded rows above): the M
+// kSwizzle (the default; RHOSCAN_QR_SWIZZLE=0 at build time keeps the padded rows above): the M
 // and operand tiles with unpadded rows (128 and 256 bytes) and 16-byte chunk c of row r stored at
 // chunk c ^ (r % 8) (c's bit 3 kept in the operand's 16-chunk rows), so that the cp.async fills
 // write whole aligned 128-byte groups and the ldmatrix rows (8 consecutive rows at one chunk) still
@@ -177,9 +177,11 @@ constexpr int kQrOS = kQrLT + 8;    // bf16 row stride of the operand tiles
 // with 32, 64 or 96: the tiles start on 128-byte boundaries, so bits 4-6 of an address are the
 // chunk's). Same bytes in other places, so the same products bit for bit (emulated). ptxas
 // (sm_90a, nvcc 13): bfloat16 128 registers with 4 bytes of spill (padded: none), float16 179.
-// Not yet measured on the H200: off by default until its A/B.
+// Measured on the H200 (round 16, d476d94 with and without the flag, BDH-8k bfloat16): the kernel
+// 0.884-0.887 against 0.994 ms (Nsight Compute durations, the same shared wavefronts: 104 M),
+// forward+backward 4.54-4.55 against 4.70-4.72 ms in three alternating rounds.
 #ifndef RHOSCAN_QR_SWIZZLE
-#define RHOSCAN_QR_SWIZZLE 0
+#define RHOSCAN_QR_SWIZZLE 1
 #endif
 template <bool kSwizzle>
 constexpr int qr_m_stride() {  // bf16 row stride of the M tiles
@@ -188,11 +190,6 @@ constexpr int qr_m_stride() {  // bf16 row stride of the M tiles
 template <bool kSwizzle>
 constexpr int qr_op_stride() {  // of the operand tiles
   return kSwizzle ? kQrLT : kQrOS;
-}
-// The byte offset of row r, 16-byte chunk c (element 8 c) in a tile of row stride ld (elements).
-template <bool kSwizzle>
-__host__ __device__ constexpr uint32_t qr_tile_offset(int r, int c, int ld) {
-  return static_cast<uint32_t>(2 * r * ld + 16 * (kSwizzle ? (c ^ (r & 7)) : c));
 }
 // kKeyLo (split keys, float16): Kq_lo holds Kq's bf16 remainders, a third pass M_hi·Kq_lo in the W
 // steps (as the chunked path's recomputed states H; Xq is not split there either). One more operand
@@ -234,36 +231,7 @@ constexpr int quad_readback_smem() {
 // registers 126, float16 164) gave the same W, U and HdH' bit for bit (emulated). Measured on the
 // H200 (778d902, BDH-8k bfloat16): this kernel (then version 3) 1.00 ms against version 1's 1.23
 // (Nsight Compute durations), forward+backward 6.19 against 6.41 ms; version 1 was then removed.
-// warp_mma_32x32_u32 (mma.cuh) on this kernel's tiles: the same fragments and mma sequence; with
-// kSwizzle a column step of 16 elements (2 chunks) is an XOR of the lane's address (bits 5 and 6,
-// a chunk's: every logical chunk a lane starts from has those bits clear, so the XOR adds them),
-// and a row step stays an immediate.
-template <bool kSwizzle, bool kATrans, bool kBTrans, int kLda, int kLdb, int kKdim>
-__device__ __forceinline__ void qr_mma_32x32(float (&acc)[2][4][4], uint32_t a, uint32_t b) {
-  if constexpr (!kSwizzle) {
-    warp_mma_32x32_u32<kATrans, kBTrans, kLda, kLdb, kKdim>(acc, a, b);
-  } else {
-    static_assert(kATrans, "the A operand of quad_readback_mma is stored [k][m]");
-#pragma unroll
-    for (int k0 = 0; k0 < kKdim; k0 += 16) {
-      uint32_t af[2][4], bf[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) ldsm_x4_trans_u32(af[mt], (a ^ (32u * mt)) + 2 * k0 * kLda);
-#pragma unroll
-      for (int np = 0; np < 2; ++np) {
-        if (kBTrans)
-          ldsm_x4_u32(bf[np], (b ^ (2u * k0)) + 2 * 16 * np * kLdb);
-        else
-          ldsm_x4_trans_u32(bf[np], (b ^ (32u * np)) + 2 * k0 * kLdb);
-      }
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-          mma_bf16_16816(acc[mt][nt], af[mt], bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]);
-    }
-  }
-}
+// The products: warp_mma_32x32_tile (mma.cuh), padded or swizzled tiles.
 template <bool kKeyLo = false, bool kSwizzle = false>
 __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     quad_readback_mma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
@@ -293,15 +261,15 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
   // wm + 8 ((lane >> 3) & 1)), B = M^T (W steps: row wn + (lane >> 4) 8 + lane % 8, column
   // 8 ((lane >> 3) & 1)) or M (U steps: row 8 ((lane >> 3) & 1) + lane % 8, column wn + 8 (lane >> 4))
   const int lr = (lane >> 4) * 8 + (lane & 7), lx = (lane >> 3) & 1;
-  const uint32_t a_lane = qr_tile_offset<kSwizzle>(lr, wm / 8 + lx, OS);
+  const uint32_t a_lane = tile_offset<kSwizzle>(lr, wm / 8 + lx, OS);
   const uint32_t a_op = s0 + kOpB + a_lane;
-  const uint32_t b_w = s0 + qr_tile_offset<kSwizzle>(wn + lr, lx, MS);                      // M^T (W steps)
-  const uint32_t b_u = s0 + qr_tile_offset<kSwizzle>(8 * lx + (lane & 7), wn / 8 + (lane >> 4), MS);  // M (U steps)
+  const uint32_t b_w = s0 + tile_offset<kSwizzle>(wn + lr, lx, MS);                      // M^T (W steps)
+  const uint32_t b_u = s0 + tile_offset<kSwizzle>(8 * lx + (lane & 7), wn / 8 + (lane >> 4), MS);  // M (U steps)
   const uint32_t a_xk = s0 + kXkB + a_lane + 2 * wn * OS;  // Xq_K^T's fragments (HdH'; rows wn + lr)
   // the thread's pieces: M rows mr, mr + 32 at column mp; operand rows orow + 16k at column oc
   const int mr = tid / 8, mp = 8 * (tid % 8), orow = tid / 16, oc = 8 * (tid % 16);
-  const uint32_t m_dst = s0 + qr_tile_offset<kSwizzle>(mr, tid % 8, MS);
-  const uint32_t o_dst = s0 + kOpB + qr_tile_offset<kSwizzle>(orow, tid % 16, OS);
+  const uint32_t m_dst = s0 + tile_offset<kSwizzle>(mr, tid % 8, MS);
+  const uint32_t o_dst = s0 + kOpB + tile_offset<kSwizzle>(orow, tid % 16, OS);
   const int64_t o_src = orow * d.Lp + oc, o_step = 16 * d.Lp, cstride = d.C * d.Lp;
   const int nC = static_cast<int>(d.nC), nsteps = nC > 0 ? nC - 1 : 0, C = static_cast<int>(d.C);
   const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
@@ -452,12 +420,12 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
         }
       const uint32_t so = st ? kStageB : 0u;
       if constexpr (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (stored [j][l]), B = M^T (M stored [i][j])
-        qr_mma_32x32<kSwizzle, true, true, OS, MS, 64>(acc, a_op + so, b_w + so);
-        qr_mma_32x32<kSwizzle, true, true, OS, MS, 64>(acc, a_op + so, b_w + so + kLoB);
-        if constexpr (kKeyLo) qr_mma_32x32<kSwizzle, true, true, OS, MS, 64>(acc, a_op + so + (kOpLoB - kOpB), b_w + so);
+        warp_mma_32x32_tile<kSwizzle, true, true, OS, MS, 64>(acc, a_op + so, b_w + so);
+        warp_mma_32x32_tile<kSwizzle, true, true, OS, MS, 64>(acc, a_op + so, b_w + so + kLoB);
+        if constexpr (kKeyLo) warp_mma_32x32_tile<kSwizzle, true, true, OS, MS, 64>(acc, a_op + so + (kOpLoB - kOpB), b_w + so);
       } else {  // [l][j] += sum_i Xq_I[i][l] M[i][j]: A = Xq^T (stored [i][l]), B = M (stored [i][j])
-        qr_mma_32x32<kSwizzle, true, false, OS, MS, 64>(acc, a_op + so, b_u + so);
-        qr_mma_32x32<kSwizzle, true, false, OS, MS, 64>(acc, a_op + so, b_u + so + kLoB);
+        warp_mma_32x32_tile<kSwizzle, true, false, OS, MS, 64>(acc, a_op + so, b_u + so);
+        warp_mma_32x32_tile<kSwizzle, true, false, OS, MS, 64>(acc, a_op + so, b_u + so + kLoB);
       }
       __syncthreads();  // this stage is refilled by the next step's fetch
     };

@@ -365,6 +365,27 @@ bool cross_case(const Problem& p, int nsplit) {
   return check("Pcross", doubles(P), ref, 1.2e-2);
 }
 
+// The swizzled tiles (kSwizzle: unpadded rows, chunk c of row r at c ^ (r % 8)) hold the same bytes
+// in other places: Pcross and every split's partials bitwise the padded kernel's.
+bool same_bits(const char* name, const std::vector<float>& x, const std::vector<float>& y) {
+  const bool ok = x.size() == y.size() && std::memcmp(x.data(), y.data(), sizeof(float) * x.size()) == 0;
+  std::printf("    %-8s %s\n", name, ok ? "bitwise the padded kernel's" : "DIFFERENT from the padded kernel's  <-- FAIL");
+  return ok;
+}
+bool cross_swizzle_case(const Problem& p, int nsplit) {
+  const Dims& d = p.d;
+  const int64_t nC = d.nC, plane = d.nbh * nC * nC * d.C * d.C, items = d.nbh * cross_items(nC) * nsplit;
+  auto run = [&](auto swizzle) {
+    constexpr bool kSw = decltype(swizzle)::value;
+    std::vector<float> out = nans<float>(plane * nsplit);  // Pcross, then the partials
+    emu::launch(small_grid(items), kCrossThreads, cross_smem<kSw>(), [&] {
+      cross_scores_mma_kernel<kSw>(d, p.Xq.data(), p.Kq.data(), p.a32.data(), out.data(), out.data() + plane, nsplit);
+    });
+    return out;
+  };
+  return same_bits("Pcross", run(std::false_type{}), run(std::true_type{}));
+}
+
 // ---- quadratic output: c_i = sum_{J < I} Pcross_IJ[i'][:] V_J + sum_{j' < i'} P_II[i'][j'] v_j, the
 //      context in the layout of v (bf16). P's split 0 holds the diagonal blocks (the upper triangle
 //      and the other splits NaN); Pcross's blocks J >= I and its rows past the last chunk's length
@@ -497,20 +518,27 @@ bool states_case(const Problem& p, bool with_init, bool store_H = true) {
   };
   constexpr auto selected = chunk_states_mma_selected<S, kReverse, kLo, kKeyLo, kSplitStore>();
   constexpr auto wide = &chunk_states_mma_wide_kernel<S, kReverse, kLo, kKeyLo, kSplitStore>;
+  // version 2 in the other tile layout (padded or swizzled: RHOSCAN_ST_SWIZZLE), where version 2 is selected
+  constexpr auto other = kStatesStages == 2
+                             ? &chunk_states_mma_kernel<S, kReverse, kLo, kKeyLo, kSplitStore, !kStatesSwizzle>
+                             : selected;
   run_states(selected, small_grid(items), Hs, Hs_lo, out);
   bool same = true;
-  for (unsigned grid : {small_grid(items), 3u}) {  // the wide kernel, and the selected one on 3 blocks
+  // the wide kernel, the selected one on 3 blocks, the other layout on small_grid(items) and on 2
+  const char* names[] = {"chunk_states_mma_wide_kernel", "3 blocks", "the other tile layout",
+                         "the other tile layout on 2 blocks"};
+  for (int run = 0; run < 4; ++run) {
     auto H2 = nans<S>(Hs.size()), H2_lo = H2;
     auto out2 = nans<float>(out.size());
-    run_states(grid == 3u ? selected : wide, grid, H2, H2_lo, out2);
+    run_states(run == 0 ? wide : run == 1 ? selected : other, run == 1 ? 3u : run == 3 ? 2u : small_grid(items), H2,
+               H2_lo, out2);
     auto bits = [](const auto& x, const auto& y) {
       return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
     };
     const bool ok = bits(Hs, H2) && bits(Hs_lo, H2_lo) && bits(out, out2);
     if (!ok)
-      std::printf("  FAIL %s: not bit for bit the first run's (Hs %d, Hs_lo %d, final state %d)\n",
-                  grid == 3u ? "3 blocks" : "chunk_states_mma_wide_kernel", int(bits(Hs, H2)),
-                  int(bits(Hs_lo, H2_lo)), int(bits(out, out2)));
+      std::printf("  FAIL %s: not bit for bit the first run's (Hs %d, Hs_lo %d, final state %d)\n", names[run],
+                  int(bits(Hs, H2)), int(bits(Hs_lo, H2_lo)), int(bits(out, out2)));
     same &= ok;
   }
   std::vector<Acc> ref_H(Hs.size()), ref_out(out.size(), kUnwritten);
@@ -581,19 +609,26 @@ Str4 final_state_strides(const Problem& p, bool padded, size_t& size) {
 // final_state_mma_kernel into a NaN-initialised rho at strides rs, launched as launch_final_state
 // does (final_state_batches) with its pair limit `limit` (the launcher's 2^30: one launch; a small
 // one: the sub-batches that the launcher takes past 2^30 pairs)
-template <bool kLo>
+template <bool kLo, bool kSwizzle = kFsSwizzle>
 std::vector<float> run_final_state(const Problem& p, unsigned grid, Str4 rs, size_t size, int64_t limit) {
   auto out = nans<float>(size);
   Str4 outs = rs;
   outs.p = out.data();
   final_state_batches(p.d, p.a32.data(), outs, limit, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
     const int64_t kv = first * p.d.T, vv = p.vr(first) * p.d.T;  // (as launch_final_state)
-    emu::launch(grid, kFsThreads, final_state_smem<kLo>(), [&] {
-      final_state_mma_kernel<kLo>(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + vv * p.d.Ep,
+    emu::launch(grid, kFsThreads, final_state_smem<kLo, kSwizzle>(), [&] {
+      final_state_mma_kernel<kLo, kSwizzle>(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + vv * p.d.Ep,
                                   kLo ? p.vlo.data() + vv * p.d.Ep : nullptr, as, os);
     });
   });
   return out;
+}
+template <bool kLo>
+bool final_state_swizzle_case(const Problem& p, unsigned grid, bool padded) {
+  size_t size = 0;
+  const Str4 rs = final_state_strides(p, padded, size);
+  return same_bits("rho_T", run_final_state<kLo, false>(p, grid, rs, size, int64_t{1} << 30),
+                   run_final_state<kLo, true>(p, grid, rs, size, int64_t{1} << 30));
 }
 template <bool kLo>
 bool final_state_case(const Problem& p, unsigned grid, bool padded = false, int64_t limit = int64_t{1} << 30) {
@@ -806,32 +841,42 @@ bool readback_case(const Problem& p) {
     }
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * d.nC * L);
   // kernel (version 1 or 2) on `grid` blocks into w, u, hdh
+  // (the padded layout's shared memory: the swizzled kernel's is smaller)
   auto run = [&](auto kernel, unsigned grid, std::vector<float>& w, std::vector<float>& u, std::vector<float>& hdh) {
     emu::launch(grid, kMmaThreads, readback_smem<kLo>(), [&] {
       kernel(d, Hh.data(), Hl.data(), Ah.data(), Al.data(), p.gb.data(), p.vb.data(), w.data(), u.data(), hdh.data(),
              kLo ? p.glo.data() : nullptr, kLo ? p.vlo.data() : nullptr);
     });
   };
-  // version 2 (the launcher's within readback_fit_32bit, which every emulated problem meets)
-  // against float64 on small_grid(items) blocks; version 1 on the same blocks, and version 2 on 3
-  // and 5 (its running item decomposition wrapping with other steps), must write the same bits
-  // (W, U, HdH; NaN where unwritten)
-  run(&chunk_readback_mma_kernel<kLo>, small_grid(items), W, U, HdH);
+  // version 2 (the launcher's within readback_fit_32bit, which every emulated problem meets) with
+  // padded tiles against float64 on small_grid(items) blocks; version 1 on the same blocks, version
+  // 2 on 3 and 5 (its running item decomposition wrapping with other steps), and version 2 with
+  // swizzled tiles on small_grid(items) and on 3 blocks, must write the same bits (W, U, HdH; NaN
+  // where unwritten)
+  run(&chunk_readback_mma_kernel<kLo, false>, small_grid(items), W, U, HdH);
   bool same = readback_fit_32bit(d);
   if (!same) std::printf("  FAIL readback_fit_32bit false\n");
-  for (unsigned grid : {0u, 3u, 5u}) {  // 0: version 1 on small_grid(items)
+  for (unsigned grid : {0u, 3u, 5u, 1u, 2u}) {  // 0: version 1 on small_grid(items); 1, 2: swizzled
     auto W2 = nans<float>(W.size()), U2 = nans<float>(U.size()), H2 = nans<float>(HdH.size());
     if (grid == 0)
       run(&chunk_readback_mma_v1_kernel<kLo>, small_grid(items), W2, U2, H2);
+    else if (grid == 1)
+      run(&chunk_readback_mma_kernel<kLo, true>, small_grid(items), W2, U2, H2);
+    else if (grid == 2)
+      run(&chunk_readback_mma_kernel<kLo, true>, 3, W2, U2, H2);
     else
-      run(&chunk_readback_mma_kernel<kLo>, grid, W2, U2, H2);
+      run(&chunk_readback_mma_kernel<kLo, false>, grid, W2, U2, H2);
     auto bits = [](const auto& x, const auto& y) {
       return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
     };
     const bool ok = bits(W, W2) && bits(U, U2) && bits(HdH, H2);
     if (!ok)
       std::printf("  FAIL %s: not bit for bit version 2's first run (W %d, U %d, HdH %d)\n",
-                  grid == 0 ? "chunk_readback_mma_v1_kernel" : grid == 3 ? "version 2 on 3 blocks" : "version 2 on 5 blocks",
+                  grid == 0   ? "chunk_readback_mma_v1_kernel"
+                  : grid == 1 ? "version 2, swizzled tiles"
+                  : grid == 2 ? "version 2, swizzled tiles, on 3 blocks"
+                  : grid == 3 ? "version 2 on 3 blocks"
+                              : "version 2 on 5 blocks",
                   int(bits(W, W2)), int(bits(U, U2)), int(bits(HdH, H2)));
     same &= ok;
   }
@@ -942,12 +987,7 @@ bool quad_readback_swizzle_case(const Problem& p) {
   auto Ws = W, Us = W, HdHs = HdH;
   run_quad_readback<kKeyLo, false>(p, m, W, U, HdH);
   run_quad_readback<kKeyLo, true>(p, m, Ws, Us, HdHs);
-  auto same = [](const char* name, const std::vector<float>& x, const std::vector<float>& y) {
-    const bool ok = x.size() == y.size() && std::memcmp(x.data(), y.data(), sizeof(float) * x.size()) == 0;
-    std::printf("    %-8s %s\n", name, ok ? "bitwise the padded kernel's" : "DIFFERENT from the padded kernel's  <-- FAIL");
-    return ok;
-  };
-  return same("W", W, Ws) & same("U", U, Us) & same("HdH", HdH, HdHs);
+  return same_bits("W", W, Ws) & same_bits("U", U, Us) & same_bits("HdH", HdH, HdHs);
 }
 
 // quad_readback: W, U and HdH' against float64 loops over explicit chunk states built from the
@@ -1367,6 +1407,8 @@ int main(int argc, char** argv) {
       // the quadratic forward
       {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},
       {"cross_scores_mma, 3 splits", [](const Problem& p) { return cross_case(p, 3); }, false, true},
+      {"cross_scores_mma, swizzled tiles", [](const Problem& p) { return cross_swizzle_case(p, 1); }, true, true},
+      {"cross_scores_mma, swizzled tiles, 3 splits", [](const Problem& p) { return cross_swizzle_case(p, 3); }, false, true},
       {"chunk_states_mma forward, bf16, no chunk states stored",
        [](const Problem& p) { return states_case<bf16, false>(p, false, false); }, false, true},
       {"chunk_states_mma forward, bf16, split values, no chunk states stored",
@@ -1375,6 +1417,10 @@ int main(int argc, char** argv) {
        [](const Problem& p) { return final_state_case<false>(p, small_grid(final_state_items(p.d))); }, true, true},
       {"final_state_mma, split values, 1 block",
        [](const Problem& p) { return final_state_case<true>(p, 1); }, false, true},
+      {"final_state_mma, swizzled tiles, 2 blocks",
+       [](const Problem& p) { return final_state_swizzle_case<false>(p, small_grid(final_state_items(p.d)), false); }, true, true},
+      {"final_state_mma, swizzled tiles, split values, rho rows padded, 3 blocks",
+       [](const Problem& p) { return final_state_swizzle_case<true>(p, 3, true); }, false, true},
       {"final_state_mma, rho rows padded to an even stride, 3 blocks",
        [](const Problem& p) { return final_state_case<false>(p, 3, true); }, false, true},
       {"final_state_mma, split values, rho rows padded to an even stride, 5 blocks",
