@@ -54,12 +54,14 @@ constexpr int kLocalLT = 64, kLocalET = 32;
 // kLo (split values, float16): gb_lo and vb_lo hold G's and v's bf16 remainders; the products
 // then add S_hi·Y_lo (S_lo·Y_lo is below float32 resolution).
 constexpr int kRbS = kMmaLT + 8;
-// kSwizzle (version 2 only; RHOSCAN_RB_SWIZZLE=1 at build time, default 0 until measured on the
-// H200): the tiles' 128-byte rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled
+// kSwizzle (version 2 only; the default, RHOSCAN_RB_SWIZZLE=0 at build time keeps the padded
+// rows): the tiles' 128-byte rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled
 // tiles), so that the cp.async fills write whole aligned 128-byte groups. The same bytes in other
-// places: the same W, U and HdH bit for bit (emulated).
+// places: the same W, U and HdH bit for bit (emulated). H200, round 16 (de6c163's A/B, Nsight
+// Compute durations of one backward): 1.326 against 1.555 ms at the long case, 0.274 against
+// 0.320 at BDH-base.
 #ifndef RHOSCAN_RB_SWIZZLE
-#define RHOSCAN_RB_SWIZZLE 0
+#define RHOSCAN_RB_SWIZZLE 1
 #endif
 constexpr bool kRbSwizzle = RHOSCAN_RB_SWIZZLE != 0;
 template <bool kLo>

@@ -244,12 +244,14 @@ constexpr int kStatesThreads = kStatesLT / 32 * (kMmaET / 32) * 32;  // a warp p
 #endif
 constexpr int kStatesStages = RHOSCAN_STATES_STAGES;
 constexpr int kStKS = kStatesLT + 8, kStVS = kMmaET + 8;  // rows padded: ldmatrix without bank conflicts
-// kSwizzle (version 2 only; RHOSCAN_ST_SWIZZLE=1 at build time, default 0 until measured on the
-// H200): K's and V's rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles), so
+// kSwizzle (version 2 only; the default, RHOSCAN_ST_SWIZZLE=0 at build time keeps the padded
+// rows): K's and V's rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles), so
 // that the cp.async fills write whole aligned 128-byte groups; the same products bit for bit
-// (emulated). states_mma_smem stays the padded layout's size, an upper bound for both.
+// (emulated). states_mma_smem stays the padded layout's size, an upper bound for both. H200, round
+// 16 (de6c163's A/B, Nsight Compute durations, the long case's 8 launches of two forwards and a
+// backward): 2.316 against 2.531 ms; BDH-base 0.287 against 0.309.
 #ifndef RHOSCAN_ST_SWIZZLE
-#define RHOSCAN_ST_SWIZZLE 0
+#define RHOSCAN_ST_SWIZZLE 1
 #endif
 constexpr bool kStatesSwizzle = RHOSCAN_ST_SWIZZLE != 0;
 // Chunk states leave through a per-warp staging tile in shared memory, so that each row goes out
@@ -851,7 +853,14 @@ constexpr const char* kStatesKernelName =
 // contraction streams 64-latent tiles of X and S through two shared-memory stages: cp.async for
 // bf16 states, loads converted to bf16 for float32 states.
 constexpr int kOutXS = kMmaLT + 8, kOutHS = kMmaET + 8;
-constexpr int kOutMmaSmem = 2 * 64 * (kOutXS + kOutHS) * static_cast<int>(sizeof(bf16));
+constexpr int kOutMmaSmem = 2 * 64 * (kOutXS + kOutHS) * static_cast<int>(sizeof(bf16));  // (an upper bound for the swizzled layout)
+// kSwizzle of version 2 (below; RHOSCAN_OUT_SWIZZLE=1 at build time, default 0 until measured on
+// the H200): X's and S's rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles),
+// as chunk_states_mma's; the same products bit for bit (emulated).
+#ifndef RHOSCAN_OUT_SWIZZLE
+#define RHOSCAN_OUT_SWIZZLE 0
+#endif
+constexpr bool kOutSwizzle = RHOSCAN_OUT_SWIZZLE != 0;
 // kLo: Y_lo holds Y's bf16 remainders (split values), the intra-chunk product's second pass.
 template <typename S, typename OutT, bool kDv, bool kLo = false>
 __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d, const bf16* X, const S* Hs,
@@ -966,16 +975,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
 //     out_ws as float2 where E is even and out_ws 8-byte aligned); else version 1's element loop.
 // ptxas (sm_90a, nvcc 13): 126-128 registers, no spills (version 1: 104-120), 2 blocks per SM as
 // version 1; see docs/CUDA.md. Not yet measured on the H200.
-template <typename S, typename OutT, bool kDv, bool kLo = false>
+template <typename S, typename OutT, bool kDv, bool kLo = false, bool kSwizzle = kOutSwizzle>
 __global__ void __launch_bounds__(kMmaThreads, 2)
     chunk_output_mma_v2_kernel(Dims d, const bf16* X, const S* Hs, const float* P, const bf16* Y, Str4 out,
                                float* out_ws, const bf16* Y_lo = nullptr) {
   grid_dependency_wait();
-  constexpr int LT = kMmaLT, ET = kMmaET, XS = kOutXS, HS = kOutHS;
+  constexpr int LT = kMmaLT, ET = kMmaET, XS = kSwizzle ? LT : kOutXS, HS = kSwizzle ? ET : kOutHS;
   static_assert(kMmaThreads == 256 && LT == 64 && ET == 128, "the fixed pieces below");
   // version 1's shared-memory layout, in bytes: X [2][64][XS], then S [2][64][HS]
   constexpr uint32_t kXB = 2 * 64 * XS, kHB = 2 * 64 * HS, kHOff = 2 * kXB;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // (128-byte aligned: the swizzled tiles' XOR steps need every tile on a 128-byte boundary)
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's tokens and columns in the tile
   const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), net = static_cast<int>(d.Ep / ET);
@@ -984,12 +994,13 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   const int CnLast = static_cast<int>(d.chunk_len(nC - 1));
   const uint32_t s0 = smem_addr(smem_raw);
   // the lane's ldmatrix addresses in stage 0 (k = 0, mt = np = 0): A = X [i][l], B = S [l][e]
-  const uint32_t a_ln = s0 + 2 * warp_mma_lane_a<false>(lane, wm, XS);
-  const uint32_t b_ln = s0 + kHOff + 2 * warp_mma_lane_b<false>(lane, wn, HS);
+  const uint32_t a_ln = s0 + warp_mma_lane_a_tile<kSwizzle, false>(lane, wm, XS);
+  const uint32_t b_ln = s0 + kHOff + warp_mma_lane_b_tile<kSwizzle, false>(lane, wn, HS);
   // the fetch's fixed pieces: X rows xr0 + 32 r (r < 2), latents xp ..; S / Y rows hr0 + 16 r (r < 4),
-  // columns hp ..
+  // columns hp .. (swizzled: every piece of a thread in its first row's chunk, rows 16 or 32 apart)
   const int xr0 = tid / 8, xp = 8 * (tid % 8), hr0 = tid / 16, hp = 8 * (tid % 16);
-  const uint32_t x_dst = s0 + 2 * (xr0 * XS + xp), h_dst = s0 + kHOff + 2 * (hr0 * HS + hp);
+  const uint32_t x_dst = s0 + tile_offset<kSwizzle>(xr0, tid % 8, XS);
+  const uint32_t h_dst = s0 + kHOff + tile_offset<kSwizzle>(hr0, tid % 16, HS);
   const int x_thr = xr0 * Lp + xp, h_thr = hr0 * Ep + hp;
   // P's float4 path: chunks of 64 (every Pm index inside the chunk's C x C block) and P 16-byte aligned
   const bool p_vec = C == 64 && reinterpret_cast<uintptr_t>(P) % 16 == 0;
@@ -1050,7 +1061,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
         cp_async_wait<0>();
       }
       __syncthreads();
-      warp_mma_32x32_u32<false, false, XS, HS, LT>(acc, a_ln + (kt & 1) * kXB, b_ln + (kt & 1) * kHB);
+      warp_mma_32x32_tile<kSwizzle, false, false, XS, HS, LT>(acc, a_ln + (kt & 1) * kXB, b_ln + (kt & 1) * kHB);
       __syncthreads();
     }
     // intra-chunk part: Pm [i][j] into X's stage 0, Y [j][e] into S's stage 0 (Y_lo: stage 1)
@@ -1095,10 +1106,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
           for (int k = 0; k < 8; ++k) pm[u][k] = !p_vec && jj < Cn && i0 + k < jj ? Pc[jj * C + i0 + k] : 0.0f;
         }
       }
-      unsigned char* dst = xs0 + 2 * (i0 * XS + j);
+      // (row i0 + k, columns j, j + 1: in chunk j / 8, swizzled by the row's k = (i0 + k) % 8)
 #pragma unroll
       for (int k = 0; k < 8; ++k)
-        *reinterpret_cast<__nv_bfloat162*>(dst + 2 * XS * k) = __floats2bfloat162_rn(pm[0][k], pm[1][k]);
+        *reinterpret_cast<__nv_bfloat162*>(xs0 + tile_offset<kSwizzle>(i0 + k, j / 8, XS) + 2 * (j % 8)) =
+            __floats2bfloat162_rn(pm[0][k], pm[1][k]);
     }
     // Y's token row: trow, or for values packed per batch row (Hv = 1) trow + (v_row(bh) - bh) T,
     // which is smaller (so within nbh T < 2^31 as trow)
@@ -1110,8 +1122,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    warp_mma_32x32_u32<false, false, XS, HS, 64>(acc, a_ln, b_ln);
-    if constexpr (kLo) warp_mma_32x32_u32<false, false, XS, HS, 64>(acc, a_ln, b_ln + kHB);
+    warp_mma_32x32_tile<kSwizzle, false, false, XS, HS, 64>(acc, a_ln, b_ln);
+    if constexpr (kLo) warp_mma_32x32_tile<kSwizzle, false, false, XS, HS, 64>(acc, a_ln, b_ln + kHB);
     // the epilogue: acc[mt][nt][r] is out[t0 + wm + 16 mt + g + 8 (r / 2)][e0 + wn + 8 nt + 2 tq + r % 2]
     const bool inside = wm + 32 <= Cn && e0 + wn + 32 <= d.E;  // the warp's block: no checks
     if (out_ws != nullptr && inside && d.E % 2 == 0 && reinterpret_cast<uintptr_t>(out_ws) % 8 == 0) {

@@ -175,12 +175,14 @@ __device__ __forceinline__ void cross_item_decode(int64_t g, int64_t nC, int (&x
 }
 constexpr int kCrossThreads = 256;
 constexpr int kCrossNS = 3;                 // pipeline stages
-// kSwizzle (RHOSCAN_CS_SWIZZLE=1 at build time; default 0 until measured on the H200): the tiles'
+// kSwizzle (the default; RHOSCAN_CS_SWIZZLE=0 at build time keeps the padded rows): the tiles'
 // rows unpadded, chunk c of row r at c ^ (r % 8), as quad_readback_mma's (quadratic_backward.cuh:
 // the cp.async fills then write whole aligned 128-byte groups). The same bytes in other places:
-// the same products bit for bit (emulated).
+// the same products bit for bit (emulated). H200, round 16 (de6c163 with and without the flags of
+// all four swizzled kernels, BDH-8k bfloat16, Nsight Compute durations): 1.093 against 1.168 ms
+// for four launches (2 forwards each of the forward and the forward+backward benchmarks).
 #ifndef RHOSCAN_CS_SWIZZLE
-#define RHOSCAN_CS_SWIZZLE 0
+#define RHOSCAN_CS_SWIZZLE 1
 #endif
 template <bool kSwizzle>
 constexpr int cross_stage() {  // bf16 per stage: Xq rows of slots 0, 1, then key rows of slots 0, 1
@@ -460,14 +462,15 @@ constexpr int kFsLT = 128, kFsET = kMmaET, kFsTT = 64, kFsNS = 2;
 constexpr int kFsThreads = kFsLT / 64 * (kFsET / 64) * 32;  // a warp per 64×64 block of the tile
 constexpr int kFsMinBlocks = 2;                             // blocks per SM the registers are budgeted for
 constexpr int kFsKS = kFsLT + 8, kFsVS = kFsET + 8;  // bf16 row strides (conflict-free ldmatrix)
-// kSwizzle (RHOSCAN_FS_SWIZZLE=1 at build time; default 0 until measured on the H200): K's and V's
+// kSwizzle (the default; RHOSCAN_FS_SWIZZLE=0 at build time keeps the padded rows): K's and V's
 // rows unpadded (256 bytes), 16-byte chunk c of row r at c ^ (r % 8) (c's bit 3 kept), as
 // quad_readback_mma's operand tiles (quadratic_backward.cuh): the cp.async fills write whole
 // aligned 128-byte groups; a fragment's row block (mt, np: chunks 2 mt, 2 np on) is an XOR of the
 // lane's address with 32 mt bytes, a k16 step an immediate (16 rows keep r % 8). The same products
-// bit for bit (emulated).
+// bit for bit (emulated). H200, round 16 (de6c163's A/B, BDH-8k, four launches): 1.004 against
+// 1.112 ms; ptxas 232 registers (split values 239), no spills.
 #ifndef RHOSCAN_FS_SWIZZLE
-#define RHOSCAN_FS_SWIZZLE 0
+#define RHOSCAN_FS_SWIZZLE 1
 #endif
 constexpr bool kFsSwizzle = RHOSCAN_FS_SWIZZLE != 0;  // the launcher's layout
 template <bool kLo, bool kSwizzle = kFsSwizzle>

@@ -690,8 +690,14 @@ bool output_case(const Problem& p) {
   run_output(selected, 3, out);
   auto out2 = nans<OutT>(out.size());
   run_output(other, small_grid(items), out2);
-  const bool same = std::memcmp(out.data(), out2.data(), out.size() * sizeof(OutT)) == 0;
+  bool same = std::memcmp(out.data(), out2.data(), out.size() * sizeof(OutT)) == 0;
   if (!same) std::printf("  FAIL the other chunk_output_mma version: not bit for bit the selected one's\n");
+  // version 2 in its other tile layout (padded or swizzled: RHOSCAN_OUT_SWIZZLE) on 2 blocks
+  auto out3 = nans<OutT>(out.size());
+  run_output(&chunk_output_mma_v2_kernel<S, OutT, kDv, kLo, !kOutSwizzle>, 2, out3);
+  const bool same3 = std::memcmp(out.data(), out3.data(), out.size() * sizeof(OutT)) == 0;
+  if (!same3) std::printf("  FAIL chunk_output_mma_v2 in the other tile layout: not bit for bit the selected one's\n");
+  same &= same3;
   std::vector<Acc> ref(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh)
     for (int64_t c = 0; c < d.nC; ++c) {
@@ -848,24 +854,24 @@ bool readback_case(const Problem& p) {
              kLo ? p.glo.data() : nullptr, kLo ? p.vlo.data() : nullptr);
     });
   };
-  // version 2 (the launcher's within readback_fit_32bit, which every emulated problem meets) with
-  // padded tiles against float64 on small_grid(items) blocks; version 1 on the same blocks, version
-  // 2 on 3 and 5 (its running item decomposition wrapping with other steps), and version 2 with
-  // swizzled tiles on small_grid(items) and on 3 blocks, must write the same bits (W, U, HdH; NaN
-  // where unwritten)
-  run(&chunk_readback_mma_kernel<kLo, false>, small_grid(items), W, U, HdH);
+  // version 2 (the launcher's within readback_fit_32bit, which every emulated problem meets) in
+  // the launcher's tile layout (RHOSCAN_RB_SWIZZLE) against float64 on small_grid(items) blocks;
+  // version 1 on the same blocks, version 2 on 3 and 5 (its running item decomposition wrapping
+  // with other steps), and version 2 in the other layout (padded or swizzled) on small_grid(items)
+  // and on 3 blocks, must write the same bits (W, U, HdH; NaN where unwritten)
+  run(&chunk_readback_mma_kernel<kLo, kRbSwizzle>, small_grid(items), W, U, HdH);
   bool same = readback_fit_32bit(d);
   if (!same) std::printf("  FAIL readback_fit_32bit false\n");
-  for (unsigned grid : {0u, 3u, 5u, 1u, 2u}) {  // 0: version 1 on small_grid(items); 1, 2: swizzled
+  for (unsigned grid : {0u, 3u, 5u, 1u, 2u}) {  // 0: version 1 on small_grid(items); 1, 2: the other layout
     auto W2 = nans<float>(W.size()), U2 = nans<float>(U.size()), H2 = nans<float>(HdH.size());
     if (grid == 0)
       run(&chunk_readback_mma_v1_kernel<kLo>, small_grid(items), W2, U2, H2);
     else if (grid == 1)
-      run(&chunk_readback_mma_kernel<kLo, true>, small_grid(items), W2, U2, H2);
+      run(&chunk_readback_mma_kernel<kLo, !kRbSwizzle>, small_grid(items), W2, U2, H2);
     else if (grid == 2)
-      run(&chunk_readback_mma_kernel<kLo, true>, 3, W2, U2, H2);
+      run(&chunk_readback_mma_kernel<kLo, !kRbSwizzle>, 3, W2, U2, H2);
     else
-      run(&chunk_readback_mma_kernel<kLo, false>, grid, W2, U2, H2);
+      run(&chunk_readback_mma_kernel<kLo, kRbSwizzle>, grid, W2, U2, H2);
     auto bits = [](const auto& x, const auto& y) {
       return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
     };
@@ -873,8 +879,8 @@ bool readback_case(const Problem& p) {
     if (!ok)
       std::printf("  FAIL %s: not bit for bit version 2's first run (W %d, U %d, HdH %d)\n",
                   grid == 0   ? "chunk_readback_mma_v1_kernel"
-                  : grid == 1 ? "version 2, swizzled tiles"
-                  : grid == 2 ? "version 2, swizzled tiles, on 3 blocks"
+                  : grid == 1 ? "version 2, the other tile layout"
+                  : grid == 2 ? "version 2, the other tile layout, on 3 blocks"
                   : grid == 3 ? "version 2 on 3 blocks"
                               : "version 2 on 5 blocks",
                   int(bits(W, W2)), int(bits(U, U2)), int(bits(HdH, H2)));
@@ -967,7 +973,7 @@ bool cross_values_case(const Problem& p) {
 }
 
 // quad_readback_mma_kernel, with launch_quadratic_backward's block size and shared memory
-template <bool kKeyLo, bool kSwizzle = false>
+template <bool kKeyLo, bool kSwizzle = RHOSCAN_QR_SWIZZLE != 0>
 void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W, std::vector<float>& U,
                        std::vector<float>& HdH) {
   const Dims& d = p.d;
