@@ -162,7 +162,9 @@ __device__ __forceinline__ uint32_t warp_mma_lane_b_tile(int lane, int n0, int l
 // addresses of warp_mma_lane_a_tile / _b_tile: the same fragments and mma sequence (the same sums,
 // bit for bit). Swizzled, a step of 16 elements along a row (2 chunks) is an XOR of the lane's
 // address (32 bytes per block mt or np; 2 k0 bytes per k step: the logical chunk a lane starts
-// from has those bits clear, so the XOR adds them), a step of rows an immediate (16 rows keep r % 8).
+// from has those bits clear, so the XOR adds them) inside a 128-byte group, an add of 128 from one
+// group to the next (rows need not be a power of two of groups); a step of rows an immediate (16
+// rows keep r % 8).
 template <bool kSwizzle, bool kATrans, bool kBTrans, int kLda, int kLdb, int kKdim>
 __device__ __forceinline__ void warp_mma_32x32_tile(float (&acc)[2][4][4], uint32_t a, uint32_t b) {
   if constexpr (!kSwizzle) {
@@ -177,12 +179,12 @@ __device__ __forceinline__ void warp_mma_32x32_tile(float (&acc)[2][4][4], uint3
         if (kATrans)
           ldsm_x4_trans_u32(af[mt], (a ^ (32u * mt)) + 2 * k0 * kLda);
         else
-          ldsm_x4_u32(af[mt], (a ^ (2u * k0)) + 2 * 16 * mt * kLda);
+          ldsm_x4_u32(af[mt], (a ^ (2u * (k0 % 64))) + 128 * (k0 / 64) + 2 * 16 * mt * kLda);
       }
 #pragma unroll
       for (int np = 0; np < 2; ++np) {
         if (kBTrans)
-          ldsm_x4_u32(bf[np], (b ^ (2u * k0)) + 2 * 16 * np * kLdb);
+          ldsm_x4_u32(bf[np], (b ^ (2u * (k0 % 64))) + 128 * (k0 / 64) + 2 * 16 * np * kLdb);
         else
           ldsm_x4_trans_u32(bf[np], (b ^ (32u * np)) + 2 * k0 * kLdb);
       }
