@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kMmaThreads, kLo ? 1 : 2) chunk_readback_mma_v
     Dims d, const bf16* Hs, const bf16* Hs_lo, const bf16* dHs, const bf16* dHs_lo, const bf16* gb, const bf16* vb,
     float* W, float* U, float* HdH, const bf16* gb_lo = nullptr, const bf16* vb_lo = nullptr) {
   grid_dependency_wait();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   // per stage, tiles 0, 1: H hi, lo; 2, 3: A_end hi, lo ([64 latents][kRbS]); 4: G, 5: v
   // ([64 tokens][kRbS]); if kLo, 6: G lo, 7: v lo
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw);
@@ -719,7 +719,7 @@ __device__ __forceinline__ void bwd_local_v2(
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
     float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
   constexpr int LT = kLocalLT, ET = kLocalET;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   LocalSmem& S = *reinterpret_cast<LocalSmem*>(smem_raw);
   auto& qs = S.r.qs;
   auto& qps = S.r.qps;
@@ -1080,7 +1080,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
   constexpr int LT = kLocalLT, RS = kLocalLT + kLocalPadV5;  // RS: floats per row of the [64][RS] tiles
   constexpr int MS = 64 + kLocalMsPadV5;  // floats per row of ms
   static_assert(kLocalMsPadV5 >= 2, "ms's padding columns LT, LT + 1: 1/s, s");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   LocalSmemV5& S = *reinterpret_cast<LocalSmemV5*>(smem_raw);
   auto& qs = S.r.qs;
   auto& qps = S.r.qps;

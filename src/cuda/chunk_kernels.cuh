@@ -335,7 +335,7 @@ template <typename T>
 __global__ void __launch_bounds__(kSumsThreads, 3) norm_sums_kernel(Dims d, Str4 q, const float* a32, float* Nc,
                                                                  float* parts, int64_t nlb) {
   grid_dependency_wait();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   float(*red)[kSumsTokens] = reinterpret_cast<float(*)[kSumsTokens]>(smem_raw);  // [warp][token]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int64_t width = 2 * int64_t(blockDim.x);  // latents per block

@@ -334,7 +334,7 @@ __global__ void __launch_bounds__(kStatesThreads, states_min_blocks<S>())
   grid_dependency_wait();
   static_assert(!kSplitStore || std::is_same_v<S, bf16>, "split stores are bf16 planes");
   constexpr int LT = kStatesLT, ET = kMmaET, KS = kStKS, VS = kStVS, NT = kStatesThreads;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   constexpr int NS = kStatesStages;
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);  // [NS stages][64 tokens][KS]: K[i][l]
   bf16* vs = ks + NS * 64 * KS;                   // [NS stages][64 tokens][VS]: V[i][e]
@@ -868,7 +868,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) chunk_output_mma_kernel(Dims d
                                                                           float* out_ws, const bf16* Y_lo = nullptr) {
   grid_dependency_wait();
   constexpr int LT = kMmaLT, ET = kMmaET, XS = kOutXS, HS = kOutHS;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens][XS]
   bf16* hs = xs + 2 * 64 * XS;                    // [2 stages][64 latents][HS]
   const int warp = threadIdx.x / 32;
@@ -1311,7 +1311,7 @@ __global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
     chunk_scores_mma_kernel(Dims d, Str4 q, const float* a32, const QpT* Qp, float* P) {
   grid_dependency_wait();
   constexpr int LT = kMmaLT;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   ScoreSmem& S = *reinterpret_cast<ScoreSmem*>(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   const int C = static_cast<int>(d.C);

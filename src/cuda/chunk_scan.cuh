@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
   constexpr int kBlocks = kLp / 16, kPer = (kBlocks + 7) / 8;  // the state's 32×32 blocks; per warp
   constexpr int PPR = kLp / 8;                                  // 16-byte pieces per Xq / Kq row
   static_assert(kLp % 64 == 0 && kLp <= kScanMaxLp && NT == 256 && ET == 64, "the fixed pieces below");
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
   const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), Lp = static_cast<int>(d.Lp);
   const int net = static_cast<int>((d.E + ET - 1) / ET);  // column tiles inside E

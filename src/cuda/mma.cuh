@@ -67,6 +67,17 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// One warp's 32×32 block, one k step (16): the 8 mma from A's fragments (row blocks mt) and B's
+// (two ldmatrix.x4, each two 8-column tiles: regs {0,1} and {2,3}), in the one order that every
+// variant below uses (so their sums agree bit for bit).
+__device__ __forceinline__ void mma_32x32_k16(float (&acc)[2][4][4], const uint32_t (&af)[2][4],
+                                              const uint32_t (&bf)[2][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+      mma_bf16_16816(acc[mt][nt], af[mt], bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]);
+}
 // One warp's 32×32 block of C += A·B over kdim (a multiple of 16), from bf16 tiles in shared
 // memory. acc[mt][nt] is the 16×8 accumulator at rows m0 + 16 mt, columns n0 + 8 nt.
 //   kATrans = false: A stored [m][k] (row stride lda);  true: A stored [k][m] (A^T).
@@ -94,10 +105,7 @@ __device__ __forceinline__ void warp_mma_32x32(float (&acc)[2][4][4], const bf16
       else
         ldsm_x4_trans(b[np], Bs + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * ldb + n + (lane >> 4) * 8);
     }
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) mma_bf16_16816(acc[mt][nt], a[mt], b[nt / 2][2 * (nt % 2)], b[nt / 2][2 * (nt % 2) + 1]);
+    mma_32x32_k16(acc, a, b);
   }
 }
 
@@ -126,11 +134,7 @@ __device__ __forceinline__ void warp_mma_32x32_u32(float (&acc)[2][4][4], uint32
       else
         ldsm_x4_trans_u32(bf[np], b + 2 * (k0 * kLdb + 16 * np));
     }
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-        mma_bf16_16816(acc[mt][nt], af[mt], bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]);
+    mma_32x32_k16(acc, af, bf);
   }
 }
 // Swizzled tiles: rows of ld bf16 (a multiple of 64: 128-byte groups), unpadded, with 16-byte chunk
@@ -188,11 +192,7 @@ __device__ __forceinline__ void warp_mma_32x32_tile(float (&acc)[2][4][4], uint3
         else
           ldsm_x4_trans_u32(bf[np], (b ^ (32u * np)) + 2 * k0 * kLdb);
       }
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-          mma_bf16_16816(acc[mt][nt], af[mt], bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]);
+      mma_32x32_k16(acc, af, bf);
     }
   }
 }

@@ -338,7 +338,7 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
                                 Str4 out) {
   grid_dependency_wait();
   constexpr int ET = kMmaET, PS = kQOutPS, VS = kQOutVS;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   bf16* ps = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens i'][PS]: P_IJ[i'][j']
   bf16* vs = ps + 2 * 64 * PS;                    // [2 stages][64 tokens j'][VS]: V_J[j'][e]
   bf16* vls = vs + 2 * 64 * VS;                   // [2 stages][64][VS] if kLo: V_J's remainders

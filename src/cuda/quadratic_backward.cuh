@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
                                                                       float* Mdiag = nullptr,
                                                                       bool diag_only = false) {
   grid_dependency_wait();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   // [stage][0: G rows i, 1: v rows j, if kLo 2: G lo, 3: v lo][64][kCvS]
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw);
   constexpr int NT = kLo ? 4 : 2;
@@ -460,7 +460,7 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
                                                                     const bf16* gb, float* dvp,
                                                                     const bf16* glo = nullptr) {
   grid_dependency_wait();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   constexpr int kQdStage = quad_dv_stage<kLo>();
   bf16* stages = reinterpret_cast<bf16*>(smem_raw);  // [2][P tile [64][kQdPS], G tile [64][kQdGS]]
   const int warp = threadIdx.x / 32;
