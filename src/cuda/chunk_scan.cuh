@@ -50,16 +50,29 @@ namespace rhoscan::cuda_detail {
 constexpr int kScanThreads = 256;
 constexpr int kScanET = 64;      // state / output columns per block
 constexpr int kScanMaxLp = 256;  // the largest padded L the kernel takes (its state: 64 accumulators per thread)
-template <int kLp>
+// kSwizzle (RHOSCAN_SCAN_SWIZZLE=1 at build time; default 0 until measured on the H200): the Xq,
+// Kq, v and Sb tiles' rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles),
+// so that the cp.async fills write whole aligned 128-byte groups (Xq's and Kq's rows at Lp = 192
+// are 3 groups: the XOR keeps bits 3 and up of the chunk, so any multiple of 64 works); the Sb
+// stores from the accumulators stay conflict-free (the 8 rows g of a store at 8 chunks c ^ g, the
+// 4 lanes tq in one chunk). P's float32 tile stays padded (its fragment loads are float2 by row g).
+// The same products bit for bit (emulated). 20 KiB less shared memory at Lp = 256.
+#ifndef RHOSCAN_SCAN_SWIZZLE
+#define RHOSCAN_SCAN_SWIZZLE 0
+#endif
+constexpr bool kScanSwizzle = RHOSCAN_SCAN_SWIZZLE != 0;
+template <int kLp, bool kSwizzle = kScanSwizzle>
 struct ScanLayout {
-  static constexpr int XS = kLp + 8;         // Xq, Kq rows (bf16 elements)
-  static constexpr int VS = kScanET + 8;     // v, Sb rows (bf16 elements)
+  static constexpr int XS = kSwizzle ? kLp : kLp + 8;             // Xq, Kq rows (bf16 elements)
+  static constexpr int VS = kSwizzle ? kScanET : kScanET + 8;     // v, Sb rows (bf16 elements)
   static constexpr int PS = 64 + 8;          // P rows (floats)
   static constexpr uint32_t kXB = 2 * 64 * XS, kVB = 2 * 64 * VS, kPB = 4 * 64 * PS;  // tile bytes
   static constexpr uint32_t kK = kXB, kV = 2 * kXB, kP = 2 * kXB + kVB;               // in a stage
   static constexpr uint32_t kStageB = kP + kPB;
   static constexpr uint32_t kSb = 2 * kStageB, kDecay = kSb + 2 * kLp * VS;
   static constexpr int bytes = static_cast<int>(kDecay + 2 * kLp * sizeof(float));
+  // every tile on a 128-byte boundary (the swizzle's groups)
+  static_assert(kK % 128 == 0 && kV % 128 == 0 && kP % 128 == 0 && kStageB % 128 == 0 && kSb % 128 == 0, "");
 };
 static_assert(ScanLayout<kScanMaxLp>::bytes <= 227 * 1024, "chunk_scan_mma: shared memory past the H200's");
 // Blocks per multiprocessor the registers are budgeted for: 1. At Lp = 64 two blocks would fit in
@@ -76,12 +89,12 @@ inline bool scan_fit_32bit(const Dims& d) {
 // Xq, Kq: [bh][T][Lp] (norm_apply); vb: [v_row(bh)][T][Ep] (pack_bf16); P: [bh][c][nsplit][C][C], split 0
 // the sum, 16-byte aligned, C % 4 == 0 (its rows by 16-byte cp.async); init, rho: float32
 // [B,H,L,E] strided (init.p null: zeros; rho.p null: no final state); ctx: OutT [B,H,T,E] strided.
-template <int kLp, typename OutT>
+template <int kLp, typename OutT, bool kSwizzle = kScanSwizzle>
 __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
     chunk_scan_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const bf16* vb, const float* P, const float* a32,
                           Str4 init, Str4 ctx, Str4 rho) {
   grid_dependency_wait();
-  using Lay = ScanLayout<kLp>;
+  using Lay = ScanLayout<kLp, kSwizzle>;
   constexpr int XS = Lay::XS, VS = Lay::VS, PS = Lay::PS, NT = kScanThreads, ET = kScanET;
   constexpr int kBlocks = kLp / 16, kPer = (kBlocks + 7) / 8;  // the state's 32×32 blocks; per warp
   constexpr int PPR = kLp / 8;                                  // 16-byte pieces per Xq / Kq row
@@ -102,14 +115,14 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
   const int cm = 16 * (warp & 3), cn = 32 * (warp >> 2);  // the warp's context block: tokens, columns
   // the lane's ldmatrix addresses in stage 0 (k step 0): the context's A (Xq [i][l]) and B (Sb [l][e],
   // v [j][e]); the state's A (Kq [i][l], transposed) and B (v [i][e]) per block
-  const uint32_t a_ctx = s0 + 2 * warp_mma_lane_a<false>(lane, cm, XS);
-  const uint32_t b_sb = s0 + Lay::kSb + 2 * warp_mma_lane_b<false>(lane, cn, VS);
-  const uint32_t b_pv = s0 + Lay::kV + 2 * warp_mma_lane_b<false>(lane, cn, VS);
+  const uint32_t a_ctx = s0 + warp_mma_lane_a_tile<kSwizzle, false>(lane, cm, XS);
+  const uint32_t b_sb = s0 + Lay::kSb + warp_mma_lane_b_tile<kSwizzle, false>(lane, cn, VS);
+  const uint32_t b_pv = s0 + Lay::kV + warp_mma_lane_b_tile<kSwizzle, false>(lane, cn, VS);
   uint32_t a_st[kPer], b_st[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
-    a_st[k] = s0 + Lay::kK + 2 * warp_mma_lane_a<true>(lane, sm(k), XS);
-    b_st[k] = s0 + Lay::kV + 2 * warp_mma_lane_b<false>(lane, sn(k), VS);
+    a_st[k] = s0 + Lay::kK + warp_mma_lane_a_tile<kSwizzle, true>(lane, sm(k), XS);
+    b_st[k] = s0 + Lay::kV + warp_mma_lane_b_tile<kSwizzle, false>(lane, sn(k), VS);
   }
   const float* init_p = static_cast<const float*>(init.p);
   float* rho_p = const_cast<float*>(static_cast<const float*>(rho.p));
@@ -123,7 +136,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
     for (int r = 0; r < 64 * PPR / NT; ++r) {
       const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
       const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
-      const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + 2 * (i * XS + p);
+      const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + tile_offset<kSwizzle>(i, p / 8, XS);
       cp_async16_u32(dst, Xq + o, bytes);
       cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
     }
@@ -134,7 +147,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
 #pragma unroll 1
     for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
       const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
-      cp_async16_u32(st + Lay::kV + 2 * (i * VS + p), vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + e0 + p),
+      cp_async16_u32(st + Lay::kV + tile_offset<kSwizzle>(i, p / 8, VS), vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + e0 + p),
                      i < Cn ? 16u : 0u);
     }
     const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;
@@ -188,8 +201,9 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
           for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf)
-              *reinterpret_cast<__nv_bfloat162*>(sb + (sm(k) + 16 * mt + 8 * hf + g) * VS + sn(k) + 8 * nt + 2 * tq) =
-                  __floats2bfloat162_rn(accS[k][mt][nt][2 * hf], accS[k][mt][nt][2 * hf + 1]);
+              *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<unsigned char*>(sb) +
+                                                 tile_offset<kSwizzle>(sm(k) + 16 * mt + 8 * hf + g, (sn(k) + 8 * nt) / 8, VS) +
+                                                 4 * tq) = __floats2bfloat162_rn(accS[k][mt][nt][2 * hf], accS[k][mt][nt][2 * hf + 1]);
       }
       cp_async_wait<0>();  // this thread's copies of chunk c (the only group in flight)
       __syncthreads();     // A: everyone's copies and Sb; the other stage's readers (step c - 1) done
@@ -202,13 +216,15 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
       }
       cp_async_commit();
       const uint32_t so = stage * Lay::kStageB;
-      // 2a. ctx = Xq_c · Sb: k steps of 16 latents, increasing (chunk_output's 64-latent tiles in order)
+      // 2a. ctx = Xq_c · Sb: k steps of 16 latents, increasing (chunk_output's 64-latent tiles in order);
+      // swizzled, 16 latents on within a row's 128-byte group an XOR (the lane's chunk bits 1, 2
+      // start clear), from one group to the next an add (warp_mma_32x32_tile's A k steps)
       float accC[4][4] = {};
 #pragma unroll 4
       for (int kt = 0; kt < kLp / 16; ++kt) {
         uint32_t af[4];
-        ldsm_x4_u32(af, a_ctx + so + 2 * 16 * kt);
-        warp_mma_16x32_k16_u32(accC, af, b_sb + 2 * 16 * VS * kt);
+        ldsm_x4_u32(af, (kSwizzle ? ((a_ctx ^ (32u * (kt % 4))) + 128 * (kt / 4)) : a_ctx + 2 * 16 * kt) + so);
+        warp_mma_16x32_k16_tile<kSwizzle>(accC, af, b_sb + 2 * 16 * VS * kt);
       }
       // 3. S <- a^Cn ⊙ S + Kq_c^T v_c (chunk_states' scaling and k steps)
 #pragma unroll
@@ -229,7 +245,8 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
         const int nk = (Cn + 15) / 16;
         constexpr uint32_t kKA = 2 * 16 * XS, kKV = 2 * 16 * VS;  // 16 tokens on in Kq's, v's tile
 #pragma unroll 1
-        for (int j = 0; j < nk; ++j) warp_mma_32x32_u32<true, false, XS, VS, 16>(accS[k], a_st[k] + so + j * kKA, b_st[k] + so + j * kKV);
+        for (int j = 0; j < nk; ++j)
+          warp_mma_32x32_tile<kSwizzle, true, false, XS, VS, 16>(accS[k], a_st[k] + so + j * kKA, b_st[k] + so + j * kKV);
       }
       __syncthreads();  // B: Sb read
       // 2b. ctx += Pm_c · v_c over all 64 token rows (chunk_output's intra-chunk product); Pm's A
@@ -246,7 +263,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
           return *reinterpret_cast<const uint32_t*>(&p);
         };
         const uint32_t af[4] = {pair(i0, j), pair(i1, j), pair(i0, j + 8), pair(i1, j + 8)};
-        warp_mma_16x32_k16_u32(accC, af, b_pv + so + 2 * 16 * VS * kk);
+        warp_mma_16x32_k16_tile<kSwizzle>(accC, af, b_pv + so + 2 * 16 * VS * kk);
       }
       // the context rows i < Cn, columns e < E (accC[nt][r]: token cm + g + 8 (r / 2), column
       // e0 + cn + 8 nt + 2 tq + r % 2), rounded as chunk_output's

@@ -198,12 +198,15 @@ __device__ __forceinline__ void warp_mma_32x32_tile(float (&acc)[2][4][4], uint3
 }
 // One k step (16) of a warp's 16×32 block of C += A·B: A's fragment given (af, rows m0 .. m0 + 15:
 // from ldmatrix or built in registers), B stored [k][n] read by ldmatrix.trans from the lane's
-// address b (warp_mma_lane_b<false>, this k step). The B fragments and the mma sequence of
-// warp_mma_32x32_u32's row block mt (kBTrans = false): the same sums per accumulator.
-__device__ __forceinline__ void warp_mma_16x32_k16_u32(float (&acc)[4][4], const uint32_t (&af)[4], uint32_t b) {
+// address b for this k step: warp_mma_lane_b<false> (padded: the second 16 columns 32 bytes on) or
+// warp_mma_lane_b_tile<kSwizzle, false> with n0 a multiple of 32 (swizzled: an XOR of 32 bytes, as
+// warp_mma_32x32_tile's np). The B fragments and the mma sequence of warp_mma_32x32_u32's row block
+// mt (kBTrans = false): the same sums per accumulator.
+template <bool kSwizzle>
+__device__ __forceinline__ void warp_mma_16x32_k16_tile(float (&acc)[4][4], const uint32_t (&af)[4], uint32_t b) {
   uint32_t bf[2][4];
 #pragma unroll
-  for (int np = 0; np < 2; ++np) ldsm_x4_trans_u32(bf[np], b + 2 * 16 * np);
+  for (int np = 0; np < 2; ++np) ldsm_x4_trans_u32(bf[np], kSwizzle ? (b ^ (32u * np)) : b + 32u * np);
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt) mma_bf16_16816(acc[nt], af, bf[nt / 2][2 * (nt % 2)], bf[nt / 2][2 * (nt % 2) + 1]);
 }

@@ -723,7 +723,8 @@ bool output_case(const Problem& p) {
 //      Pm_c · v_c and S_{c+1} = a^Cn S_c + sum_i q_i a^(Cn-1-i) ⊗ v_i, S_0 = init (or 0), the final
 //      state to rho. Bit for bit the two kernels it replaces (chunk_states_mma with bf16 states, then
 //      chunk_output_mma, the launcher's selections) on the same inputs, on small_grid(items) and on
-//      5 blocks (several items per block: the pipeline across items, the running decomposition);
+//      5 blocks (several items per block: the pipeline across items, the running decomposition),
+//      in the other tile layout (padded or swizzled: RHOSCAN_SCAN_SWIZZLE) on small_grid(items);
 //      and against float64 (S from q and v, as states_case; the context from Xq's bf16 values and
 //      P, as output_case). P's upper triangle and its other splits NaN.
 template <typename F>
@@ -765,15 +766,24 @@ bool scan_case(const Problem& p, bool with_init) {
   });
   // the fused kernel on `grid` blocks
   const int64_t items = d.nbh * ((E + kScanET - 1) / kScanET);
-  auto run_scan = [&](unsigned grid, std::vector<bf16>& ctx, std::vector<float>& rho) {
+  // (layout: the launcher's tile layout, or the other)
+  auto run_scan = [&](unsigned grid, std::vector<bf16>& ctx, std::vector<float>& rho, bool other_layout = false) {
     Str4 rs = p.init_s, cs = p.gs;
     rs.p = rho.data(), cs.p = ctx.data();
-    with_scan_lp(d.Lp, [&](auto lp) {
-      constexpr int kLp = decltype(lp)::value;
-      emu::launch(grid, kScanThreads, ScanLayout<kLp>::bytes, [&] {
-        chunk_scan_mma_kernel<kLp, bf16>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init, cs, rs);
+    auto in_layout = [&](auto sw) {
+      constexpr bool kSw = decltype(sw)::value;
+      with_scan_lp(d.Lp, [&](auto lp) {
+        constexpr int kLp = decltype(lp)::value;
+        emu::launch(grid, kScanThreads, ScanLayout<kLp, kSw>::bytes, [&] {
+          chunk_scan_mma_kernel<kLp, bf16, kSw>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init,
+                                                cs, rs);
+        });
       });
-    });
+    };
+    if (other_layout)
+      in_layout(std::bool_constant<!kScanSwizzle>{});
+    else
+      in_layout(std::bool_constant<kScanSwizzle>{});
   };
   auto bits = [](const auto& x, const auto& y) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
@@ -782,15 +792,19 @@ bool scan_case(const Problem& p, bool with_init) {
   auto rho = nans<float>(p.init.size());
   run_scan(small_grid(items), ctx, rho);
   bool same = true;
-  for (unsigned grid : {0u, 5u}) {  // 0: the two kernels; 5 blocks: the fused kernel again
+  // 0: the two kernels; 5: the fused kernel again on 5 blocks; 1: in the other tile layout
+  for (unsigned run : {0u, 5u, 1u}) {
     auto c5 = nans<bf16>(ctx.size());
     auto r5 = nans<float>(rho.size());
-    if (grid == 5u) run_scan(grid, c5, r5);
-    const auto& cx = grid == 0u ? ctx2 : c5;
-    const auto& rx = grid == 0u ? rho2 : r5;
+    if (run == 5u) run_scan(5u, c5, r5);
+    if (run == 1u) run_scan(small_grid(items), c5, r5, true);
+    const auto& cx = run == 0u ? ctx2 : c5;
+    const auto& rx = run == 0u ? rho2 : r5;
     const bool ok = bits(ctx, cx) && bits(rho, rx);
-    std::printf("    %s: ctx %s, rho %s\n", grid == 0u ? "against chunk_states_mma + chunk_output_mma" : "on 5 blocks",
-                bits(ctx, cx) ? "bitwise" : "DIFFERENT", bits(rho, rx) ? "bitwise" : "DIFFERENT");
+    const char* what = run == 0u   ? "against chunk_states_mma + chunk_output_mma"
+                       : run == 5u ? "on 5 blocks"
+                       : kScanSwizzle ? "padded tiles" : "swizzled tiles";
+    std::printf("    %s: ctx %s, rho %s\n", what, bits(ctx, cx) ? "bitwise" : "DIFFERENT", bits(rho, rx) ? "bitwise" : "DIFFERENT");
     if (!ok) std::printf("  FAIL not bit for bit\n");
     same &= ok;
   }
