@@ -50,15 +50,16 @@ namespace rhoscan::cuda_detail {
 constexpr int kScanThreads = 256;
 constexpr int kScanET = 64;      // state / output columns per block
 constexpr int kScanMaxLp = 256;  // the largest padded L the kernel takes (its state: 64 accumulators per thread)
-// kSwizzle (RHOSCAN_SCAN_SWIZZLE=1 at build time; default 0 until measured on the H200): the Xq,
+// kSwizzle (the default; RHOSCAN_SCAN_SWIZZLE=0 at build time keeps the padded rows): the Xq,
 // Kq, v and Sb tiles' rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles),
 // so that the cp.async fills write whole aligned 128-byte groups (Xq's and Kq's rows at Lp = 192
 // are 3 groups: the XOR keeps bits 3 and up of the chunk, so any multiple of 64 works); the Sb
 // stores from the accumulators stay conflict-free (the 8 rows g of a store at 8 chunks c ^ g, the
 // 4 lanes tq in one chunk). P's float32 tile stays padded (its fragment loads are float2 by row g).
-// The same products bit for bit (emulated). 20 KiB less shared memory at Lp = 256.
+// The same products bit for bit (emulated). 20 KiB less shared memory at Lp = 256. H200, round 17
+// (706f542's A/B, Nsight Compute durations, BDH-base's 4 launches): 0.492 against 0.506 ms.
 #ifndef RHOSCAN_SCAN_SWIZZLE
-#define RHOSCAN_SCAN_SWIZZLE 0
+#define RHOSCAN_SCAN_SWIZZLE 1
 #endif
 constexpr bool kScanSwizzle = RHOSCAN_SCAN_SWIZZLE != 0;
 template <int kLp, bool kSwizzle = kScanSwizzle>
@@ -74,7 +75,7 @@ struct ScanLayout {
   // every tile on a 128-byte boundary (the swizzle's groups)
   static_assert(kK % 128 == 0 && kV % 128 == 0 && kP % 128 == 0 && kStageB % 128 == 0 && kSb % 128 == 0, "");
 };
-static_assert(ScanLayout<kScanMaxLp>::bytes <= 227 * 1024, "chunk_scan_mma: shared memory past the H200's");
+static_assert(ScanLayout<kScanMaxLp, false>::bytes <= 227 * 1024, "chunk_scan_mma: shared memory past the H200's");
 // Blocks per multiprocessor the registers are budgeted for: 1. At Lp = 64 two blocks would fit in
 // shared memory, but within their 128 registers per thread ptxas (nvcc 13) spilled 4-60 bytes
 // (with the fetch loops unrolled or not, b and h recomputed or held); not yet compared on the H200.

@@ -327,23 +327,37 @@ static __global__ void cross_reduce_kernel(Dims d, float* Pcross, const float* p
 // next block's P (float32 loads into registers, rounded when stored) and V (cp.async) are fetched
 // while the current one is multiplied. kLo: the values' bf16 remainders, a second pass with the
 // same P (split values: float16 inputs).
-constexpr int kQOutPS = 64 + 8, kQOutVS = kMmaET + 8;  // bf16 row strides (conflict-free ldmatrix)
+// kSwizzle (RHOSCAN_QO_SWIZZLE=1 at build time; default 0 until measured on the H200): the P and
+// V tiles' rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles), so that V's
+// cp.async fills write whole aligned 128-byte groups; P's 8-byte stores stay conflict-free (half a
+// warp writes one row's 128 bytes). The same products bit for bit (emulated).
+#ifndef RHOSCAN_QO_SWIZZLE
+#define RHOSCAN_QO_SWIZZLE 0
+#endif
+constexpr bool kQOutSwizzle = RHOSCAN_QO_SWIZZLE != 0;
+constexpr int kQOutPS = 64 + 8, kQOutVS = kMmaET + 8;  // padded bf16 row strides (conflict-free ldmatrix)
+// (the padded layout's size: an upper bound for the swizzled one)
 template <bool kLo>
 constexpr int quadratic_output_smem() {
   return 2 * 64 * (kQOutPS + (kLo ? 2 : 1) * kQOutVS) * static_cast<int>(sizeof(bf16));
 }
-template <typename OutT, bool kLo>
+template <typename OutT, bool kLo, bool kSwizzle = kQOutSwizzle>
 static __global__ void __launch_bounds__(kMmaThreads, 2)
     quadratic_output_mma_kernel(Dims d, const float* P, const float* Pcross, const bf16* V, const bf16* V_lo,
                                 Str4 out) {
   grid_dependency_wait();
-  constexpr int ET = kMmaET, PS = kQOutPS, VS = kQOutVS;
+  constexpr int ET = kMmaET, PS = kSwizzle ? 64 : kQOutPS, VS = kSwizzle ? kMmaET : kQOutVS;
+  // byte offsets in shared memory: [2 stages][64 tokens i'][PS] P_IJ[i'][j'], [2 stages][64 tokens
+  // j'][VS] V_J[j'][e], [2 stages][64][VS] if kLo: V_J's remainders (every stage on a 128-byte
+  // boundary)
+  constexpr uint32_t kPStage = 2 * 64 * PS, kVStage = 2 * 64 * VS, kV = 2 * kPStage, kVlo = kV + 2 * kVStage;
+  static_assert(kPStage % 128 == 0 && kVStage % 128 == 0, "");
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  bf16* ps = reinterpret_cast<bf16*>(smem_raw);  // [2 stages][64 tokens i'][PS]: P_IJ[i'][j']
-  bf16* vs = ps + 2 * 64 * PS;                    // [2 stages][64 tokens j'][VS]: V_J[j'][e]
-  bf16* vls = vs + 2 * 64 * VS;                   // [2 stages][64][VS] if kLo: V_J's remainders
-  const int tid = threadIdx.x, warp = tid / 32;
+  const uint32_t s0 = smem_addr(smem_raw);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's tokens and columns in the tile
+  const uint32_t a_p = s0 + warp_mma_lane_a_tile<kSwizzle, false>(lane, wm, PS);
+  const uint32_t b_v = s0 + kV + warp_mma_lane_b_tile<kSwizzle, false>(lane, wn, VS);
   const int C = static_cast<int>(d.C);
   const int64_t net = d.Ep / ET, items = d.nbh * d.nC * net;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
@@ -380,9 +394,9 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
       const bf16* Vj = V + (vr * d.T + int64_t{J} * C) * d.Ep + e0;
       for (int idx = tid; idx < 64 * (ET / 8); idx += kMmaThreads) {
         const int j = idx / (ET / 8), q8 = 8 * (idx % (ET / 8));
-        cp_async16(vs + (st * 64 + j) * VS + q8, Vj + min(j, CnJ - 1) * d.Ep + q8, j < CnJ);
-        if constexpr (kLo)
-          cp_async16(vls + (st * 64 + j) * VS + q8, V_lo + (Vj - V) + min(j, CnJ - 1) * d.Ep + q8, j < CnJ);
+        const uint32_t dst = s0 + kV + st * kVStage + tile_offset<kSwizzle>(j, q8 / 8, VS), bytes = j < CnJ ? 16u : 0u;
+        cp_async16_u32(dst, Vj + min(j, CnJ - 1) * d.Ep + q8, bytes);
+        if constexpr (kLo) cp_async16_u32(dst + (kVlo - kV), V_lo + (Vj - V) + min(j, CnJ - 1) * d.Ep + q8, bytes);
       }
       cp_async_commit();
     };
@@ -392,7 +406,7 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
         const int i = (tid + kMmaThreads * r) / 16;
         __nv_bfloat162 w[2] = {__floats2bfloat162_rn(preg[r][0], preg[r][1]),
                                __floats2bfloat162_rn(preg[r][2], preg[r][3])};
-        memcpy(ps + (st * 64 + i) * PS + p, w, sizeof w);
+        memcpy(smem_raw + st * kPStage + tile_offset<kSwizzle>(i, p / 8, PS) + 2 * (p % 8), w, sizeof w);
       }
     };
     float acc[2][4][4] = {};
@@ -408,8 +422,9 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
         cp_async_wait<0>();
       }
       __syncthreads();
-      warp_mma_32x32<false, false>(acc, ps + st * 64 * PS, PS, vs + st * 64 * VS, VS, wm, wn, 64);
-      if constexpr (kLo) warp_mma_32x32<false, false>(acc, ps + st * 64 * PS, PS, vls + st * 64 * VS, VS, wm, wn, 64);
+      warp_mma_32x32_tile<kSwizzle, false, false, PS, VS, 64>(acc, a_p + st * kPStage, b_v + st * kVStage);
+      if constexpr (kLo)
+        warp_mma_32x32_tile<kSwizzle, false, false, PS, VS, 64>(acc, a_p + st * kPStage, b_v + (kVlo - kV) + st * kVStage);
       __syncthreads();
     }
     const int64_t b = d.b_of(bh), h = d.h_of(bh);

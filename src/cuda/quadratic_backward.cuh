@@ -445,26 +445,44 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
 // arrive by cp.async, the next step's while the current one is multiplied. 8 warps, 64 tokens ×
 // 128 columns (chunk_output_mma_kernel's shape). Out: dvp [bh][t][E] float32.
 // kLo (split values, float16): glo holds G's bf16 remainders, a second pass P·G_lo.
+// kSwizzle (RHOSCAN_QD_SWIZZLE=1 at build time; default 0 until measured on the H200): the P and G
+// tiles' rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles), so that G's
+// cp.async fills write whole aligned 128-byte groups; P's 2-byte stores stay conflict-free (a warp
+// writes 64 bytes of one row). The same products bit for bit (emulated).
+#ifndef RHOSCAN_QD_SWIZZLE
+#define RHOSCAN_QD_SWIZZLE 0
+#endif
+constexpr bool kQdSwizzle = RHOSCAN_QD_SWIZZLE != 0;
 constexpr int kQdThreads = 256;
-constexpr int kQdPS = kQB + 8, kQdGS = kMmaET + 8;
-template <bool kLo>
-constexpr int quad_dv_stage() {
-  return 64 * kQdPS + (kLo ? 2 : 1) * 64 * kQdGS;
+static_assert(kQB == 64, "quad_dv_mma: 64-token tiles");
+template <bool kSwizzle>
+constexpr int kQdPS = kSwizzle ? kQB : kQB + 8;  // row strides (bf16): P's, G's
+template <bool kSwizzle>
+constexpr int kQdGS = kSwizzle ? kMmaET : kMmaET + 8;
+template <bool kLo, bool kSwizzle = false>
+constexpr int quad_dv_stage() {  // bf16 elements
+  return 64 * kQdPS<kSwizzle> + (kLo ? 2 : 1) * 64 * kQdGS<kSwizzle>;
 }
+// (the padded layout's size: an upper bound for the swizzled one)
 template <bool kLo>
 constexpr int quad_dv_smem() {
   return 2 * quad_dv_stage<kLo>() * static_cast<int>(sizeof(bf16));
 }
-template <bool kLo = false>
+template <bool kLo = false, bool kSwizzle = kQdSwizzle>
 __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, const float* Pcross, const float* P,
                                                                     const bf16* gb, float* dvp,
                                                                     const bf16* glo = nullptr) {
   grid_dependency_wait();
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  constexpr int kQdStage = quad_dv_stage<kLo>();
-  bf16* stages = reinterpret_cast<bf16*>(smem_raw);  // [2][P tile [64][kQdPS], G tile [64][kQdGS]]
-  const int warp = threadIdx.x / 32;
+  constexpr int PS = kQdPS<kSwizzle>, GS = kQdGS<kSwizzle>;
+  // byte offsets: [2 stages][P tile [64][PS], G tile [64][GS], if kLo G_lo [64][GS]]
+  constexpr uint32_t kStageB = 2 * quad_dv_stage<kLo, kSwizzle>(), kG = 2 * 64 * PS, kGlo = kG + 2 * 64 * GS;
+  static_assert(kStageB % 128 == 0 && kG % 128 == 0 && kGlo % 128 == 0, "");
+  const uint32_t s0 = smem_addr(smem_raw);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's tokens j and columns
+  const uint32_t a_p = s0 + warp_mma_lane_a_tile<kSwizzle, true>(lane, wm, PS);
+  const uint32_t b_g = s0 + kG + warp_mma_lane_b_tile<kSwizzle, false>(lane, wn, GS);
   const int C = static_cast<int>(d.C);
   const int64_t net = d.Ep / kMmaET;
   for (int64_t item = blockIdx.x; item < d.nbh * d.nC * net; item += gridDim.x) {
@@ -474,20 +492,22 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
     auto fetch = [&](int64_t s, int st) {
       const int64_t I = J + s;
       const int CnI = static_cast<int>(d.chunk_len(I));
-      bf16* pt = stages + st * kQdStage;
-      bf16* gt = pt + 64 * kQdPS;
+      unsigned char* pt = smem_raw + st * kStageB;
+      const uint32_t gt = s0 + kG + st * kStageB;
       const bf16* gI = gb + (bh * d.T + I * d.C) * d.Ep + e0;
       for (int idx = threadIdx.x; idx < 64 * (kMmaET / 8); idx += blockDim.x) {
         const int r = idx / (kMmaET / 8), p = 8 * (idx % (kMmaET / 8));
-        cp_async16(gt + r * kQdGS + p, gI + min(r, CnI - 1) * d.Ep + p, r < CnI);
-        if constexpr (kLo) cp_async16(gt + 64 * kQdGS + r * kQdGS + p, glo + (gI - gb) + min(r, CnI - 1) * d.Ep + p, r < CnI);
+        const uint32_t dst = gt + tile_offset<kSwizzle>(r, p / 8, GS), bytes = r < CnI ? 16u : 0u;
+        cp_async16_u32(dst, gI + min(r, CnI - 1) * d.Ep + p, bytes);
+        if constexpr (kLo) cp_async16_u32(dst + (kGlo - kG), glo + (gI - gb) + min(r, CnI - 1) * d.Ep + p, bytes);
       }
       cp_async_commit();
       const float* Pb = s == 0 ? P + (bh * d.nC + J) * d.nsplit * C * C : Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
       for (int idx = threadIdx.x; idx < 64 * 64; idx += blockDim.x) {
         const int i = idx / 64, j = idx % 64;
         const bool ok = i < CnI && j < C && (s > 0 || j < i);
-        pt[i * kQdPS + j] = __float2bfloat16_rn(ok ? Pb[i * C + j] : 0.0f);
+        *reinterpret_cast<bf16*>(pt + tile_offset<kSwizzle>(i, j / 8, PS) + 2 * (j % 8)) =
+            __float2bfloat16_rn(ok ? Pb[i * C + j] : 0.0f);
       }
     };
     float acc[2][4][4] = {};
@@ -503,9 +523,9 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
       }
       __syncthreads();
       // [j][e] += sum_i P[i][j] G[i][e]: A = P^T (stored [i][j]), B = G (stored [i][e])
-      const bf16* pt = stages + st * kQdStage;
-      warp_mma_32x32<true, false>(acc, pt, kQdPS, pt + 64 * kQdPS, kQdGS, wm, wn, 64);
-      if constexpr (kLo) warp_mma_32x32<true, false>(acc, pt, kQdPS, pt + 64 * kQdPS + 64 * kQdGS, kQdGS, wm, wn, 64);
+      const uint32_t so = st * kStageB;
+      warp_mma_32x32_tile<kSwizzle, true, false, PS, GS, 64>(acc, a_p + so, b_g + so);
+      if constexpr (kLo) warp_mma_32x32_tile<kSwizzle, true, false, PS, GS, 64>(acc, a_p + so, b_g + (kGlo - kG) + so);
       __syncthreads();
     }
     for_each_acc(acc, wm, wn, [&](int j, int ec, float& x) {

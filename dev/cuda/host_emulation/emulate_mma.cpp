@@ -367,8 +367,9 @@ bool cross_case(const Problem& p, int nsplit) {
 
 // The swizzled tiles (kSwizzle: unpadded rows, chunk c of row r at c ^ (r % 8)) hold the same bytes
 // in other places: Pcross and every split's partials bitwise the padded kernel's.
-bool same_bits(const char* name, const std::vector<float>& x, const std::vector<float>& y) {
-  const bool ok = x.size() == y.size() && std::memcmp(x.data(), y.data(), sizeof(float) * x.size()) == 0;
+template <typename X>
+bool same_bits(const char* name, const std::vector<X>& x, const std::vector<X>& y) {
+  const bool ok = x.size() == y.size() && std::memcmp(x.data(), y.data(), sizeof(X) * x.size()) == 0;
   std::printf("    %-8s %s\n", name, ok ? "bitwise the padded kernel's" : "DIFFERENT from the padded kernel's  <-- FAIL");
   return ok;
 }
@@ -408,6 +409,15 @@ bool quadratic_output_case(const Problem& p) {
   emu::launch(small_grid(items), kMmaThreads, quadratic_output_smem<kLo>(), [&] {
     quadratic_output_mma_kernel<bf16, kLo>(d, P.data(), Pc.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, outs);
   });
+  // the other tile layout (padded or swizzled: RHOSCAN_QO_SWIZZLE), bit for bit, on 3 blocks
+  auto out_other = nans<bf16>(p.g.size());
+  Str4 other_s = p.gs;
+  other_s.p = out_other.data();
+  emu::launch(3, kMmaThreads, quadratic_output_smem<kLo>(), [&] {
+    quadratic_output_mma_kernel<bf16, kLo, !kQOutSwizzle>(d, P.data(), Pc.data(), p.vb.data(),
+                                                          kLo ? p.vlo.data() : nullptr, other_s);
+  });
+  const bool same = same_bits("context", out, out_other);
   std::vector<Acc> ref(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh)
     for (int64_t I = 0; I < nC; ++I)
@@ -422,7 +432,7 @@ bool quadratic_output_case(const Problem& p) {
             }
           ref[outs.at(p.b_of(bh), p.h_of(bh), I * C + i, e)] = x;
         }
-  return check("context", doubles(out), ref, 1e-2);
+  return check("context", doubles(out), ref, 1e-2) && same;
 }
 
 // ---- the quadratic forward's chain: chunk_scores_mma (bf16 Qp; its splits summed here, in order,
@@ -1156,6 +1166,13 @@ bool quad_dv_case(const Problem& p) {
   emu::launch(small_grid(items), kQdThreads, quad_dv_smem<kLo>(), [&] {
     quad_dv_mma_kernel<kLo>(d, Pc.data(), P.data(), p.gb.data(), dv.data(), kLo ? p.glo.data() : nullptr);
   });
+  // the other tile layout (padded or swizzled: RHOSCAN_QD_SWIZZLE), bit for bit, on 3 blocks
+  auto dv_other = nans<float>(dv.size());
+  emu::launch(3, kQdThreads, quad_dv_smem<kLo>(), [&] {
+    quad_dv_mma_kernel<kLo, !kQdSwizzle>(d, Pc.data(), P.data(), p.gb.data(), dv_other.data(),
+                                         kLo ? p.glo.data() : nullptr);
+  });
+  const bool same = same_bits("dv", dv, dv_other);
   std::vector<Acc> ref(dv.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh)
     for (int64_t J = 0; J < nC; ++J)
@@ -1171,7 +1188,7 @@ bool quad_dv_case(const Problem& p) {
                    val(p.gb, p.glo, kLo, (bh * d.T + I * C + i) * d.Ep + e);
           ref[(bh * d.T + J * C + j) * E + e] = x;
         }
-  return check("dv", doubles(dv), ref, 1e-2);
+  return check("dv", doubles(dv), ref, 1e-2) && same;
 }
 
 // ---- bwd_local version 5 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
