@@ -327,12 +327,14 @@ static __global__ void cross_reduce_kernel(Dims d, float* Pcross, const float* p
 // next block's P (float32 loads into registers, rounded when stored) and V (cp.async) are fetched
 // while the current one is multiplied. kLo: the values' bf16 remainders, a second pass with the
 // same P (split values: float16 inputs).
-// kSwizzle (RHOSCAN_QO_SWIZZLE=1 at build time; default 0 until measured on the H200): the P and
-// V tiles' rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles), so that V's
+// kSwizzle (the default; RHOSCAN_QO_SWIZZLE=0 at build time keeps the padded rows): the P and V
+// tiles' rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles), so that V's
 // cp.async fills write whole aligned 128-byte groups; P's 8-byte stores stay conflict-free (half a
-// warp writes one row's 128 bytes). The same products bit for bit (emulated).
+// warp writes one row's 128 bytes). The same products bit for bit (emulated). H200, round 17
+// (359c57f's A/B, Nsight Compute durations, BDH-8k's 4 launches): 0.203 against 0.206 ms, a small
+// gain (the kernel is not fill-bound), kept for one layout across the mma kernels.
 #ifndef RHOSCAN_QO_SWIZZLE
-#define RHOSCAN_QO_SWIZZLE 0
+#define RHOSCAN_QO_SWIZZLE 1
 #endif
 constexpr bool kQOutSwizzle = RHOSCAN_QO_SWIZZLE != 0;
 constexpr int kQOutPS = 64 + 8, kQOutVS = kMmaET + 8;  // padded bf16 row strides (conflict-free ldmatrix)

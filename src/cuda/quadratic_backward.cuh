@@ -445,12 +445,14 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
 // arrive by cp.async, the next step's while the current one is multiplied. 8 warps, 64 tokens ×
 // 128 columns (chunk_output_mma_kernel's shape). Out: dvp [bh][t][E] float32.
 // kLo (split values, float16): glo holds G's bf16 remainders, a second pass P·G_lo.
-// kSwizzle (RHOSCAN_QD_SWIZZLE=1 at build time; default 0 until measured on the H200): the P and G
+// kSwizzle (the default; RHOSCAN_QD_SWIZZLE=0 at build time keeps the padded rows): the P and G
 // tiles' rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles), so that G's
 // cp.async fills write whole aligned 128-byte groups; P's 2-byte stores stay conflict-free (a warp
-// writes 64 bytes of one row). The same products bit for bit (emulated).
+// writes 64 bytes of one row). The same products bit for bit (emulated). H200, round 17 (359c57f's
+// A/B, Nsight Compute durations, BDH-8k's 2 launches): 0.231 against 0.233 ms, a small gain (the
+// kernel is not fill-bound), kept for one layout across the mma kernels.
 #ifndef RHOSCAN_QD_SWIZZLE
-#define RHOSCAN_QD_SWIZZLE 0
+#define RHOSCAN_QD_SWIZZLE 1
 #endif
 constexpr bool kQdSwizzle = RHOSCAN_QD_SWIZZLE != 0;
 constexpr int kQdThreads = 256;

@@ -148,6 +148,8 @@ mutants=(
   "scan swizzled: the context's Xq k steps without the XOR|src/cuda/chunk_scan.cuh|((a_ctx ^ (32u * (kt % 4))) + 128 * (kt / 4))|(a_ctx + 128 * (kt / 4))|deferred|caught||chunk_scan_mma forward"
   "scan swizzled: Sb stored unswizzled|src/cuda/chunk_scan.cuh|tile_offset<kSwizzle>(sm(k) + 16 * mt + 8 * hf + g, (sn(k) + 8 * nt) / 8, VS)|tile_offset<false>(sm(k) + 16 * mt + 8 * hf + g, (sn(k) + 8 * nt) / 8, VS)|deferred|caught||chunk_scan_mma forward"
   "swizzled mma (warp_mma_16x32_k16_tile): the second column block without the XOR|src/cuda/mma.cuh|kSwizzle ? (b ^ (32u * np)) : b + 32u * np|kSwizzle ? b : b + 32u * np|deferred|caught||chunk_scan_mma forward"
+  "quadratic output swizzled: V's fill not swizzled|src/cuda/quadratic.cuh|s0 + kV + st * kVStage + tile_offset<kSwizzle>(j, q8 / 8, VS)|s0 + kV + st * kVStage + tile_offset<false>(j, q8 / 8, VS)|deferred|caught||quadratic_output_mma"
+  "quad dv swizzled: P's stores not swizzled|src/cuda/quadratic_backward.cuh|pt + tile_offset<kSwizzle>(i, j / 8, PS) + 2 * (j % 8)|pt + tile_offset<false>(i, j / 8, PS) + 2 * (j % 8)|deferred|caught||quad_dv_mma"
   "quad dv: the intra-chunk step reads all of P (its upper triangle)|src/cuda/quadratic_backward.cuh|(s > 0 |(s >= 0 |deferred|caught"
   "bwd_local v5: Y's Horner step without a^16 (every earlier sub-block at distance 0)|src/cuda/backward.cu|        y0[r] = u * y0[r];|        y0[r] = y0[r];|deferred|caught||bwd_local v5"
   "bwd_local v5: Y1's Horner step without f(16) y0 (da's cross term)|src/cuda/backward.cu|y1[r] = u * y1[r] + fu * y0[r];|y1[r] = u * y1[r];|deferred|caught||bwd_local v5"
