@@ -559,6 +559,82 @@ TEST_F(Cuda, SavedBufferReplacesTheRecomputation) {
   }
 }
 
+// The saved buffer with the keys (saved_numel's with_keys): the forward also keeps Xq and Kq, and the
+// backward reads them instead of running its normaliser pass. Bitwise the gradients of the buffer
+// without them (the same q, s and Nc make the same keys); the header says they were filled; a
+// backward whose keys were zeroed after the forward gives other gradients (so they are read).
+// Where no keys are reserved (float32, L < 4 C) both lengths are the same and nothing changes.
+TEST_F(Cuda, SavedKeysReplaceTheNormaliserPass) {
+  struct Case {
+    ProblemSpec s;
+    uint32_t filled;  // the header's sections with the keys: 1 s and Nc, 2 P, 4 Pcross, 8 Xq and Kq
+    int64_t cap;      // options.max_workspace_bytes (0: the default)
+  };
+  std::vector<Case> cases;
+  auto add = [&](ProblemSpec s, uint32_t filled, int64_t cap, auto&& tweak) {
+    tweak(s);
+    cases.push_back({s, filled, cap});
+  };
+  // quadratic forward and backward (200 = 3 · 64 + 8: a tail chunk)
+  add(spec(2, 2, 1, 200, 1600, 64, DType::bfloat16), 15, 0, [](ProblemSpec& s) {
+    s.q_zero_fraction = 0.9;
+    s.initial_rho_norm = true;
+  });
+  add(spec(1, 2, 2, 130, 1100, 40, DType::float16), 15, 0, [](ProblemSpec& s) {
+    s.q_zero_fraction = 0.0;
+    s.initial_rho_norm = true;
+    s.decay = DecayKind::with_zeros_and_ones;
+  });
+  // chunk_scan_mma's forward (L = 256), the chunked backward
+  add(spec(2, 2, 1, 200, 256, 40, DType::bfloat16), 11, 0, [](ProblemSpec& s) { s.initial_rho_norm = true; });
+  // initial rho: chunked both ways; L = 455 pads to 512 (the keys' rows hold zeros past L)
+  add(spec(1, 2, 1, 70, 455, 36, DType::bfloat16), 11, 0, [](ProblemSpec& s) {
+    s.initial_rho = s.initial_rho_norm = s.grad_rho_out = true;
+  });
+  // batches of pairs in both directions: the keys at each batch's pairs
+  add(spec(4, 2, 1, 130, 256, 64, DType::bfloat16), 11, 8 << 20, [](ProblemSpec& s) { s.zero_q_rows = true; });
+  // no keys reserved: L < 4 C, float32
+  add(spec(1, 2, 1, 70, 200, 36, DType::bfloat16), 1, 0, [](ProblemSpec&) {});
+  add(spec(2, 2, 1, 100, 96, 40, DType::float32), 1, 0, [](ProblemSpec& s) { s.initial_rho_norm = true; });
+  for (const Case& c : cases) {
+    const ProblemSpec& s = c.s;
+    SCOPED_TRACE(s.name() + " " + dtype_name(s.dtype));
+    const int64_t n_plain = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho);
+    const int64_t n_keys = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho, 0, true);
+    const bool keys = (c.filled & 8) != 0;
+    if (keys) {  // Xq and Kq: T rows of L rounded up to 64 bf16 per pair, each section 256-byte aligned
+      const int64_t plane = (s.B * s.H * s.T * ((s.L + 63) / 64 * 64) / 2 + 63) / 64 * 64;
+      EXPECT_EQ(n_keys, n_plain + 2 * plane);
+    } else {
+      EXPECT_EQ(n_keys, n_plain);
+    }
+    Problem plain(s), with(s), zeroed(s);
+    uint32_t filled = 0;
+    for (auto [p, n, zero_keys] : {std::tuple{&plain, n_plain, false}, {&with, n_keys, false}, {&zeroed, n_keys, true}}) {
+      if (zero_keys && !keys) continue;
+      MirroredProblem m(*p, Device::cuda);
+      HostTensor saved(DType::float32, {n});
+      ForwardArgs f = m.forward_args();
+      f.saved = m.mirror(saved);
+      forward(f, cuda(0, c.cap));
+      if (zero_keys)
+        ASSERT_EQ(cudaMemset(static_cast<float*>(f.saved->data) + n_plain, 0, (n_keys - n_plain) * sizeof(float)),
+                  cudaSuccess);
+      BackwardArgs b = m.backward_args();
+      b.saved = f.saved;
+      backward(b, cuda(0, c.cap));
+      m.copy_outputs_to_host();
+      m.copy_back(saved);
+      if (p == &with) std::memcpy(&filled, static_cast<const char*>(saved.data()) + 56, 4);  // SavedHeader::filled
+    }
+    EXPECT_EQ(filled, c.filled) << "the sections the forward filled";
+    EXPECT_TRUE(same_bytes(with.context, plain.context)) << "context";
+    EXPECT_TRUE(same_bytes(with.rho_out, plain.rho_out)) << "rho";
+    expect_same_gradients(with, plain);
+    if (keys) EXPECT_FALSE(same_bytes(zeroed.grad_q, plain.grad_q)) << "the backward did not read the keys";
+  }
+}
+
 // The backward checks the header the forward wrote: a buffer no forward filled, or one from a
 // forward with another initial normaliser, is an error naming `saved`, before anything is written.
 TEST_F(Cuda, SavedBufferHeaderIsChecked) {
@@ -658,9 +734,10 @@ void expect_value_error(const std::function<void()>& call, const char* name) {
 // queued (src/cuda/value_gate.h): a decay past 1, or a NaN in q with check_finite, is still an
 // error naming the argument with nothing written — context, the final states, the saved buffer,
 // every gradient — on each path (quadratic, chunked float32 with initial states, chunk_scan, and
-// the chunked path under a workspace cap: batches after the first). Then, with valid values, the
-// forward's saved buffer and rho_norm under the cap are bitwise the uncapped ones (the first
-// batch's s, Nc and rho_norm go through the workspace, the later batches' do not).
+// the chunked path under a workspace cap: batches after the first; with the saved keys, for which
+// the forward settles the checks before its first batch). Then, with valid values, the forward's
+// saved buffer (with and without the keys) and rho_norm under the cap are bitwise the uncapped
+// ones (the first batch's s, Nc and rho_norm go through the workspace, the later batches' do not).
 TEST_F(Cuda, ValueErrorsWriteNothing) {
   constexpr double kSentinel = 12345.0;
   auto rounded = [&](const HostTensor& t) {  // the sentinel in t's dtype (bfloat16: 12352)
@@ -671,9 +748,11 @@ TEST_F(Cuda, ValueErrorsWriteNothing) {
   struct Case {
     ProblemSpec s;
     int64_t cap;
+    bool keys = false;  // the saved buffer with the keys (saved_numel's with_keys)
   };
   std::vector<Case> cases;
   cases.push_back({spec(1, 2, 1, 130, 1100, 24, DType::bfloat16), 0});  // quadratic forward and backward
+  cases.push_back({spec(1, 2, 1, 130, 1100, 24, DType::bfloat16), 0, true});
   {
     ProblemSpec s = spec(2, 2, 1, 100, 96, 40, DType::float32);  // FFMA, chunked, every state
     s.initial_rho = s.initial_rho_norm = s.grad_rho_out = s.grad_rho_norm_out = true;
@@ -684,16 +763,17 @@ TEST_F(Cuda, ValueErrorsWriteNothing) {
     s.initial_rho_norm = true;
     cases.push_back({s, 0});
     s.B = 4;  // 8 pairs under 5 MiB: batches of 3 in the forward (~1.4 MB a pair), 1 in the backward (4.2 MB)
+    cases.push_back({s, 5 << 20, true});
     cases.push_back({s, 5 << 20});
   }
   for (const Case& c : cases) {
     const ProblemSpec& s = c.s;
-    SCOPED_TRACE(s.name() + " " + dtype_name(s.dtype) + " cap " + std::to_string(c.cap));
+    SCOPED_TRACE(s.name() + " " + dtype_name(s.dtype) + " cap " + std::to_string(c.cap) + (c.keys ? " keys" : ""));
     Problem p(s);
     for (HostTensor* t : {&p.context, &p.rho_out, &p.rho_norm_out, &p.grad_q, &p.grad_v, &p.grad_decay, &p.grad_rho,
                           &p.grad_rho_norm})
       t->fill(kSentinel);
-    const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho);
+    const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho, 0, c.keys);
     HostTensor saved(DType::float32, {n});
     saved.fill(kSentinel);
     MirroredProblem m(p, Device::cuda);
@@ -728,20 +808,23 @@ TEST_F(Cuda, ValueErrorsWriteNothing) {
   }
   // the saved buffer and rho_norm under a cap, bitwise
   const ProblemSpec s = cases.back().s;
-  Problem a(s), capped(s);
-  const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho);
-  HostTensor saved_a(DType::float32, {n}), saved_capped(DType::float32, {n});
-  for (auto [p, saved, cap] : {std::tuple{&a, &saved_a, int64_t{0}}, {&capped, &saved_capped, cases.back().cap}}) {
-    MirroredProblem m(*p, Device::cuda);
-    ForwardArgs f = m.forward_args();
-    f.saved = m.mirror(*saved);
-    forward(f, cuda(0, cap));
-    m.copy_outputs_to_host();
-    m.copy_back(*saved);
+  for (bool keys : {false, true}) {
+    SCOPED_TRACE(keys ? "with the keys" : "without the keys");
+    Problem a(s), capped(s);
+    const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho, 0, keys);
+    HostTensor saved_a(DType::float32, {n}), saved_capped(DType::float32, {n});
+    for (auto [p, saved, cap] : {std::tuple{&a, &saved_a, int64_t{0}}, {&capped, &saved_capped, cases.back().cap}}) {
+      MirroredProblem m(*p, Device::cuda);
+      ForwardArgs f = m.forward_args();
+      f.saved = m.mirror(*saved);
+      forward(f, cuda(0, cap));
+      m.copy_outputs_to_host();
+      m.copy_back(*saved);
+    }
+    EXPECT_TRUE(same_bytes(saved_a, saved_capped)) << "the saved buffer under a workspace cap";
+    EXPECT_TRUE(same_bytes(a.rho_norm_out, capped.rho_norm_out)) << "rho_norm under a workspace cap";
+    EXPECT_TRUE(same_bytes(a.context, capped.context)) << "context under a workspace cap";
   }
-  EXPECT_TRUE(same_bytes(saved_a, saved_capped)) << "the saved buffer under a workspace cap";
-  EXPECT_TRUE(same_bytes(a.rho_norm_out, capped.rho_norm_out)) << "rho_norm under a workspace cap";
-  EXPECT_TRUE(same_bytes(a.context, capped.context)) << "context under a workspace cap";
 }
 
 // The backward takes the header of a saved buffer from the backend's cache of what its forwards

@@ -314,6 +314,17 @@ TEST(Validation, SavedNumelFollowsTheShapes) {
   EXPECT_EQ(saved_numel(2, 1, 100, 800, DType::bfloat16, false), 64 + 256 + 4800 + 2 * 2 * 4096 + 2 * 4 * 4096);
   EXPECT_EQ(saved_numel(2, 3, 0, 800, DType::bfloat16, false), 0);
   EXPECT_EQ(saved_numel(0, 3, 10, 800, DType::bfloat16, false), 0);
+  // with the keys: Xq and Kq, T·Lp bf16 each per pair (Lp: L rounded up to 64), each section
+  // 256-byte aligned, only where P is reserved
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, false, 0, true), 64 + 64 + 1024 + 4096 + 4096 + 2 * 16384);
+  EXPECT_EQ(saved_numel(1, 1, 64, 511, DType::bfloat16, false, 0, true), 64 + 64 + 1024 + 4096 + 2 * 16384);
+  EXPECT_EQ(saved_numel(2, 1, 100, 800, DType::float16, false, 0, true),
+            64 + 256 + 4800 + 2 * 2 * 4096 + 2 * 4 * 4096 + 2 * 83200);  // 2·100·832 / 2 = 83200 = 1300·64
+  EXPECT_EQ(saved_numel(1, 1, 5, 300, DType::bfloat16, false, 0, true),
+            saved_numel(1, 1, 5, 300, DType::bfloat16, false) + 2 * 832);  // 5·320 / 2 = 800 -> 832
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::float32, false, 0, true), 64 + 64 + 1024);
+  EXPECT_EQ(saved_numel(1, 1, 64, 200, DType::bfloat16, false, 0, true), 64 + 64 + 448);
+  EXPECT_EQ(saved_numel(2, 3, 0, 800, DType::bfloat16, false, 0, true), 0);
   expect_error([] { saved_numel(1, 1, -1, 5, DType::float32, false); }, ErrorKind::invalid_argument,
                {"saved_numel", "T=-1"});
   expect_error([] { saved_numel(1, 1, 4, 5, DType::float32, false, -2); }, ErrorKind::invalid_argument,
@@ -342,6 +353,43 @@ TEST(Validation, SavedBufferOfWrongShapeDtypeOrStride) {
   f.context.data = shared.data();
   f.saved = shared.view();
   expect_error([&] { forward(f); }, ErrorKind::invalid_argument, {"saved", "overlaps"});
+}
+
+// A 16-bit problem where the keys can be reserved takes a buffer of either length (the length says
+// which layout it has), and no other; the error names both.
+TEST(Validation, SavedBufferWithOrWithoutTheKeys) {
+  ProblemSpec s{.B = 1, .H = 2, .Hv = 1, .T = 8, .L = 256, .E = 8};
+  s.dtype = DType::bfloat16;
+  s.state_dtype = DType::float32;
+  const int64_t n = saved_numel(1, 2, 8, 256, DType::bfloat16, false);
+  const int64_t nk = saved_numel(1, 2, 8, 256, DType::bfloat16, false, 0, true);
+  ASSERT_EQ(nk, n + 2 * 2 * 8 * 256 / 2);
+  for (Backend backend : available_backends()) {
+    if (backend == Backend::cuda) continue;  // (test_cuda: SavedKeysReplaceTheNormaliserPass)
+    SCOPED_TRACE(backend_name(backend));
+    Options o;
+    o.backend = backend;
+    Problem plain(s), with(s);
+    forward(plain.forward_args(), o);
+    backward(plain.backward_args(), o);
+    HostTensor saved(DType::float32, {nk});
+    saved.fill(kSentinel);
+    ForwardArgs f = with.forward_args();
+    f.saved = saved.view();
+    forward(f, o);
+    BackwardArgs b = with.backward_args();
+    b.saved = saved.view();
+    backward(b, o);
+    for (double x : saved.values()) ASSERT_EQ(x, kSentinel);
+    EXPECT_EQ(plain.context.values(), with.context.values());
+    EXPECT_EQ(plain.grad_q.values(), with.grad_q.values());
+    HostTensor wrong(DType::float32, {nk + 1});
+    f.saved = wrong.view();
+    const std::string keys = "or, with the keys, [" + std::to_string(nk) + "]";
+    const std::string plain_length = "expected shape [" + std::to_string(n) + "]";
+    expect_error([&] { forward(f, o); }, ErrorKind::invalid_argument,
+                 {"saved", plain_length.c_str(), keys.c_str(), "bfloat16"});
+  }
 }
 
 // Backends other than CUDA neither write nor read the saved buffer: their results are bitwise the

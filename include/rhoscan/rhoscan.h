@@ -164,7 +164,11 @@ struct StepArgs {
 // The float32 element count of ForwardArgs::saved for q [B, H, T, L] of `dtype`, with or without an
 // initial rho, at options.chunk_size `chunk_size` (0: the default). A function of the shapes
 // only (docs/API.md, "Saved for the backward"): 0 when there is nothing to save (B·H·T = 0).
-int64_t saved_numel(int64_t B, int64_t H, int64_t T, int64_t L, DType dtype, bool has_rho, int64_t chunk_size = 0);
+// with_keys: also room for the normalised keys (16-bit q where the intra-chunk scores are saved:
+// twice q's bytes more), so that the CUDA backward skips its normaliser pass; a buffer of either
+// length is accepted, and its length says which it is.
+int64_t saved_numel(int64_t B, int64_t H, int64_t T, int64_t L, DType dtype, bool has_rho, int64_t chunk_size = 0,
+                    bool with_keys = false);
 
 void forward(const ForwardArgs& args, const Options& options = {});
 void backward(const BackwardArgs& args, const Options& options = {});

@@ -75,7 +75,8 @@ std::string backend_unavailable_reason(Backend backend) {
   return impl->unavailable_reason();
 }
 
-int64_t saved_numel(int64_t B, int64_t H, int64_t T, int64_t L, DType dtype, bool has_rho, int64_t chunk_size) {
+int64_t saved_numel(int64_t B, int64_t H, int64_t T, int64_t L, DType dtype, bool has_rho, int64_t chunk_size,
+                    bool with_keys) {
   if (B < 0 || H < 0 || T < 0 || L < 1 || chunk_size < 0)
     throw Error(ErrorKind::invalid_argument,
                 "rhoscan.saved_numel: expected B, H, T >= 0, L >= 1 and chunk_size >= 0, got B=" + std::to_string(B) +
@@ -84,14 +85,15 @@ int64_t saved_numel(int64_t B, int64_t H, int64_t T, int64_t L, DType dtype, boo
   if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) > 3)
     throw Error(ErrorKind::invalid_argument,
                 "rhoscan.saved_numel: unsupported dtype code " + std::to_string(static_cast<int>(dtype)));
-  // The sections are at most about 2 B·H·T·L + B·H·T floats (Nc when T = 1): refuse what overflows.
+  // The sections are at most about 2 B·H·T·L + B·H·T floats (Nc when T = 1), the keys B·H·T·(L + 63)
+  // more: refuse what overflows.
   int64_t bound = 4;
-  for (int64_t x : {B, H, std::max<int64_t>(T, 1), L})
+  for (int64_t x : {B, H, std::max<int64_t>(T, 1), std::min<int64_t>(L, INT64_MAX - 64) + 64})
     if (__builtin_mul_overflow(bound, x, &bound))
       throw Error(ErrorKind::invalid_argument, "rhoscan.saved_numel: B·H·T·L = " + std::to_string(B) + "·" +
                                                    std::to_string(H) + "·" + std::to_string(T) + "·" +
                                                    std::to_string(L) + " overflows a 64-bit count");
-  return detail::saved_layout(B, H, T, L, dtype, has_rho, chunk_size).total;
+  return detail::saved_layout(B, H, T, L, dtype, has_rho, chunk_size, with_keys).total;
 }
 
 void forward(const ForwardArgs& args, const Options& options) {

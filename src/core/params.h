@@ -65,6 +65,7 @@ struct ForwardParams {
   void* rho = nullptr;             int64_t rho_stride[4] = {};       // b, h, l, e  (may == rho0)
   void* rho_norm = nullptr;        int64_t rho_norm_stride[3] = {};  // b, h, l     (may == rho_norm0)
   float* saved = nullptr;  // null, or contiguous with saved_layout(...).total floats (core/saved.h)
+  bool saved_keys = false;  // whether `saved` has the layout with the keys (saved_layout's with_keys)
   Options options;
   DeferredChecks deferred;  // empty unless the backend defers its value checks
 };
@@ -88,6 +89,7 @@ struct BackwardParams {
   // this problem); saved_filled: the header's kSaved* flags (core/saved.h).
   const float* saved = nullptr;
   uint32_t saved_filled = 0;
+  bool saved_keys = false;  // whether it has the layout with the keys (the forward filled them where kSavedKeys)
   Options options;
   DeferredChecks deferred;  // empty unless the backend defers its value checks
 };

@@ -9,7 +9,13 @@
 //   Nc       [B·H][nC + 1][L]                  chunk-start normalisers (after the carry)
 //   P        [B·H][nC][C][C]                   intra-chunk scores          (only if `diag_scores`)
 //   Pcross   [B·H][nC][nC][C][C]               cross-chunk scores          (only if `cross_scores`)
-// where C is the chunk (options.chunk_size, 0: 64, at most 64) and nC = ceil(T / C).
+//   Xq, Kq   [B·H][T][Lp] bf16 each            the normalised keys         (only if `keys`)
+// where C is the chunk (options.chunk_size, 0: 64, at most 64), nC = ceil(T / C) and Lp is L
+// rounded up to 64 (the CUDA tensor-core operands' rows, their padding latents zero).
+// The keys are reserved only when asked for (saved_numel's with_keys) and where the intra-chunk
+// scores are: they are twice q's bytes (537 MB at BDH-8k), a memory-for-time trade the caller
+// makes (the backward's norm_apply, about 0.25 ms at BDH-8k on the H200, need not run). A buffer's
+// length says which layout it has.
 // The cross-chunk scores are reserved only where the CUDA forward takes its quadratic path by
 // default (16-bit inputs, no initial rho, C = 64, T <= 1024, L >= 8 T): there they are at most a
 // quarter of q's bytes, and the backward's cross_scores (about 0.3 ms at BDH-8k) need not run
@@ -27,12 +33,13 @@ namespace rhoscan::detail {
 
 inline constexpr int64_t kSavedHeaderFloats = 64;  // 256 bytes: sections stay 256-byte aligned
 inline constexpr uint32_t kSavedMagic = 0x53564852u;  // "RHVS" little-endian
-inline constexpr uint32_t kSavedVersion = 2;  // 2: P reserved apart from Pcross
+inline constexpr uint32_t kSavedVersion = 3;  // 2: P reserved apart from Pcross; 3: the keys
 
 // Section flags of SavedHeader::filled.
 inline constexpr uint32_t kSavedNorm = 1u;         // s and Nc
 inline constexpr uint32_t kSavedDiagScores = 2u;   // P
 inline constexpr uint32_t kSavedCrossScores = 4u;  // Pcross
+inline constexpr uint32_t kSavedKeys = 8u;         // Xq and Kq
 
 struct SavedHeader {
   uint32_t magic = 0, version = 0;
@@ -48,9 +55,11 @@ struct SavedLayout {
   int64_t C = 0, nC = 0;
   bool diag_scores = false;   // whether P is reserved
   bool cross_scores = false;  // whether Pcross is reserved
-  // offsets in floats from the buffer's start (bh 0), and per-pair sizes in floats
-  int64_t s = 0, Nc = 0, P = 0, Pcross = 0, total = 0;
-  int64_t s_pair = 0, Nc_pair = 0, P_pair = 0, Pcross_pair = 0;
+  bool keys = false;          // whether Xq and Kq are reserved
+  // offsets in floats from the buffer's start (bh 0), and per-pair sizes in floats (keys_pair:
+  // in bf16 elements, T·Lp, the same for Xq and Kq)
+  int64_t s = 0, Nc = 0, P = 0, Pcross = 0, Xq = 0, Kq = 0, total = 0;
+  int64_t s_pair = 0, Nc_pair = 0, P_pair = 0, Pcross_pair = 0, keys_pair = 0;
 };
 
 // The chunk the CUDA backend runs (and the saved layout assumes) for options.chunk_size.
@@ -58,7 +67,7 @@ inline int64_t saved_chunk(int64_t chunk_size) { return chunk_size > 0 ? (chunk_
 
 // total == 0 when there is nothing to save (B·H·T == 0): the buffer must then be empty.
 inline SavedLayout saved_layout(int64_t B, int64_t H, int64_t T, int64_t L, DType dtype, bool has_rho,
-                                int64_t chunk_size) {
+                                int64_t chunk_size, bool with_keys = false) {
   SavedLayout g;
   g.C = saved_chunk(chunk_size);
   g.nC = (T + g.C - 1) / g.C;
@@ -70,13 +79,17 @@ inline SavedLayout saved_layout(int64_t B, int64_t H, int64_t T, int64_t L, DTyp
   g.Nc_pair = (g.nC + 1) * L;
   g.P_pair = g.diag_scores ? g.nC * g.C * g.C : 0;
   g.Pcross_pair = g.cross_scores ? g.nC * g.nC * g.C * g.C : 0;
+  g.keys = with_keys && g.diag_scores;
+  g.keys_pair = g.keys ? T * ((L + 63) / 64 * 64) : 0;
   auto aligned = [](int64_t floats) { return (floats + 63) / 64 * 64; };  // 256-byte sections
   const int64_t BH = B * H;
   g.s = kSavedHeaderFloats;
   g.Nc = g.s + aligned(BH * g.s_pair);
   g.P = g.Nc + aligned(BH * g.Nc_pair);
   g.Pcross = g.P + aligned(BH * g.P_pair);
-  g.total = g.Pcross + aligned(BH * g.Pcross_pair);
+  g.Xq = g.Pcross + aligned(BH * g.Pcross_pair);
+  g.Kq = g.Xq + aligned(BH * g.keys_pair / 2);  // (Lp even: two bf16 per float)
+  g.total = g.Kq + aligned(BH * g.keys_pair / 2);
   return g;
 }
 

@@ -276,21 +276,26 @@ void check_supported(Validator& check, const BackendImpl& backend, const Problem
                ErrorKind::unsupported);
 }
 
-// ForwardArgs::saved, BackwardArgs::saved: float32, rank 1, contiguous, saved_numel's length.
-void check_saved_view(Validator& check, const TensorView& t, const Problem& p, bool has_rho,
+// ForwardArgs::saved, BackwardArgs::saved: float32, rank 1, contiguous, of saved_numel's length with
+// or without the keys; returns whether it has the keys' layout (where both lengths are equal, no
+// keys are reserved and it has not).
+bool check_saved_view(Validator& check, const TensorView& t, const Problem& p, bool has_rho,
                       const Options& options) {
   check.check_view("saved", t, 1, 1);
   const SavedLayout g = saved_layout(p.B, p.H, p.T, p.L, p.dtype, has_rho, options.chunk_size);
+  const SavedLayout gk = saved_layout(p.B, p.H, p.T, p.L, p.dtype, has_rho, options.chunk_size, true);
   if (t.dtype != DType::float32)
     check.fail(std::string("saved: dtype ") + dtype_name(t.dtype) + " is not allowed: the saved buffer is float32");
-  if (t.shape[0] != g.total)
-    check.fail("saved: expected shape [" + str(g.total) + "] (rhoscan::saved_numel for q [" + str(p.B) + ", " +
-               str(p.H) + ", " + str(p.T) + ", " + str(p.L) + "] " + dtype_name(p.dtype) + ", " +
-               (has_rho ? "with" : "without") + " an initial rho, chunk_size " + str(options.chunk_size) +
-               "), got " + t.shape_string());
+  if (t.shape[0] != g.total && t.shape[0] != gk.total)
+    check.fail("saved: expected shape [" + str(g.total) + "]" +
+               (gk.total != g.total ? " or, with the keys, [" + str(gk.total) + "]" : std::string()) +
+               " (rhoscan::saved_numel for q [" + str(p.B) + ", " + str(p.H) + ", " + str(p.T) + ", " + str(p.L) +
+               "] " + dtype_name(p.dtype) + ", " + (has_rho ? "with" : "without") + " an initial rho, chunk_size " +
+               str(options.chunk_size) + "), got " + t.shape_string());
   if (t.shape[0] > 1 && t.strides[0] != 1)
     check.fail("saved: must be contiguous (stride 1), got stride " + str(t.strides[0]) + " for shape " +
                t.shape_string());
+  return gk.keys && t.shape[0] == gk.total;
 }
 
 bool saved_header_matches(const SavedHeader& h, const Problem& p, bool has_rho_norm, const Options& options) {
@@ -372,7 +377,7 @@ ValidatedForward validate_forward(const ForwardArgs& a, const Options& options) 
   if (a.rho_norm) check.check_dtype_state("rho_norm", *a.rho_norm, state_dtype);
   check.check_dtype_state("rho_out", a.rho_out, state_dtype);
   check.check_dtype_state("rho_norm_out", a.rho_norm_out, state_dtype);
-  if (a.saved) check_saved_view(check, *a.saved, p0, a.rho.has_value(), options);
+  const bool saved_keys = a.saved && check_saved_view(check, *a.saved, p0, a.rho.has_value(), options);
   check.check_devices();
   for (auto [name, out] : {std::pair{"context", &a.context}, {"rho_out", &a.rho_out},
                            {"rho_norm_out", &a.rho_norm_out}})
@@ -406,7 +411,10 @@ ValidatedForward validate_forward(const ForwardArgs& a, const Options& options) 
   f.context = a.context.data;     copy_strides(f.context_stride, a.context);
   f.rho = a.rho_out.data;         copy_strides(f.rho_stride, a.rho_out);
   f.rho_norm = a.rho_norm_out.data; copy_strides(f.rho_norm_stride, a.rho_norm_out);
-  if (a.saved && a.saved->numel() > 0 && backend.reads_saved()) f.saved = static_cast<float*>(a.saved->data);
+  if (a.saved && a.saved->numel() > 0 && backend.reads_saved()) {
+    f.saved = static_cast<float*>(a.saved->data);
+    f.saved_keys = saved_keys;
+  }
   f.options = options;
   out.backend = &backend;
   return out;
@@ -451,7 +459,7 @@ ValidatedBackward validate_backward(const BackwardArgs& a, const Options& option
                  "] or [1, H, L], got " + g.shape_string());
     check.check_dtype_data("grad_decay", g, p0.decay_dtype, "decay");
   }
-  if (a.saved) check_saved_view(check, *a.saved, p0, a.rho.has_value(), options);
+  const bool saved_keys = a.saved && check_saved_view(check, *a.saved, p0, a.rho.has_value(), options);
   check.check_devices();
   std::vector<std::pair<const char*, const TensorView*>> outputs = {
       {"grad_q", &a.grad_q}, {"grad_v", &a.grad_v}, {"grad_decay", &a.grad_decay}};
@@ -521,6 +529,7 @@ ValidatedBackward validate_backward(const BackwardArgs& a, const Options& option
     }
     b.saved_filled = check_saved_header(check, *header, b.p, a.rho_norm.has_value(), options);
     b.saved = static_cast<const float*>(a.saved->data);
+    b.saved_keys = saved_keys;
   }
   b.options = options;
   out.backend = &backend;

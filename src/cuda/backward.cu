@@ -1809,10 +1809,16 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   // forward's saved P has no reader but bwd_local, which forms it itself (version 5)
   const bool saved_diag = g.saved != nullptr && (g.saved_filled & detail::kSavedDiagScores) != 0;
   const bool qp_needed = !kTC || !saved_diag;
+  // The forward's keys Xq and Kq (where its buffer has them and it filled them), bitwise what
+  // norm_apply would make here from the same q, s and Nc: then no normaliser pass runs at all.
+  // (Where Qp is needed norm_apply runs anyway, and it would write them: then they are not used.)
+  const bool saved_keys = kTC && !qp_needed && g.saved_keys && (g.saved_filled & detail::kSavedNorm) != 0 &&
+                          (g.saved_filled & detail::kSavedKeys) != 0;
   const int64_t per_bh_common = Workspace::floats(nT) * 2 + Workspace::floats(norm_sums_blocks(L) * nT) +
                                 Workspace::floats(nT * L) * (qp_needed ? 2 : 1) +
                                 Workspace::floats((nC + 1) * L) + Workspace::floats(nC * 16 * C * C) * 2 +
-                                operand_bytes<kTC, T>(d, 2, 2) + Workspace::floats(nT * nlt) + Workspace::floats(nT * E) +
+                                operand_bytes<kTC, T>(d, saved_keys ? 0 : 2, 2) + Workspace::floats(nT * nlt) +
+                                Workspace::floats(nT * E) +
                                 Workspace::floats(nC * L) * 4 + Workspace::floats(L) +
                                 (kTC ? Workspace::floats(nT * L) + Workspace::floats(nC * L) : 0);  // U, HdH
   // (and cross_scores' split partials: their count from the call's pairs, so that the sums do not
@@ -1837,11 +1843,13 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   // forward's bf16 Qp, this backward's own from float32 Qp: gradients differ in the last bits
   // (dv rounds the scores to bf16 either way).
   const detail::SavedLayout saved =
-      detail::saved_layout(p.B, p.H, nT, L, p.dtype, g.rho0 != nullptr, g.options.chunk_size);
+      detail::saved_layout(p.B, p.H, nT, L, p.dtype, g.rho0 != nullptr, g.options.chunk_size, g.saved_keys);
   const bool saved_norm = g.saved != nullptr && (g.saved_filled & detail::kSavedNorm) != 0;
   const bool saved_scores = g.saved != nullptr && (g.saved_filled & detail::kSavedCrossScores) != 0 && quadratic;
   if (g.saved != nullptr && saved.C != C)
     throw Error(ErrorKind::internal, "rhoscan.backward (cuda): the saved layout's chunk differs from the kernels'");
+  if (saved_keys && (!saved.keys || saved.keys_pair != nT * d.Lp))
+    throw Error(ErrorKind::internal, "rhoscan.backward (cuda): the saved keys' rows differ from the operands'");
   const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
   Workspace ws(shared + per_batch * per_bh, stream);
   float* a32 = ws.take_floats(p.H * L);
@@ -1894,7 +1902,11 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                     : saved_scores ? saved_at + saved.Pcross + bh0 * saved.Pcross_pair
                                    : ws.take_floats(n * nC * nC * C * C);
     float* cross_parts = quadratic ? ws.take_floats((cross_nsplit - 1) * n * nC * nC * C * C) : nullptr;
-    const Operands16 o = take_operands<kTC, T>(ws, d, true);
+    Operands16 o = take_operands<kTC, T>(ws, d, true, !saved_keys);
+    if (saved_keys) {
+      o.Xq = reinterpret_cast<bf16*>(saved_at + saved.Xq) + bh0 * saved.keys_pair;
+      o.Kq = reinterpret_cast<bf16*>(saved_at + saved.Kq) + bh0 * saved.keys_pair;
+    }
     float* gcp = ws.take_floats(n * nT * nlt);
     float* dvp = ws.take_floats(n * nT * E);
     float* dap = ws.take_floats(n * nC * L);
@@ -1907,7 +1919,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
 
     // (the token sums too: computed as the forward computes them, so that s is bitwise the
     // forward's, with or without its saved buffer)
-    launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, Str3{}, o.Xq, o.Kq, stream, saved_norm);
+    if (!saved_keys) launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, Str3{}, o.Xq, o.Kq, stream, saved_norm);
     make_key_remainders<kTC, T>(d, q, a32, o, stream);
     // (16-bit: M comes from cross_values_mma's diagonal items, on tensor cores; float32: from the
     // FFMA chunk_scores kernel, with P)

@@ -1534,12 +1534,15 @@ struct Operands16 {
   bf16* glo = nullptr;  // G - gb, bf16   [bh][T][Ep] (split values, backward)
   bf16* Kq_lo = nullptr;  // the remainders of Kq [bh][T][Lp] (split values, backward)
 };
+// keys: Xq and Kq from the workspace (false: the caller points them into the saved buffer).
 template <bool kTC, typename T>
-Operands16 take_operands(Workspace& ws, const Dims& d, bool backward) {
+Operands16 take_operands(Workspace& ws, const Dims& d, bool backward, bool keys = true) {
   Operands16 o;
   if constexpr (kTC) {
-    o.Xq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
-    o.Kq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
+    if (keys) {
+      o.Xq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
+      o.Kq = ws.take_array<bf16>(d.nbh * d.T * d.Lp);
+    }
     // (the values' arrays: d.v_packed_rows() rows, at most nbh; operand_bytes budgets nbh)
     o.vb = ws.take_array<bf16>(d.v_packed_rows() * d.T * d.Ep);
     if (backward) o.gb = ws.take_array<bf16>(d.nbh * d.T * d.Ep);

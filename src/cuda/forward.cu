@@ -89,6 +89,19 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   d.v_rows = kTC && p.Hv == 1 && p.H > 1;  // v packed once per batch row (see Dims)
   const int64_t BH = p.B * p.H;
   using QpT = std::conditional_t<kTC, bf16, float>;  // bf16 where only the mma scores read it
+  // The saved buffer (core/saved.h): s and Nc always, P where its layout reserved it (every path
+  // computes P), Pcross where it is reserved and this call took the quadratic path, Xq and Kq
+  // where its layout has them (every tensor-core path makes them). The kernels write s, Nc,
+  // Pcross and the keys in place of the workspace's (the first batch's s and Nc are copied there
+  // after the checks; with the keys the checks are settled before the first batch instead, since
+  // copying them would cost what saving them saves); P is copied (the workspace holds its L-split
+  // partials).
+  const detail::SavedLayout saved =
+      detail::saved_layout(p.B, p.H, p.T, p.L, p.dtype, f.rho0 != nullptr, f.options.chunk_size, f.saved_keys);
+  const bool save = f.saved != nullptr, save_diag = save && saved.diag_scores;
+  const bool save_keys = kTC && save && saved.keys;
+  if (save_keys && saved.keys_pair != d.T * d.Lp)
+    throw Error(ErrorKind::internal, "rhoscan.forward (cuda): the saved keys' rows differ from the operands'");
   // Per pair, both paths: s and its latent blocks' partials (norm_sums_kernel), Qp, the
   // chunk-start normalisers, the intra-chunk scores (16 split slots), the bf16 operands. Chunked:
   // the chunk-start states. Quadratic: the cross-chunk scores Pcross [nC][nC][C][C] float32 and the
@@ -96,7 +109,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   const int64_t common_bh = Workspace::floats(p.T) + Workspace::floats(norm_sums_blocks(p.L) * p.T) +
                             Workspace::bytes<QpT>(p.T * p.L) +
                             Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
-                            operand_bytes<kTC, T>(d, 2, 1);
+                            operand_bytes<kTC, T>(d, save_keys ? 0 : 2, 1);
   // chunk_scan_mma keeps the chunk-start states in shared memory: no workspace for them
   const bool scan = scan_applies<T>(d, BH);
   const int64_t chunked_bh = common_bh + (scan ? 0 : chunk_state_bytes<StateT<kTC>>(d));
@@ -120,18 +133,13 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
                     " bytes of chunk workspace (T=" + std::to_string(p.T) + ", L=" + std::to_string(p.L) +
                     ", E=" + std::to_string(p.E) + "), over the cap of " + std::to_string(cap) +
                     " bytes: raise options.max_workspace_bytes");
-  // The saved buffer (core/saved.h): s and Nc always, P where its layout reserved it (every path
-  // computes P), Pcross where it is reserved and this call took the quadratic path. The kernels
-  // write s, Nc and Pcross in place of the workspace's (the first batch's s and Nc are copied
-  // there after the checks); P is copied (the workspace holds its L-split partials).
-  const detail::SavedLayout saved = detail::saved_layout(p.B, p.H, p.T, p.L, p.dtype, f.rho0 != nullptr, f.options.chunk_size);
-  const bool save = f.saved != nullptr, save_diag = save && saved.diag_scores;
   const bool save_scores = save && quadratic && saved.cross_scores;
   // (written after the checks)
   const detail::SavedHeader header =
       save ? forward_saved_header(f, saved, d.C,
                                   detail::kSavedNorm | (save_diag ? detail::kSavedDiagScores : 0u) |
-                                      (save_scores ? detail::kSavedCrossScores : 0u))
+                                      (save_scores ? detail::kSavedCrossScores : 0u) |
+                                      (save_keys ? detail::kSavedKeys : 0u))
            : detail::SavedHeader{};
   const int64_t per_batch = balanced_batch(BH, (cap - shared) / per_bh);
   Workspace ws(shared + per_batch * per_bh, stream);
@@ -139,6 +147,11 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   const ForwardTensors x(f);
   const Str4 q = x.q, v = x.v, rho0 = x.rho0, rho_out = x.rho_out, ctx = x.ctx;
   const Str3 n0 = x.n0, n_out = x.n_out;
+  if (save_keys) {  // (a wait for the checks alone: the GPU idles for about a launch)
+    gate.settle();
+    write_saved_header(f.saved, header, stream);
+    remember_saved_header(p.device_index, f.saved, header);
+  }
   for (int64_t bh0 = 0; bh0 < BH; bh0 += per_batch) {
     d.bh0 = bh0;
     d.nbh = std::min(per_batch, BH - bh0);
@@ -157,7 +170,11 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
                     : save_scores ? f.saved + saved.Pcross + bh0 * saved.Pcross_pair
                                   : ws.take_floats(d.nbh * d.nC * d.nC * d.C * d.C);
     float* Pparts = quadratic ? ws.take_floats((cross_nsplit - 1) * d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
-    const Operands16 o = take_operands<kTC, T>(ws, d, false);
+    Operands16 o = take_operands<kTC, T>(ws, d, false, !save_keys);
+    if (save_keys) {
+      o.Xq = reinterpret_cast<bf16*>(f.saved + saved.Xq) + bh0 * saved.keys_pair;
+      o.Kq = reinterpret_cast<bf16*>(f.saved + saved.Kq) + bh0 * saved.keys_pair;
+    }
     launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, gated ? Str3{} : n_out, o.Xq, o.Kq, stream);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     if (gated) {

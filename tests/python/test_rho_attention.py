@@ -238,6 +238,31 @@ def test_saved_buffer_op_and_backward(device):
             op(q, v, decay, None, rho_norm, g, None, None, "bhtl", 0, True, torch.zeros_like(saved))
 
 
+def test_saved_keys_change_no_gradient(device):
+    """save_keys: the saved buffer also holds the normalised keys (Xq and Kq, bf16 rows of L rounded
+    up to 64 per token); the backward op reading it gives bitwise the gradients of the buffer
+    without them (CUDA skips its normaliser pass; the CPU ignores both), and so does autograd."""
+    q, v, decay, _, rho_norm = make_problem(B=2, H=2, T=70, L=600, E=8, device=device, dtype=torch.bfloat16)
+    _, _, _, plain = torch.ops.rhoscan.rho_attention_with_saved(q, v, decay, None, rho_norm, "bhtl", 0)
+    c, _, _, keyed = torch.ops.rhoscan.rho_attention_with_saved(q, v, decay, None, rho_norm, "bhtl", 0, True)
+    # two sections of 2·2·70·640 / 2 = 89600 floats (1400 · 64, already 256-byte aligned)
+    assert keyed.numel() == plain.numel() + 2 * 89600
+    g = torch.randn_like(c)
+    op = torch.ops.rhoscan.rho_attention_backward
+    want = op(q, v, decay, None, rho_norm, g, None, None, "bhtl", 0, True, plain)
+    got = op(q, v, decay, None, rho_norm, g, None, None, "bhtl", 0, True, keyed)
+    for k in (0, 1, 2, 4):
+        assert torch.equal(got[k], want[k]), k
+    grads = []
+    for save_keys in (False, True):
+        leaves = [x.detach().clone().requires_grad_(True) for x in (q, v, decay)]
+        c, _, _ = rhoscan.rho_attention(*leaves, None, rho_norm, save_keys=save_keys)
+        (c.float() * g.float()).sum().backward()
+        grads.append([x.grad for x in leaves])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
 def test_autograd_keeps_the_saved_buffer_on_cuda():
     """Autograd on CUDA runs the forward with the saved buffer and hands it to the backward: the
     gradients match the backward op's without it, within bfloat16's tolerance."""

@@ -432,8 +432,8 @@ std::string json_escape(const std::string& s) {
 const char* bench_help() {
   return "usage: rhoscan bench [--device cpu|cuda] [--backward] [--cases NAME,...] [--repeats N]\n"
          "                     [--json FILE] [--dtype f32|bf16|f16] [--threads N] [--chunk N]\n"
-         "                     [--workspace-mib N] [--commit HASH] [--no-naive] [--no-saved] [--list]\n"
-         "                     [--shape B,H,Hv,T,L,E ...]\n\n"
+         "                     [--workspace-mib N] [--commit HASH] [--no-naive] [--no-saved]\n"
+         "                     [--save-keys] [--list] [--shape B,H,Hv,T,L,E ...]\n\n"
          "Times the operator on the cases of the project's issues and prints, per case: the median\n"
          "time, GFLOP/s (FLOPs = B*H*(4*T*L*E + T*C*L + T*C*E) at C = 64; 3x for forward+backward),\n"
          "and ratios measured in the same run: limit_fraction = (the time at the device's limit) /\n"
@@ -454,6 +454,8 @@ const char* bench_help() {
          "  --commit HASH  recorded in the JSON (default: $RHOSCAN_COMMIT, else git rev-parse)\n"
          "  --no-naive     skip the per-token loop comparison\n"
          "  --no-saved     forward+backward without the forward's saved buffer (the backward recomputes)\n"
+         "  --save-keys    forward+backward with the saved buffer's keys (saved_numel's with_keys: twice\n"
+         "                 q's bytes more; the CUDA backward then skips its normaliser pass)\n"
          "  --list         print the case table and exit\n"
          "A progress line per case goes to stderr.\n";
 }
@@ -561,7 +563,7 @@ Result run_case(BenchDevice& dev, const BenchCase& c, Direction d, DType dtype, 
     ba.grad_v = view(*gv, dtype, {c.B, c.Hv, T, c.E});
     ba.grad_decay = view(*ga, sd, {c.H, c.L});
     // What a training step does: the forward keeps what the backward would recompute (docs/API.md).
-    const int64_t n_saved = s.saved ? saved_numel(c.B, c.H, T, c.L, dtype, false, s.chunk_size) : 0;
+    const int64_t n_saved = s.saved ? saved_numel(c.B, c.H, T, c.L, dtype, false, s.chunk_size, s.saved_keys) : 0;
     if (n_saved > 0) {
       saved = std::make_unique<DeviceTensor>(dev, n_saved * 4);
       tensor_bytes += static_cast<int64_t>(saved->bytes);
@@ -650,6 +652,8 @@ int bench_main(const std::vector<std::string>& args) {
       with_naive = false;
     } else if (a == "--no-saved") {
       s.saved = false;
+    } else if (a == "--save-keys") {
+      s.saved_keys = true;
     } else if (a == "--list") {
       list = true;
     } else {
@@ -737,7 +741,7 @@ int bench_main(const std::vector<std::string>& args) {
                      "\"median_cpu_ms\":%.3f,\"limit_fraction_cpu_time\":%.4f,\"speedup_vs_naive_cpu_time\":%.2f,"
                      "\"naive_vectorised_ms\":%.2f,\"speedup_vs_naive_vectorised\":%.2f,"
                      "\"speedup_vs_naive_vectorised_cpu_time\":%.2f,\"median_wall_ms_all\":\"%s\","
-                     "\"max_workspace_bytes\":%lld,\"saved\":%s}\n",
+                     "\"max_workspace_bytes\":%lld,\"saved\":%s,\"saved_keys\":%s}\n",
                      c.name, (long long)c.B, (long long)c.H, (long long)c.Hv, (long long)(d == Direction::step ? 1 : c.T),
                      (long long)c.L, (long long)c.E, dtype_name(dt), device_name(device), direction_name(d), r.median_ms,
                      r.gflops / 1000.0, r.limit_fraction, (long long)r.peak_bytes, json_escape(commit).c_str(),
@@ -747,7 +751,8 @@ int bench_main(const std::vector<std::string>& args) {
                      json_escape(r.naive.description).c_str(), json_escape(dev->description()).c_str(), load[0],
                      r.median_cpu_ms, r.limit_fraction_cpu, speedup_cpu, r.naive_simd.time_ms, speedup_simd,
                      speedup_simd_cpu, r.all_times.c_str(), (long long)s.max_workspace_bytes,
-                     d == Direction::forward_backward && s.saved ? "true" : "false");
+                     d == Direction::forward_backward && s.saved ? "true" : "false",
+                     d == Direction::forward_backward && s.saved && s.saved_keys ? "true" : "false");
         std::fflush(json);
       }
     }

@@ -40,6 +40,7 @@ struct BenchSettings {
   int64_t chunk_size = 0;
   int64_t max_workspace_bytes = 0;  // 0: the backend's default cap
   bool saved = true;  // forward+backward: the forward fills ForwardArgs::saved, the backward reads it
+  bool saved_keys = false;  // and it has room for the keys (saved_numel's with_keys): --save-keys
 };
 
 // What a device measures for limit_fraction: the time a case would take at the device's limit.

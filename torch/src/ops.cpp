@@ -1,13 +1,15 @@
 // The rhoscan operators in PyTorch's dispatcher (torch.ops.rhoscan.*):
 //
-//   rho_attention           forward: (q, v, decay, rho?, rho_norm?, layout, chunk_size)
-//                           -> (context, rho, rho_norm)
+//   rho_attention           forward: (q, v, decay, rho?, rho_norm?, layout, chunk_size, save_keys)
+//                           -> (context, rho, rho_norm); save_keys: autograd's saved buffer also
+//                           holds the normalised keys (rhoscan::saved_numel's with_keys)
 //   rho_attention_backward  the forward's inputs + grad_context?, grad_rho_out?, grad_rho_norm_out?,
 //                           layout, chunk_size, rho_grad, saved?
 //                           -> (grad_q, grad_v, grad_decay, grad_rho, grad_rho_norm); grad_rho is
 //                           empty (shape [0]) when rho_grad is false (autograd: no initial rho)
 //   rho_attention_with_saved  the forward, also returning `saved` (float32 [n], n from
-//                           rhoscan::saved_numel): what the CUDA backward would recompute; the
+//                           rhoscan::saved_numel, with the keys if save_keys): what the CUDA
+//                           backward would recompute; the
 //                           autograd wrapper uses it for CUDA tensors that need gradients
 //   rho_attention_step      one token, functional: (q, v, decay, rho?, rho_norm?)
 //                           -> (context, new rho, new rho_norm)
@@ -268,12 +270,13 @@ void call_rhoscan(F&& run) {
 
 // The forward's saved buffer: float32 [rhoscan::saved_numel(...)], zeros (so that what a backend
 // leaves unwritten is defined; the CUDA forward fills it).
-Tensor allocate_saved(const Tensor& q, const Tensor& v, const OptTensor& rho, Layout layout, int64_t chunk_size) {
+Tensor allocate_saved(const Tensor& q, const Tensor& v, const OptTensor& rho, Layout layout, int64_t chunk_size,
+                      bool save_keys) {
   const Sizes s = sizes_of(q, v, layout, false);
   int64_t n = 0;
   call_rhoscan([&] {
     n = saved_numel(concrete(s.B), concrete(s.H), concrete(s.T), concrete(s.L), *rhoscan_dtype(q.scalar_type()),
-                    present(rho), chunk_size);
+                    present(rho), chunk_size, save_keys);
   });
   return at::zeros({n}, q.options().dtype(at::kFloat));
 }
@@ -281,7 +284,7 @@ Tensor allocate_saved(const Tensor& q, const Tensor& v, const OptTensor& rho, La
 // ---- device kernels (CPU and CUDA) and Meta kernels ----------------------------------------
 
 Triple forward_meta(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
-                    const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
+                    const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size, bool /*save_keys*/) {
   const Layout l = parse_layout(layout, "forward");
   check_inputs("forward", q, v, decay, rho, rho_norm, false);
   return allocate_forward(q, v, rho, rho_norm, l, false);
@@ -311,21 +314,23 @@ Triple run_forward(const Tensor& q, const Tensor& v, const Tensor& decay, const 
   return {context, rho_out, rho_norm_out};
 }
 
+// (save_keys only shapes the saved buffer, which this op does not return)
 Triple forward_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
-                      const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
+                      const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size, bool /*save_keys*/) {
   return run_forward(q, v, decay, rho, rho_norm, layout, chunk_size, nullptr);
 }
 
 Quad forward_with_saved_meta(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
-                             const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
-  auto [context, rho_out, rho_norm_out] = forward_meta(q, v, decay, rho, rho_norm, layout, chunk_size);
-  return {context, rho_out, rho_norm_out, allocate_saved(q, v, rho, parse_layout(layout, "forward"), chunk_size)};
+                             const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size, bool save_keys) {
+  auto [context, rho_out, rho_norm_out] = forward_meta(q, v, decay, rho, rho_norm, layout, chunk_size, save_keys);
+  return {context, rho_out, rho_norm_out,
+          allocate_saved(q, v, rho, parse_layout(layout, "forward"), chunk_size, save_keys)};
 }
 
 Quad forward_with_saved_kernel(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
-                               const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
+                               const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size, bool save_keys) {
   check_inputs("forward", q, v, decay, rho, rho_norm, false);
-  const Tensor saved = allocate_saved(q, v, rho, parse_layout(layout, "forward"), chunk_size);
+  const Tensor saved = allocate_saved(q, v, rho, parse_layout(layout, "forward"), chunk_size, save_keys);
   auto [context, rho_out, rho_norm_out] = run_forward(q, v, decay, rho, rho_norm, layout, chunk_size, &saved);
   return {context, rho_out, rho_norm_out, saved};
 }
@@ -465,23 +470,25 @@ using torch::autograd::variable_list;
 // context, rho and rho_norm are differentiable with respect to q, v, decay, rho and rho_norm.
 // Nothing of size T·L·E is saved. keep_saved (CUDA tensors that need gradients): the forward also
 // fills the `saved` buffer (rho_attention_with_saved; about 1/60 of q's bytes, up to a quarter of
-// them at long L), which spares the backward recomputing the normaliser and the scores.
+// them at long L), which spares the backward recomputing the normaliser and the scores; with
+// save_keys it also holds the normalised keys (twice q's bytes more for 16-bit q), which spare the
+// backward's normaliser pass.
 class RhoAttentionFunction : public torch::autograd::Function<RhoAttentionFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& v,
                                const Tensor& decay, const OptTensor& rho, const OptTensor& rho_norm,
-                               c10::string_view layout, int64_t chunk_size, bool keep_saved) {
+                               c10::string_view layout, int64_t chunk_size, bool keep_saved, bool save_keys) {
     Triple out;
     Tensor saved;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       if (keep_saved) {
         auto [context, rho_out, rho_norm_out, kept] =
-            forward_with_saved_op().call(q, v, decay, rho, rho_norm, layout, chunk_size);
+            forward_with_saved_op().call(q, v, decay, rho, rho_norm, layout, chunk_size, save_keys);
         out = {context, rho_out, rho_norm_out};
         saved = kept;
       } else {
-        out = forward_op().call(q, v, decay, rho, rho_norm, layout, chunk_size);
+        out = forward_op().call(q, v, decay, rho, rho_norm, layout, chunk_size, save_keys);
       }
     }
     ctx->save_for_backward({q, v, decay, rho.value_or(Tensor()), rho_norm.value_or(Tensor()), saved});
@@ -493,7 +500,7 @@ class RhoAttentionFunction : public torch::autograd::Function<RhoAttentionFuncti
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const int64_t n_inputs = 8;
+    const int64_t n_inputs = 9;
     if (!grads[0].defined() && !grads[1].defined() && !grads[2].defined())
       return variable_list(n_inputs);
     const std::string layout = ctx->saved_data["layout"].toStringRef();
@@ -502,7 +509,7 @@ class RhoAttentionFunction : public torch::autograd::Function<RhoAttentionFuncti
         optional_of(grads[0]), optional_of(grads[1]), optional_of(grads[2]), layout,
         ctx->saved_data["chunk_size"].toInt(), /*rho_grad=*/saved[3].defined(), optional_of(saved[5]));
     return {gq, gv, gd, saved[3].defined() ? gr : Tensor(), saved[4].defined() ? gn : Tensor(),
-            Tensor(), Tensor(), Tensor()};
+            Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -536,13 +543,13 @@ class RhoAttentionStepFunction : public torch::autograd::Function<RhoAttentionSt
 };
 
 Triple forward_autograd(const Tensor& q, const Tensor& v, const Tensor& decay, const OptTensor& rho,
-                        const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size) {
+                        const OptTensor& rho_norm, c10::string_view layout, int64_t chunk_size, bool save_keys) {
   // Whether a backward can follow (inside Function::forward grad mode is off, so decide here).
   auto needs_grad = [](const Tensor& t) { return t.defined() && t.requires_grad(); };
   const bool keep_saved = q.is_cuda() && torch::autograd::GradMode::is_enabled() &&
                           (needs_grad(q) || needs_grad(v) || needs_grad(decay) || needs_grad(rho.value_or(Tensor())) ||
                            needs_grad(rho_norm.value_or(Tensor())));
-  auto out = RhoAttentionFunction::apply(q, v, decay, rho, rho_norm, layout, chunk_size, keep_saved);
+  auto out = RhoAttentionFunction::apply(q, v, decay, rho, rho_norm, layout, chunk_size, keep_saved, save_keys);
   return {out[0], out[1], out[2]};
 }
 
@@ -557,13 +564,13 @@ Triple step_autograd(const Tensor& q, const Tensor& v, const Tensor& decay, cons
 
 TORCH_LIBRARY(rhoscan, m) {
   m.def("rho_attention(Tensor q, Tensor v, Tensor decay, Tensor? rho=None, Tensor? rho_norm=None, "
-        "str layout=\"bhtl\", int chunk_size=0) -> (Tensor, Tensor, Tensor)");
+        "str layout=\"bhtl\", int chunk_size=0, bool save_keys=False) -> (Tensor, Tensor, Tensor)");
   m.def("rho_attention_backward(Tensor q, Tensor v, Tensor decay, Tensor? rho, Tensor? rho_norm, "
         "Tensor? grad_context, Tensor? grad_rho_out, Tensor? grad_rho_norm_out, "
         "str layout=\"bhtl\", int chunk_size=0, bool rho_grad=True, Tensor? saved=None) "
         "-> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("rho_attention_with_saved(Tensor q, Tensor v, Tensor decay, Tensor? rho=None, Tensor? rho_norm=None, "
-        "str layout=\"bhtl\", int chunk_size=0) -> (Tensor, Tensor, Tensor, Tensor)");
+        "str layout=\"bhtl\", int chunk_size=0, bool save_keys=False) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("rho_attention_step(Tensor q, Tensor v, Tensor decay, Tensor? rho=None, "
         "Tensor? rho_norm=None) -> (Tensor, Tensor, Tensor)");
   m.def("available_backends() -> str[]", &rhoscan::pt::available_backends_op);

@@ -17,11 +17,13 @@ namespace rhoscan::pt {
 // decay [H,L] or [1,H,L], rho [B,H,L,E], rho_norm [B,H,L] (optional initial state).
 // Returns (context [B,H,T,E] (or [B,T,H,E]), final rho, final rho_norm).
 // Errors raise c10::Error whose message is the library's (argument names and shapes).
+// save_keys: on CUDA with gradients, the forward also keeps the normalised keys for the backward
+// (twice q's bytes for 16-bit q, held until the backward), which then skips its normaliser pass.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> rho_attention(
     const at::Tensor& q, const at::Tensor& v, const at::Tensor& decay,
     const std::optional<at::Tensor>& rho = std::nullopt,
     const std::optional<at::Tensor>& rho_norm = std::nullopt, const std::string& layout = "bhtl",
-    int64_t chunk_size = 0);
+    int64_t chunk_size = 0, bool save_keys = false);
 
 // One token: q [B,H,L], v [B,Hv,E]; returns (context [B,H,E], new rho, new rho_norm).
 // rho / rho_norm are not modified (the functional form; use the returned tensors).
