@@ -630,6 +630,7 @@ TEST_F(Cuda, SavedKeysReplaceTheNormaliserPass) {
     EXPECT_EQ(filled, c.filled) << "the sections the forward filled";
     EXPECT_TRUE(same_bytes(with.context, plain.context)) << "context";
     EXPECT_TRUE(same_bytes(with.rho_out, plain.rho_out)) << "rho";
+    EXPECT_TRUE(same_bytes(with.rho_norm_out, plain.rho_norm_out)) << "rho_norm (no longer staged in the workspace)";
     expect_same_gradients(with, plain);
     if (keys) EXPECT_FALSE(same_bytes(zeroed.grad_q, plain.grad_q)) << "the backward did not read the keys";
   }

@@ -218,13 +218,12 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
       cp_async_commit();
       const uint32_t so = stage * Lay::kStageB;
       // 2a. ctx = Xq_c · Sb: k steps of 16 latents, increasing (chunk_output's 64-latent tiles in order);
-      // swizzled, 16 latents on within a row's 128-byte group an XOR (the lane's chunk bits 1, 2
-      // start clear), from one group to the next an add (warp_mma_32x32_tile's A k steps)
+      // swizzled, swizzled_k_step (mma.cuh) by 16 latents, as warp_mma_32x32_tile's A k steps
       float accC[4][4] = {};
 #pragma unroll 4
       for (int kt = 0; kt < kLp / 16; ++kt) {
         uint32_t af[4];
-        ldsm_x4_u32(af, (kSwizzle ? ((a_ctx ^ (32u * (kt % 4))) + 128 * (kt / 4)) : a_ctx + 2 * 16 * kt) + so);
+        ldsm_x4_u32(af, (kSwizzle ? swizzled_k_step(a_ctx, 16 * kt) : a_ctx + 2 * 16 * kt) + so);
         warp_mma_16x32_k16_tile<kSwizzle>(accC, af, b_sb + 2 * 16 * VS * kt);
       }
       // 3. S <- a^Cn ⊙ S + Kq_c^T v_c (chunk_states' scaling and k steps)

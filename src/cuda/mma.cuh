@@ -169,6 +169,12 @@ __device__ __forceinline__ uint32_t warp_mma_lane_b_tile(int lane, int n0, int l
 // from has those bits clear, so the XOR adds them) inside a 128-byte group, an add of 128 from one
 // group to the next (rows need not be a power of two of groups); a step of rows an immediate (16
 // rows keep r % 8).
+// A swizzled row's lane address `a` moved k0 elements along the row (k0 a multiple of 16; the
+// logical chunk the lane starts from has bits 1 and 2 clear): an XOR inside its 128-byte group, an
+// add of 128 bytes per group from one group to the next.
+__device__ __forceinline__ uint32_t swizzled_k_step(uint32_t a, int k0) {
+  return (a ^ (2u * (k0 % 64))) + 128 * (k0 / 64);
+}
 template <bool kSwizzle, bool kATrans, bool kBTrans, int kLda, int kLdb, int kKdim>
 __device__ __forceinline__ void warp_mma_32x32_tile(float (&acc)[2][4][4], uint32_t a, uint32_t b) {
   if constexpr (!kSwizzle) {
@@ -183,12 +189,12 @@ __device__ __forceinline__ void warp_mma_32x32_tile(float (&acc)[2][4][4], uint3
         if (kATrans)
           ldsm_x4_trans_u32(af[mt], (a ^ (32u * mt)) + 2 * k0 * kLda);
         else
-          ldsm_x4_u32(af[mt], (a ^ (2u * (k0 % 64))) + 128 * (k0 / 64) + 2 * 16 * mt * kLda);
+          ldsm_x4_u32(af[mt], swizzled_k_step(a, k0) + 2 * 16 * mt * kLda);
       }
 #pragma unroll
       for (int np = 0; np < 2; ++np) {
         if (kBTrans)
-          ldsm_x4_u32(bf[np], (b ^ (2u * (k0 % 64))) + 128 * (k0 / 64) + 2 * 16 * np * kLdb);
+          ldsm_x4_u32(bf[np], swizzled_k_step(b, k0) + 2 * 16 * np * kLdb);
         else
           ldsm_x4_trans_u32(bf[np], (b ^ (32u * np)) + 2 * k0 * kLdb);
       }
