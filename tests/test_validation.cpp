@@ -355,6 +355,22 @@ TEST(Validation, SavedBufferOfWrongShapeDtypeOrStride) {
   expect_error([&] { forward(f); }, ErrorKind::invalid_argument, {"saved", "overlaps"});
 }
 
+// Forward and backward of `plain` without a saved buffer and of `with` with one of n floats filled
+// with the sentinel, which a host backend must leave as it was.
+void run_without_and_with_saved(Problem& plain, Problem& with, int64_t n, const Options& o) {
+  forward(plain.forward_args(), o);
+  backward(plain.backward_args(), o);
+  HostTensor saved(DType::float32, {n});
+  saved.fill(kSentinel);
+  ForwardArgs f = with.forward_args();
+  f.saved = saved.view();
+  forward(f, o);
+  BackwardArgs b = with.backward_args();
+  b.saved = saved.view();
+  backward(b, o);
+  for (double x : saved.values()) ASSERT_EQ(x, kSentinel) << "a host backend wrote the saved buffer";
+}
+
 // A 16-bit problem where the keys can be reserved takes a buffer of either length (the length says
 // which layout it has), and no other; the error names both.
 TEST(Validation, SavedBufferWithOrWithoutTheKeys) {
@@ -370,20 +386,11 @@ TEST(Validation, SavedBufferWithOrWithoutTheKeys) {
     Options o;
     o.backend = backend;
     Problem plain(s), with(s);
-    forward(plain.forward_args(), o);
-    backward(plain.backward_args(), o);
-    HostTensor saved(DType::float32, {nk});
-    saved.fill(kSentinel);
-    ForwardArgs f = with.forward_args();
-    f.saved = saved.view();
-    forward(f, o);
-    BackwardArgs b = with.backward_args();
-    b.saved = saved.view();
-    backward(b, o);
-    for (double x : saved.values()) ASSERT_EQ(x, kSentinel);
+    ASSERT_NO_FATAL_FAILURE(run_without_and_with_saved(plain, with, nk, o));
     EXPECT_EQ(plain.context.values(), with.context.values());
     EXPECT_EQ(plain.grad_q.values(), with.grad_q.values());
     HostTensor wrong(DType::float32, {nk + 1});
+    ForwardArgs f = with.forward_args();
     f.saved = wrong.view();
     const std::string keys = "or, with the keys, [" + std::to_string(nk) + "]";
     const std::string plain_length = "expected shape [" + std::to_string(n) + "]";
@@ -402,17 +409,7 @@ TEST(Validation, HostBackendsIgnoreTheSavedBuffer) {
     o.backend = backend;
     ProblemSpec s = base_spec();
     Problem plain(s), with(s);
-    HostTensor saved(DType::float32, {saved_numel(2, 3, 4, 5, DType::float32, true)});
-    saved.fill(kSentinel);
-    forward(plain.forward_args(), o);
-    backward(plain.backward_args(), o);
-    ForwardArgs f = with.forward_args();
-    f.saved = saved.view();
-    forward(f, o);
-    BackwardArgs b = with.backward_args();
-    b.saved = saved.view();
-    backward(b, o);
-    for (double x : saved.values()) ASSERT_EQ(x, kSentinel);
+    ASSERT_NO_FATAL_FAILURE(run_without_and_with_saved(plain, with, saved_numel(2, 3, 4, 5, DType::float32, true), o));
     for (auto [x, y] : {std::pair{&plain.context, &with.context}, {&plain.grad_q, &with.grad_q},
                         {&plain.grad_v, &with.grad_v}, {&plain.grad_decay, &with.grad_decay},
                         {&plain.grad_rho, &with.grad_rho}})
