@@ -129,7 +129,9 @@ inline unsigned grid_for(int64_t items, int64_t per_block = 1, int64_t max_block
   return static_cast<unsigned>(blocks);
 }
 
-// Whether the current device takes PDL launches (compute capability 9.0 or later; once per device).
+// The current device's compute capability as 10 major + minor (0 when unknown), once per device.
+int device_compute_capability();
+// Whether the current device takes PDL launches (compute capability 9.0 or later).
 bool programmatic_launch_supported();
 
 #ifndef RHOSCAN_PDL

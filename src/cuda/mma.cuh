@@ -67,6 +67,74 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// ---- warpgroup MMA (wgmma, sm_90a) ----------------------------------------------------------
+// A warpgroup (4 consecutive warps, the first a multiple of 4) computes D (64 × N, float32, in
+// registers) += A (64 × 16) · B (16 × N), both operands in shared memory described by 64-bit
+// descriptors (wgmma_desc_sw128, below). The instruction is asynchronous: wgmma_fence before the
+// first one that reads accumulators written by ordinary instructions, wgmma_commit to close a
+// group, wgmma_wait<n> until at most n groups are pending (the accumulators and the operands'
+// shared memory belong to the tensor cores until then). Accumulator i of a thread (warp w of the
+// warpgroup, g = lane / 4, q = lane % 4): row 16 w + g + 8 ((i >> 1) & 1), column 8 (i >> 2) +
+// 2 q + (i & 1): mma.m16n8's C layout, tile after tile along N.
+// Shared memory written by ordinary stores or cp.async and read by wgmma (the async proxy) needs
+// fence_proxy_async in each writing thread, after its writes are complete, before the barrier
+// that hands the tile over.
+// Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); elsewhere the kernels that use these are
+// never launched (wgmma_built, quadratic_backward.cuh), and the bodies trap.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define RHOSCAN_WGMMA_DEVICE 1
+#else
+#define RHOSCAN_WGMMA_DEVICE 0
+#endif
+__device__ __forceinline__ void wgmma_fence() {
+#if RHOSCAN_WGMMA_DEVICE
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if RHOSCAN_WGMMA_DEVICE
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if RHOSCAN_WGMMA_DEVICE
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// The accumulators as compiler-visible operands: after wgmma_wait, so that no read or write of
+// them moves across the wait (CUTLASS's warpgroup_fence_operand).
+__device__ __forceinline__ void wgmma_fence_operand(float (&d)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// D (64 × 64) += A · B, bf16 operands. kTransA: A stored M-major (each k's 64 m contiguous), else
+// K-major; kTransB: B stored N-major, else K-major (PTX's imm-trans-a / imm-trans-b).
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+#if RHOSCAN_WGMMA_DEVICE
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "%32, %33, p, 1, 1, %34, %35;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));
+#else
+  (void)d, (void)desc_a, (void)desc_b;
+  __trap();
+#endif
+}
+
 // One warp's 32×32 block, one k step (16): the 8 mma from A's fragments (row blocks mt) and B's
 // (two ldmatrix.x4, each two 8-column tiles: regs {0,1} and {2,3}), in the one order that every
 // variant below uses (so their sums agree bit for bit).
@@ -240,5 +308,24 @@ __device__ __forceinline__ void for_each_acc(float (&acc)[2][4][4], int m0, int 
 #pragma unroll
       for (int r = 0; r < 4; ++r) f(m0 + 16 * mt + g + 8 * (r / 2), n0 + 8 * nt + 2 * q + r % 2, acc[mt][nt][r]);
 }
+
+// A wgmma operand descriptor for a tile in the 128-byte swizzle (the layout of the swizzled tiles
+// above with rows of exactly 64 bf16: row r of 128 bytes, 16-byte chunk c stored at c ^ (r % 8),
+// eight rows an atom of 1024 bytes, the tile starting on a 1024-byte boundary). Fields (PTX ISA,
+// "matrix descriptor"): start address >> 4 (bits 0-13), leading-dimension byte offset >> 4
+// (16-29), stride-dimension byte offset >> 4 (32-45), swizzle mode 1 = 128 bytes (62-63).
+// CUTLASS's canonical forms (T = 8 bf16 = 16 bytes):
+//   K-major:  ((8, m), (T, 2k)) : ((8T, SBO), (1, T))       rows of 64 k, 8-row atoms SBO apart
+//   MN-major: ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO)) rows of 64 m/n per k, 8-k atoms SBO apart
+// The tiles here are 64 wide in m / n, so LBO (the next 64 m / n) is never used; it is set to the
+// atom size anyway, as SBO. A k step of 16 moves the start by 32 bytes inside a K-major row (the
+// hardware applies the XOR to the address it forms, so the tile's alignment is what matters) or by
+// two atoms (2048 bytes) in an MN-major tile.
+__host__ __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_address, uint32_t lbo_bytes,
+                                                             uint32_t sbo_bytes) {
+  return uint64_t((smem_address & 0x3FFFFu) >> 4) | (uint64_t((lbo_bytes >> 4) & 0x3FFFu) << 16) |
+         (uint64_t((sbo_bytes >> 4) & 0x3FFFu) << 32) | (uint64_t(1) << 62);
+}
+constexpr uint32_t kWgmmaAtom = 1024;  // bytes: 8 rows of 128
 
 }  // namespace rhoscan::cuda_detail

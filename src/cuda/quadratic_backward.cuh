@@ -35,6 +35,9 @@
 // shared with the forward), no rho0, no grad_rho_out.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/chunk_products.cuh"
 #include "cuda/quadratic.cuh"
 
@@ -437,6 +440,226 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
   }
 }
 
+// ---- quad_readback on warpgroup MMA (sm_90a) ----------------------------------------------------
+// quad_readback_mma_kernel's items, steps, fetches and Horner sums with wgmma in place of the 8
+// warps' mma.sync: the two warpgroups of the block each own 64 of the item's 128 latents (M = 64)
+// and all 64 tokens of chunk K (N = 64), so a step is 8 instructions m64n64k16 per warpgroup (M hi
+// and M lo, 4 k steps each; float16 W steps 4 more with Kq's remainders) instead of 64 mma.sync,
+// 16 ldmatrix and their address arithmetic per warp, which made version 3 issue-bound (its tensor
+// pipe 42-43 % busy in round 17's Nsight Compute profile). The tensor cores read the tiles from
+// shared memory through descriptors (mma.cuh, wgmma_desc_sw128), so every tile is a 64-wide,
+// 128-byte-swizzled one:
+//   M hi, M lo    [64 rows i][64 j]: W steps B = M^T (K-major: n = i rows, k = j along them),
+//                 U steps B = M (N-major: k = i rows, n = j along them), the same bytes;
+//   the operand   Kq_J (W) or Xq_I (U), [64 tokens][128 latents] as two tiles of 64 latents, one per
+//                 warpgroup: A = operand^T, M-major (k = token rows, m = latents along them);
+//   xk            chunk K's own Xq rows (HdH'), the same two tiles, read by ldmatrix.trans.
+// The fills are version 3's 16-byte pieces (cp.async, zero fill past Cn and Lp) at other addresses.
+// The accumulator layout is mma.m16n8's C per warp (16 latent rows, 8 tiles of 8 tokens), so the
+// row scaling a^C, the stores and HdH's running dot are version 3's per element, and the same
+// per-element sequence of k steps (M hi k 0..3, M lo k 0..3) makes W, U and HdH' bit for bit version
+// 3's in the host emulation (HdH's two 32-token halves are kept apart and added last, as version 3's
+// two warps did). On the GPU the tensor cores' accumulation order may differ in the last bits.
+// Shared memory: two stages of 32 KiB (float16: 48), xk 16 KiB, a^C, 1 KiB of alignment slack
+// (the tiles on 1024-byte boundaries): 81.5 KiB, two blocks per SM (float16 113.5 KiB, one).
+constexpr uint32_t kQwTile = 64 * 128;  // bytes of one 64 × 64 bf16 tile
+template <bool kKeyLo>
+constexpr uint32_t quad_readback_wgmma_stage() {  // bytes: M hi, M lo, the operand's two tiles (and remainders')
+  return (2 + (kKeyLo ? 4 : 2)) * kQwTile;
+}
+template <bool kKeyLo>
+constexpr int quad_readback_wgmma_smem() {
+  return static_cast<int>(kWgmmaAtom + 2 * quad_readback_wgmma_stage<kKeyLo>() + 2 * kQwTile + kQrLT * sizeof(float));
+}
+template <bool kKeyLo = false>
+__global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
+    quad_readback_wgmma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
+                               const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
+  grid_dependency_wait();
+  static_assert(kQrThreads == 256 && kQrLT == 128 && kQB == 64, "two warpgroups of 64 latents; 64-token tiles");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  constexpr uint32_t kStage = quad_readback_wgmma_stage<kKeyLo>();
+  constexpr uint32_t kLoB = kQwTile, kOpB = 2 * kQwTile, kOpLoB = 4 * kQwTile;  // offsets inside a stage
+  // the tiles on 1024-byte boundaries (the swizzle's atoms): the base rounded up
+  const uint32_t s_raw = smem_addr(smem_raw), s0 = (s_raw + kWgmmaAtom - 1) & ~(kWgmmaAtom - 1);
+  const uint32_t xk = s0 + 2 * kStage;
+  float* aC = reinterpret_cast<float*>(smem_raw + (xk + 2 * kQwTile - s_raw));
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  const int wg = warp / 4, lw = 64 * wg + 16 * (warp % 4);  // the warpgroup; the warp's first latent row
+  // the thread's fetch pieces (version 3's): M rows mr, mr + 32 at chunk mc; operand rows orow + 16 k
+  // at 16-byte chunk oc of the 128 latents (tile oc / 8, chunk oc % 8 there)
+  const int mr = tid / 8, mc = tid % 8, orow = tid / 16, oc = tid % 16;
+  const uint32_t m_dst = s0 + mr * 128 + ((mc ^ (mr & 7)) << 4);
+  const uint32_t o_off = kOpB + (oc / 8) * kQwTile + orow * 128 + (((oc % 8) ^ (orow & 7)) << 4);
+  const int64_t o_src = orow * d.Lp + 8 * oc, o_step = 16 * d.Lp, cstride = d.C * d.Lp;
+  // descriptors in stage 0 (a stage, a tile or a k step is an add to the start address field, in
+  // 16-byte units): A the warpgroup's operand tile (M-major); B M hi (K-major for W, N-major for U)
+  const uint64_t desc_a = wgmma_desc_sw128(s0 + kOpB + wg * kQwTile, kWgmmaAtom, kWgmmaAtom);
+  const uint64_t desc_bw = wgmma_desc_sw128(s0, 0, kWgmmaAtom), desc_bu = wgmma_desc_sw128(s0, kWgmmaAtom, kWgmmaAtom);
+  constexpr uint64_t kAtoms2 = 2 * kWgmmaAtom / 16, kRow32 = 32 / 16;  // a k step: MN-major, K-major
+  // the lane's ldmatrix.trans row of xk (HdH'): token 8 ((lane >> 4) & 1) + lane % 8 of a 16-token
+  // block, latent chunk 2 (warp % 4) + ((lane >> 3) & 1) of the warpgroup's tile
+  const uint32_t a_xk = xk + wg * kQwTile + (8 * ((lane >> 4) & 1) + (lane & 7)) * 128 +
+                        (((2 * (warp % 4) + ((lane >> 3) & 1)) ^ (lane & 7)) << 4);
+  const int nC = static_cast<int>(d.nC), nsteps = nC > 0 ? nC - 1 : 0, C = static_cast<int>(d.C);
+  const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
+  const int64_t nlt = (d.Lp + kQrLT - 1) / kQrLT;
+  auto src_bytes = [](int lim, int k) { return 16 * k < lim ? 16u : 0u; };
+  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
+    const int64_t bh = item / (d.nC * nlt), l0 = (item % nlt) * kQrLT;
+    const int K = static_cast<int>((item / nlt) % d.nC);
+    const int64_t h = d.h_of(bh), tK = int64_t{K} * d.C;
+    const int CnK = static_cast<int>(d.chunk_len(K));
+    const bool col_ok = l0 + 8 * oc < d.Lp;
+    const int lim_full = col_ok ? C - orow : 0, lim_last = col_ok ? CnLast - orow : 0;
+    const int64_t tile0 = bh * d.T * d.Lp + l0 + o_src;
+    const int64_t mb = bh * cross_pairs(d.nC) * (kQB * kQB) + mr * kQB + 8 * mc;
+    auto fetch = [&](int s, int st) {
+      const bool w = s < K;
+      const int I = w ? K : nC - 1 - (s - K), J = w ? s : K;
+      const int64_t blk = mb + static_cast<int64_t>(I * (I - 1) / 2 + J) * (kQB * kQB);
+      const uint32_t so = st ? kStage : 0u;
+      cp_async16_u32(m_dst + so, Mhi + blk);
+      cp_async16_u32(m_dst + so + 32 * 128, Mhi + blk + 32 * kQB);
+      cp_async16_u32(m_dst + so + kLoB, Mlo + blk);
+      cp_async16_u32(m_dst + so + kLoB + 32 * 128, Mlo + blk + 32 * kQB);
+      const int c = w ? J : I;
+      const int lim = c == nC - 1 ? lim_last : lim_full;
+      const int64_t oo = tile0 + c * cstride;
+      const bf16* o = (w ? Kq : Xq) + oo;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) cp_async16_u32(s0 + so + o_off + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
+      if constexpr (kKeyLo) {
+        if (w) {
+          const bf16* ol = Kq_lo + oo;
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            cp_async16_u32(s0 + so + o_off + (kOpLoB - kOpB) + 16 * 128 * k, ol + k * o_step, src_bytes(lim, k));
+        }
+      }
+      cp_async_commit();
+    };
+    __syncthreads();  // the previous item's shared memory is consumed
+    if (tid < kQrLT) {
+      const int64_t l = l0 + tid;
+      aC[tid] = l < d.L ? ipow(a32[h * d.L + l], C) : 0.0f;
+    }
+    if (K >= 2) {  // the chunk's own Xq rows (HdH'), in the first step's commit group
+      const int lim = K == nC - 1 ? lim_last : lim_full;
+      const bf16* o = Xq + tile0 + K * cstride;
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        cp_async16_u32(xk + (o_off - kOpB) + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
+    }
+    if (nsteps > 0) fetch(0, 0);
+    else cp_async_commit();
+    // acc[4 j + 2 hf + c]: latent row lw + g + 8 hf, token 8 j + 2 q + c of chunk K
+    float acc[32] = {}, dp[2][2] = {};  // dp[hf][half]: HdH's running dot over tokens 32 half ..
+    auto store = [&](float* out) {
+      const int nl = static_cast<int>(d.L - l0 < kQrLT ? d.L - l0 : kQrLT) - (lw + g);
+      float* p = out + (bh * d.T + tK + 2 * q) * d.L + l0 + lw + g;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          if (8 * j + 2 * q + c < CnK) {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+              if (8 * hf < nl) p[(8 * j + c) * d.L + 8 * hf] = acc[4 * j + 2 * hf + c];
+          }
+    };
+    auto finish_w = [&]() {
+      store(W);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+      float x[2];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        float y[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // version 3's quad sum per 32-token half, then the halves
+          y[half] = dp[hf][half];
+          y[half] += __shfl_xor_sync(0xffffffffu, y[half], 1);
+          y[half] += __shfl_xor_sync(0xffffffffu, y[half], 2);
+        }
+        x[hf] = y[0] + y[1];
+      }
+      const int64_t l = l0 + lw + g;
+      if (q == 0) {
+        float* o = HdH + (bh * d.nC + (K >= 1 ? K - 1 : d.nC - 1)) * d.L + l;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+          if (l + 8 * hf < d.L) o[8 * hf] = K >= 1 ? x[hf] : 0.0f;
+      }
+    };
+    auto step = [&](int s, auto kind) {
+      constexpr bool w = decltype(kind)::value;
+      const int st = s & 1;
+      if (s + 1 < nsteps) {
+        fetch(s + 1, st ^ 1);  // into the stage that step s - 1 consumed
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      fence_proxy_async();  // this thread's landed pieces, to the tensor cores' reads
+      __syncthreads();
+      const float f0 = aC[lw + g], f1 = aC[lw + g + 8];
+      if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (version 3's terms and order)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          uint32_t xf[2][4];  // 16-token blocks 2 half + kk: regs {row g, g + 8} × {tokens 2q.., 8 + 2q..}
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) ldsm_x4_trans_u32(xf[kk], a_xk + (2 * half + kk) * 16 * 128);
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            float x = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+              const uint32_t r = xf[nt / 2][hf + 2 * (nt % 2)];
+              const int j = 4 * half + nt;
+              x += __uint_as_float(r << 16) * acc[4 * j + 2 * hf];
+              x += __uint_as_float(r & 0xffff0000u) * acc[4 * j + 2 * hf + 1];
+            }
+            dp[hf][half] = (hf ? f1 : f0) * dp[hf][half] + x;
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[4 * j] *= f0, acc[4 * j + 1] *= f0, acc[4 * j + 2] *= f1, acc[4 * j + 3] *= f1;
+      const uint64_t so = st ? kStage / 16 : 0;
+      wgmma_fence_operand(acc);
+      wgmma_fence();
+      if constexpr (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (M-major), B = M^T (K-major)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) wgmma_m64n64k16_bf16<1, 0>(acc, desc_a + so + k * kAtoms2, desc_bw + so + k * kRow32);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          wgmma_m64n64k16_bf16<1, 0>(acc, desc_a + so + k * kAtoms2, desc_bw + so + kLoB / 16 + k * kRow32);
+        if constexpr (kKeyLo) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            wgmma_m64n64k16_bf16<1, 0>(acc, desc_a + so + (kOpLoB - kOpB) / 16 + k * kAtoms2, desc_bw + so + k * kRow32);
+        }
+      } else {  // [l][j] += sum_i Xq_I[i][l] M[i][j]: A = Xq^T (M-major), B = M (N-major)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) wgmma_m64n64k16_bf16<1, 1>(acc, desc_a + so + k * kAtoms2, desc_bu + so + k * kAtoms2);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          wgmma_m64n64k16_bf16<1, 1>(acc, desc_a + so + k * kAtoms2, desc_bu + so + kLoB / 16 + k * kAtoms2);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(acc);
+      __syncthreads();  // this stage is refilled by the next step's fetch
+    };
+    for (int s = 0; s < K; ++s) step(s, std::true_type{});
+    if (nsteps == 0) cp_async_wait<0>();  // (no step: the empty commit group)
+    finish_w();
+    for (int s = K; s < nsteps; ++s) step(s, std::false_type{});
+    store(U);
+  }
+}
+
 // ---- dv: dv_J = sum_{I>J} P_IJ^T G_I + sum_{k>j in J} P[k][j] G_k, per (bh, J, 128 columns) ----
 // Pcross: [bh][nC][nC][C][C] float32 (block (I, J), J < I, at ((bh nC + I) nC + J) C C, row i,
 // column j); P: chunk_scores' intra-chunk scores [bh][nC][nsplit][C][C] (split 0 holds the sum).
@@ -538,6 +761,27 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 }
 // ---- end of the quadratic backward's kernels
 
+// The readback's kernel: quad_readback_wgmma_kernel where this build has sm_90a code
+// (RHOSCAN_CUDA_WGMMA, which CMake sets when CMAKE_CUDA_ARCHITECTURES holds 90a) and the device is
+// compute capability 9.0, unless built with -DRHOSCAN_QR_WGMMA=0; else quad_readback_mma_kernel.
+// RHOSCAN_CUDA_READBACK=mma|wgmma (environment, read per call) forces either, wgmma only where it
+// can run (for tests and A/B runs; another value counts as unset).
+#ifndef RHOSCAN_CUDA_WGMMA
+#define RHOSCAN_CUDA_WGMMA 0
+#endif
+#ifndef RHOSCAN_QR_WGMMA
+#define RHOSCAN_QR_WGMMA 1
+#endif
+inline bool wgmma_runs() { return RHOSCAN_CUDA_WGMMA && device_compute_capability() == 90; }
+inline bool readback_wgmma() {
+  if (!wgmma_runs()) return false;
+  if (const char* env = std::getenv("RHOSCAN_CUDA_READBACK")) {
+    if (std::strcmp(env, "mma") == 0) return false;
+    if (std::strcmp(env, "wgmma") == 0) return true;
+  }
+  return RHOSCAN_QR_WGMMA != 0;
+}
+
 // The chunked backward's per-chunk M = G v^T (16-bit inputs) on tensor cores: cross_values_mma's
 // diagonal items alone, into M's split 0, after pack_bf16 (o.gb, o.vb; o.glo, o.vlo for float16).
 // The FFMA chunk_scores kernel it replaced there was bound by its two shared loads per FMA: 0.30 ms
@@ -571,11 +815,20 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     launch_kernel("cross_values_mma_kernel", cv, grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem,
                   stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
   }
-  auto qr = quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>;
-  constexpr int qr_smem = quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>();
-  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
-  launch_kernel("quad_readback_mma_kernel", qr, grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads,
-                qr_smem, stream, d, Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo);
+  const unsigned qr_grid = grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT));
+  if (readback_wgmma()) {
+    auto qr = quad_readback_wgmma_kernel<kLo>;
+    constexpr int qr_smem = quad_readback_wgmma_smem<kLo>();
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
+    launch_kernel("quad_readback_wgmma_kernel", qr, qr_grid, kQrThreads, qr_smem, stream, d, Mhi, Mlo, o.Kq, o.Xq,
+                  a32, W, U, HdH, o.Kq_lo);
+  } else {
+    auto qr = quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>;
+    constexpr int qr_smem = quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>();
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
+    launch_kernel("quad_readback_mma_kernel", qr, qr_grid, kQrThreads, qr_smem, stream, d, Mhi, Mlo, o.Kq, o.Xq, a32,
+                  W, U, HdH, o.Kq_lo);
+  }
   auto qd = quad_dv_mma_kernel<kLo>;
   constexpr int qd_smem = quad_dv_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));

@@ -53,20 +53,23 @@ void* Workspace::take(int64_t bytes) {
   return p;
 }
 
-bool programmatic_launch_supported() {
+int device_compute_capability() {
   static std::mutex mutex;
-  static std::map<int, bool> known;
+  static std::map<int, int> known;
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = known.find(device);
   if (it != known.end()) return it->second;
-  int major = 0;
-  const bool ok =
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
-  known.emplace(device, ok);
-  return ok;
+  int major = 0, minor = 0;
+  const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
+  const int cc = ok ? 10 * major + minor : 0;
+  known.emplace(device, cc);
+  return cc;
 }
+
+bool programmatic_launch_supported() { return device_compute_capability() >= 90; }
 
 int64_t workspace_cap(int64_t option, int64_t backend_default) { return option > 0 ? option : backend_default; }
 

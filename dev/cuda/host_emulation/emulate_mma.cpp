@@ -368,9 +368,9 @@ bool cross_case(const Problem& p, int nsplit) {
 // The swizzled tiles (kSwizzle: unpadded rows, chunk c of row r at c ^ (r % 8)) hold the same bytes
 // in other places: Pcross and every split's partials bitwise the padded kernel's.
 template <typename X>
-bool same_bits(const char* name, const std::vector<X>& x, const std::vector<X>& y) {
+bool same_bits(const char* name, const std::vector<X>& x, const std::vector<X>& y, const char* other = "the padded kernel's") {
   const bool ok = x.size() == y.size() && std::memcmp(x.data(), y.data(), sizeof(X) * x.size()) == 0;
-  std::printf("    %-8s %s\n", name, ok ? "bitwise the padded kernel's" : "DIFFERENT from the padded kernel's  <-- FAIL");
+  std::printf("    %-8s %s %s%s\n", name, ok ? "bitwise" : "DIFFERENT from", other, ok ? "" : "  <-- FAIL");
   return ok;
 }
 bool cross_swizzle_case(const Problem& p, int nsplit) {
@@ -996,16 +996,37 @@ bool cross_values_case(const Problem& p) {
          check("M diagonal (float32)", doubles(m.diag), rdiag, 1e-4);
 }
 
-// quad_readback_mma_kernel, with launch_quadratic_backward's block size and shared memory
-template <bool kKeyLo, bool kSwizzle = RHOSCAN_QR_SWIZZLE != 0>
+// quad_readback_mma_kernel (or, kWgmma, quad_readback_wgmma_kernel), with
+// launch_quadratic_backward's block size and shared memory
+template <bool kKeyLo, bool kSwizzle = RHOSCAN_QR_SWIZZLE != 0, bool kWgmma = false>
 void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W, std::vector<float>& U,
                        std::vector<float>& HdH) {
   const Dims& d = p.d;
   const int64_t items = d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT);
-  emu::launch(small_grid(items), kQrThreads, quad_readback_smem<kKeyLo, kSwizzle>(), [&] {
-    quad_readback_mma_kernel<kKeyLo, kSwizzle>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
-                                               W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
-  });
+  if constexpr (kWgmma) {
+    emu::launch(small_grid(items), kQrThreads, quad_readback_wgmma_smem<kKeyLo>(), [&] {
+      quad_readback_wgmma_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
+                                         W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
+    });
+  } else {
+    emu::launch(small_grid(items), kQrThreads, quad_readback_smem<kKeyLo, kSwizzle>(), [&] {
+      quad_readback_mma_kernel<kKeyLo, kSwizzle>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
+                                                 W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
+    });
+  }
+}
+// quad_readback_wgmma_kernel (warpgroup MMA from descriptors) against version 3 (mma.sync, its
+// default swizzled tiles): the same k steps in the same order, so W, U and HdH' bit for bit.
+template <bool kKeyLo>
+bool quad_readback_wgmma_case(const Problem& p) {
+  const Dims& d = p.d;
+  const CrossM m = run_cross_values<kKeyLo>(p);
+  auto W = nans<float>(d.nbh * d.T * d.L), U = W, HdH = nans<float>(d.nbh * d.nC * d.L);
+  auto Ww = W, Uw = W, HdHw = HdH;
+  run_quad_readback<kKeyLo>(p, m, W, U, HdH);
+  run_quad_readback<kKeyLo, true, true>(p, m, Ww, Uw, HdHw);
+  constexpr const char* v3 = "version 3's (mma.sync)";
+  return same_bits("W", W, Ww, v3) & same_bits("U", U, Uw, v3) & same_bits("HdH", HdH, HdHw, v3);
 }
 // The swizzled tiles (quadratic_backward.cuh, kSwizzle: unpadded rows, chunk c of row r at
 // c ^ (r % 8)) hold the same bytes in other places: W, U and HdH' bitwise the padded kernel's.
@@ -1026,12 +1047,13 @@ bool quad_readback_swizzle_case(const Problem& p) {
 // accuracy), and per (bh, l) the weighted sum that bwd_local takes, sum_c f(Cn_c) HdH[c] against
 // sum_c f(Cn_c) <H_c, A_end_c>, f(n) = n a^(n-1); slot nC-1 must hold 0. M from cross_values.
 // Magnitudes: the sums of |terms| down to single products of q-, v-, G-derived operands.
+template <bool kWgmma = false>
 bool quad_readback_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E, C = d.C, nC = d.nC;
   const CrossM m = run_cross_values(p);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
-  run_quad_readback<false>(p, m, W, U, HdH);
+  run_quad_readback<false, RHOSCAN_QR_SWIZZLE != 0, kWgmma>(p, m, W, U, HdH);
   std::vector<Acc> rW(W.size()), rU(U.size());
   std::vector<Acc> rH(d.nbh * L);  // sum_c f(Cn_c) <H_c, A_end_c>
   bool last_zero = true;
@@ -1098,13 +1120,13 @@ bool quad_readback_case(const Problem& p) {
 // and, for split keys, the third pass M_hi Kq_lo,
 //   W_K = sum_{J<K} a^((K-1-J)C) (M_KJ Kq_J [+ M_hi,KJ Kq_lo,J]),  U_K = sum_{I>K} a^((I-K-1)C) M_IK^T Xq_I,
 //   HdH[K-1] = sum_{J<=K-2} (K-J-1) a^((K-J-2)C) sum_i Xq_K[i] (M_KJ Kq_J [+ ...])[i],  HdH[nC-1] = 0.
-template <bool kKeyLo>
+template <bool kKeyLo, bool kWgmma = false>
 bool quad_readback_slots_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t L = d.L, C = d.C, nC = d.nC;
   const CrossM m = run_cross_values<kKeyLo>(p);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
-  run_quad_readback<kKeyLo>(p, m, W, U, HdH);
+  run_quad_readback<kKeyLo, RHOSCAN_QR_SWIZZLE != 0, kWgmma>(p, m, W, U, HdH);
   std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t h = p.h_of(bh);
@@ -1473,7 +1495,10 @@ int main(int argc, char** argv) {
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
       // the quadratic backward
       {"cross_values_mma", cross_values_case<false>, true, true},
-      {"quad_readback_mma", quad_readback_case, true, true},
+      {"quad_readback_mma", quad_readback_case<false>, true, true},
+      {"quad_readback_wgmma", quad_readback_case<true>, true, true},
+      {"quad_readback_wgmma slot by slot", quad_readback_slots_case<false, true>, false, true},
+      {"quad_readback_wgmma, bitwise version 3", quad_readback_wgmma_case<false>, true, true},
       {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, false, true},
       {"quad_readback_mma, swizzled tiles", quad_readback_swizzle_case<false>, true, true},
       {"quad_dv_mma", quad_dv_case<false>, true, true},
@@ -1481,6 +1506,8 @@ int main(int argc, char** argv) {
       {"cross_values_mma, split values", cross_values_case<true>, false, true},
       {"quad_readback_mma slot by slot, split keys", quad_readback_slots_case<true>, false, true},
       {"quad_readback_mma, swizzled tiles, split keys", quad_readback_swizzle_case<true>, false, true},
+      {"quad_readback_wgmma slot by slot, split keys", quad_readback_slots_case<true, true>, false, true},
+      {"quad_readback_wgmma, split keys, bitwise version 3", quad_readback_wgmma_case<true>, false, true},
       {"quad_dv_mma, split values", quad_dv_case<true>, false, true},
       {"chunk_states_mma reverse, bf16, no chunk states stored (quadratic backward's dR_0)",
        [](const Problem& p) { return states_case<bf16, true>(p, false, false); }, false, true},

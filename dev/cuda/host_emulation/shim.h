@@ -177,6 +177,14 @@ struct Copy {
 };
 inline thread_local std::vector<Copy> open_copies;               // issued, not committed
 inline thread_local std::deque<std::vector<Copy>> copy_groups;   // committed, not complete
+// wgmma products (see "warpgroup MMA" below): issued, not committed; committed, not carried out
+struct Wgmma {
+  float* d;
+  uint64_t a, b;
+  int ta, tb;
+};
+inline thread_local std::vector<Wgmma> open_wgmma;
+inline thread_local std::deque<std::vector<Wgmma>> wgmma_groups;
 inline std::atomic<int> errors{0};
 
 [[noreturn]] inline void fail(const char* what, const void* p) {
@@ -200,7 +208,12 @@ inline void thread_done(unsigned b, unsigned t) {
   }
   if (cluster_arrived && errors++ < 5)
     std::fprintf(stderr, "emulation error: block %u thread %u ended between cluster_arrive and cluster_wait\n", b, t);
+  bool products = !open_wgmma.empty();
+  for (const auto& g : wgmma_groups) products |= !g.empty();
+  if (products && errors++ < 5)
+    std::fprintf(stderr, "emulation error: block %u thread %u ended with wgmma products never waited for\n", b, t);
   open_copies.clear(), copy_groups.clear(), cluster_arrived = false;
+  open_wgmma.clear(), wgmma_groups.clear();
 }
 inline void set_cp_async_mode() {
   const char* mode = std::getenv("EMU_CP_ASYNC");
@@ -379,6 +392,67 @@ inline void cp_async_wait() {
 inline void cp_async16_u32(uint32_t dst, const void* src, uint32_t src_bytes = 16) {
   if (src_bytes != 0 && src_bytes != 16) emu::fail("cp.async src size other than 0 or 16", src);
   cp_async16(emu::smem + dst, src, src_bytes == 16);
+}
+
+// ---- warpgroup MMA (mma.cuh's wgmma_*) ------------------------------------------------------
+// wgmma.mma_async m64n64k16 bf16 -> f32 with both operands in shared memory, described as
+// mma.cuh's wgmma_desc_sw128 writes them (the 128-byte swizzle; K-major or M/N-major). Each thread
+// records the products it issues; wgmma_commit closes a group and wgmma_wait<N> carries out the
+// oldest groups until N remain, reading shared memory only then (the latest moment the GPU allows:
+// a tile refilled, or an accumulator read, before the wait shows). A product adds to each of the
+// thread's accumulators (mma.cuh's layout: warp w of the warpgroup, row 16 w + g + 8 ((i >> 1) & 1),
+// column 8 (i >> 2) + 2 q + (i & 1)) its 16 terms in double and rounds once, as mma_bf16_16816 does
+// per k step: a kernel that issues the same k steps in the same order as an mma.sync kernel gets
+// the same bits. The operand addresses follow the canonical layouts in mma.cuh's comment:
+//   K-major:   start + (mn / 8) SBO + (mn % 8) 128 + 2 k
+//   MN-major:  start + (mn / 64) LBO + (k / 8) SBO + (k % 8) 128 + 2 (mn % 64)
+// then the swizzle (bits 4-6 of the address XOR bits 7-9). Checked: the swizzle mode, every
+// element inside shared memory, no product left unwaited at a thread's end. Not checked: that the
+// 128 threads of a warpgroup issue the same descriptors together, the fences (wgmma_fence,
+// fence_proxy_async: no-ops here).
+namespace emu {
+inline uint32_t wgmma_element(uint64_t desc, int mn_major, int mn, int k) {
+  const uint32_t start = uint32_t(desc & 0x3FFFu) << 4, lbo = uint32_t((desc >> 16) & 0x3FFFu) << 4,
+                 sbo = uint32_t((desc >> 32) & 0x3FFFu) << 4;
+  if ((desc >> 62) != 1) fail("wgmma descriptor not in the 128-byte swizzle", nullptr);
+  uint32_t a = mn_major ? start + (mn / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + 2 * (mn % 64)
+                        : start + (mn / 8) * sbo + (mn % 8) * 128 + 2 * k;
+  a ^= ((a >> 7) & 7u) << 4;
+  if (a + 2 > smem_size) fail("wgmma operand element outside shared memory", smem + a);
+  return a;
+}
+inline double wgmma_value(uint64_t desc, int mn_major, int mn, int k) {
+  uint16_t x;
+  std::memcpy(&x, smem + wgmma_element(desc, mn_major, mn, k), 2);
+  return double(__bfloat162float(__nv_bfloat16{x}));
+}
+inline void do_wgmma(const Wgmma& w) {
+  const int lane = threadIdx.x & 31, wq = (threadIdx.x / 32) % 4, g = lane / 4, q = lane % 4;
+  for (int i = 0; i < 32; ++i) {
+    const int row = 16 * wq + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * q + (i & 1);
+    double s = w.d[i];
+    for (int k = 0; k < 16; ++k) s += wgmma_value(w.a, w.ta, row, k) * wgmma_value(w.b, w.tb, col, k);
+    w.d[i] = static_cast<float>(s);
+  }
+}
+}  // namespace emu
+inline void wgmma_fence() {}
+inline void fence_proxy_async() {}
+inline void wgmma_fence_operand(float (&)[32]) {}
+template <int kTransA, int kTransB>
+inline void wgmma_m64n64k16_bf16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB});
+}
+inline void wgmma_commit() {
+  emu::wgmma_groups.push_back(std::move(emu::open_wgmma));
+  emu::open_wgmma.clear();
+}
+template <int N>
+inline void wgmma_wait() {
+  while (emu::wgmma_groups.size() > size_t(N)) {
+    for (const auto& w : emu::wgmma_groups.front()) emu::do_wgmma(w);
+    emu::wgmma_groups.pop_front();
+  }
 }
 
 // ---- thread-block clusters (src/cuda/cluster.cuh) --------------------------------------------
