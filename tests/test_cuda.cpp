@@ -239,11 +239,12 @@ class ScopedEnv {
 // and 1 (and a mix), zero q rows, Hv = 1 and Hv = H, the [B,T,H,x] layout, rho_norm0 and
 // grad_rho_norm_out given (the quadratic path's conditions allow both), grad_rho0 wanted (the
 // harness always asks for it); bfloat16, and float16 (split values and keys) on three of them.
-TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
-  struct Case {
-    ProblemSpec s;
-    int64_t chunk;
-  };
+struct QuadraticCase {
+  ProblemSpec s;
+  int64_t chunk;
+};
+std::vector<QuadraticCase> quadratic_backward_cases() {
+  using Case = QuadraticCase;
   std::vector<Case> cases;
   auto add = [&](ProblemSpec s, int64_t chunk, auto&& tweak) {
     tweak(s);
@@ -280,7 +281,10 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
     c.s.initial_rho_norm = true;
     cases.push_back(c);
   }
-  for (const Case& c : cases) {
+  return cases;
+}
+TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
+  for (const QuadraticCase& c : quadratic_backward_cases()) {
     SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
     Problem ref = Problem(c.s).reference_solution();
     Problem chunked(c.s), quad(c.s), quad2(c.s);
@@ -307,6 +311,49 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
                 same_bytes(quad.grad_rho_norm, quad2.grad_rho_norm))
         << "quadratic path not bitwise deterministic";
   }
+}
+
+// The quadratic backward's two readback kernels (quadratic_backward.cuh): quad_readback_wgmma
+// (warpgroup MMA, sm_90a, the default where it runs) and quad_readback_mma (mma.sync), forced by
+// RHOSCAN_CUDA_READBACK on the same problems: each against the float64 reference, against each
+// other (the tensor cores' accumulation order may differ in the last bits of W and U, so not
+// bitwise), and the wgmma one bitwise deterministic.
+TEST_F(Cuda, ReadbackKernelsMmaAndWgmmaAgree) {
+#if !RHOSCAN_CUDA_WGMMA
+  GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel to compare";
+#else
+  int device = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
+  if (major != 9 || minor != 0)
+    GTEST_SKIP() << "wgmma runs on compute capability 9.0 only; this device is " << major << "." << minor;
+  ScopedEnv path("RHOSCAN_CUDA_BACKWARD_PATH", "quadratic");
+  for (const QuadraticCase& c : quadratic_backward_cases()) {
+    SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
+    Problem ref = Problem(c.s).reference_solution();
+    Problem mma(c.s), wg(c.s), wg2(c.s);
+    for (auto [p, kernel] : {std::pair{&mma, "mma"}, std::pair{&wg, "wgmma"}, std::pair{&wg2, "wgmma"}}) {
+      ScopedEnv env("RHOSCAN_CUDA_READBACK", kernel);
+      MirroredProblem m(*p, Device::cuda);
+      backward(m.backward_args(), cuda(c.chunk));
+      m.copy_outputs_to_host();
+    }
+    const double gt = gradient_tolerance(c.s.dtype);
+    for (auto [p, what] : {std::pair{&mma, "mma"}, std::pair{&wg, "wgmma"}}) {
+      EXPECT_LE(rms_rel(p->grad_q.values(), ref.grad_q.values()), gt) << what << " grad_q";
+      EXPECT_LE(rms_rel(p->grad_v.values(), ref.grad_v.values()), gt) << what << " grad_v";
+      EXPECT_LE(rms_rel(p->grad_decay.values(), ref.grad_decay.values()), gt) << what << " grad_decay";
+      EXPECT_LE(rms_rel(p->grad_rho.values(), ref.grad_rho.values()), gt) << what << " grad_rho";
+      EXPECT_LE(rms_rel(p->grad_rho_norm.values(), ref.grad_rho_norm.values()), gt) << what << " grad_rho_norm";
+    }
+    // W and U to float32 accuracy either way: the gradients agree far inside the tolerance
+    EXPECT_LE(rms_rel(wg.grad_q.values(), mma.grad_q.values()), 1e-4) << "grad_q, wgmma vs mma";
+    EXPECT_LE(rms_rel(wg.grad_v.values(), mma.grad_v.values()), 1e-4) << "grad_v, wgmma vs mma";
+    EXPECT_LE(rms_rel(wg.grad_decay.values(), mma.grad_decay.values()), 1e-4) << "grad_decay, wgmma vs mma";
+    expect_same_gradients(wg, wg2);
+  }
+#endif
 }
 
 // The quadratic backward (forced: L < T here) under a workspace cap that fits a few pairs per
