@@ -293,7 +293,11 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     const int64_t tile0 = bh * d.T * d.Lp + l0 + o_src;
     const int64_t mb = bh * cross_pairs(d.nC) * (kQB * kQB) + mr * kQB + mp;
     // step s: W with J = s (s < K), or U with I = nC-1-(s-K); tiles into stage st
-    auto fetch = [&](int s, int st) {
+    auto fetch = [&](int s, int st) {  // step s's tiles into stage st; past the last step an empty group
+      if (s >= nsteps) {
+        cp_async_commit();
+        return;
+      }
       const bool w = s < K;
       const int I = w ? K : nC - 1 - (s - K), J = w ? s : K;
       const int64_t blk = mb + static_cast<int64_t>(I * (I - 1) / 2 + J) * (kQB * kQB);
@@ -460,29 +464,37 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
 // per-element sequence of k steps (M hi k 0..3, M lo k 0..3) makes W, U and HdH' bit for bit version
 // 3's in the host emulation (HdH's two 32-token halves are kept apart and added last, as version 3's
 // two warps did). On the GPU the tensor cores' accumulation order may differ in the last bits.
-// Shared memory: two stages of 32 KiB (float16: 48), xk 16 KiB, a^C, 1 KiB of alignment slack
-// (the tiles on 1024-byte boundaries): 81.5 KiB, two blocks per SM (float16 113.5 KiB, one).
+// kStages stages of 32 KiB (float16: 48), fetched kStages - 1 steps ahead, one barrier per step
+// (after it, every warpgroup has waited for its previous step's products, so the stage that step
+// read is free for the next fetch); xk 16 KiB; a^C. Two stages: 1 KiB of alignment slack (the tiles
+// on 1024-byte boundaries whatever the dynamic shared memory's base), 81.5 KiB, two blocks per SM
+// (float16 113.5 KiB, one). Three stages (RHOSCAN_CUDA_READBACK=wgmma3, for A/B runs): no slack,
+// 112.5 KiB, still two blocks per SM; the base must then be 1024-byte aligned (the kernel traps if
+// not).
 constexpr uint32_t kQwTile = 64 * 128;  // bytes of one 64 × 64 bf16 tile
 template <bool kKeyLo>
 constexpr uint32_t quad_readback_wgmma_stage() {  // bytes: M hi, M lo, the operand's two tiles (and remainders')
   return (2 + (kKeyLo ? 4 : 2)) * kQwTile;
 }
-template <bool kKeyLo>
+template <bool kKeyLo, int kStages = 2>
 constexpr int quad_readback_wgmma_smem() {
-  return static_cast<int>(kWgmmaAtom + 2 * quad_readback_wgmma_stage<kKeyLo>() + 2 * kQwTile + kQrLT * sizeof(float));
+  return static_cast<int>((kStages == 2 ? kWgmmaAtom : 0) + kStages * quad_readback_wgmma_stage<kKeyLo>() +
+                          2 * kQwTile + kQrLT * sizeof(float));
 }
-template <bool kKeyLo = false>
+template <bool kKeyLo = false, int kStages = 2>
 __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     quad_readback_wgmma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
                                const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
   grid_dependency_wait();
   static_assert(kQrThreads == 256 && kQrLT == 128 && kQB == 64, "two warpgroups of 64 latents; 64-token tiles");
+  static_assert(kStages == 2 || kStages == 3, "two or three stages");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   constexpr uint32_t kStage = quad_readback_wgmma_stage<kKeyLo>();
   constexpr uint32_t kLoB = kQwTile, kOpB = 2 * kQwTile, kOpLoB = 4 * kQwTile;  // offsets inside a stage
   // the tiles on 1024-byte boundaries (the swizzle's atoms): the base rounded up
   const uint32_t s_raw = smem_addr(smem_raw), s0 = (s_raw + kWgmmaAtom - 1) & ~(kWgmmaAtom - 1);
-  const uint32_t xk = s0 + 2 * kStage;
+  if (kStages == 3 && s0 != s_raw) __trap();  // (no slack reserved)
+  const uint32_t xk = s0 + kStages * kStage;
   float* aC = reinterpret_cast<float*>(smem_raw + (xk + 2 * kQwTile - s_raw));
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const int wg = warp / 4, lw = 64 * wg + 16 * (warp % 4);  // the warpgroup; the warp's first latent row
@@ -514,11 +526,15 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     const int lim_full = col_ok ? C - orow : 0, lim_last = col_ok ? CnLast - orow : 0;
     const int64_t tile0 = bh * d.T * d.Lp + l0 + o_src;
     const int64_t mb = bh * cross_pairs(d.nC) * (kQB * kQB) + mr * kQB + 8 * mc;
-    auto fetch = [&](int s, int st) {
+    auto fetch = [&](int s, int st) {  // step s's tiles into stage st; past the last step an empty group
+      if (s >= nsteps) {
+        cp_async_commit();
+        return;
+      }
       const bool w = s < K;
       const int I = w ? K : nC - 1 - (s - K), J = w ? s : K;
       const int64_t blk = mb + static_cast<int64_t>(I * (I - 1) / 2 + J) * (kQB * kQB);
-      const uint32_t so = st ? kStage : 0u;
+      const uint32_t so = st * kStage;
       cp_async16_u32(m_dst + so, Mhi + blk);
       cp_async16_u32(m_dst + so + 32 * 128, Mhi + blk + 32 * kQB);
       cp_async16_u32(m_dst + so + kLoB, Mlo + blk);
@@ -551,8 +567,8 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       for (int k = 0; k < 4; ++k)
         cp_async16_u32(xk + (o_off - kOpB) + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
     }
-    if (nsteps > 0) fetch(0, 0);
-    else cp_async_commit();
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) fetch(s, s);  // (the first with xk's pieces)
     // acc[4 j + 2 hf + c]: latent row lw + g + 8 hf, token 8 j + 2 q + c of chunk K
     float acc[32] = {}, dp[2][2] = {};  // dp[hf][half]: HdH's running dot over tokens 32 half ..
     auto store = [&](float* out) {
@@ -594,15 +610,11 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     };
     auto step = [&](int s, auto kind) {
       constexpr bool w = decltype(kind)::value;
-      const int st = s & 1;
-      if (s + 1 < nsteps) {
-        fetch(s + 1, st ^ 1);  // into the stage that step s - 1 consumed
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      fence_proxy_async();  // this thread's landed pieces, to the tensor cores' reads
-      __syncthreads();
+      const int st = s % kStages;
+      cp_async_wait<kStages - 2>();  // step s's pieces (this thread's) have landed
+      fence_proxy_async();           // ... and are visible to the tensor cores' reads
+      __syncthreads();  // everyone's; and every warpgroup has waited for step s - 1's products
+      fetch(s + kStages - 1, (s + kStages - 1) % kStages);  // into the stage step s - 1 read
       const float f0 = aC[lw + g], f1 = aC[lw + g + 8];
       if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (version 3's terms and order)
 #pragma unroll
@@ -626,7 +638,7 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       }
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[4 * j] *= f0, acc[4 * j + 1] *= f0, acc[4 * j + 2] *= f1, acc[4 * j + 3] *= f1;
-      const uint64_t so = st ? kStage / 16 : 0;
+      const uint64_t so = st * (kStage / 16);
       wgmma_fence_operand(acc);
       wgmma_fence();
       if constexpr (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (M-major), B = M^T (K-major)
@@ -650,10 +662,9 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
-      __syncthreads();  // this stage is refilled by the next step's fetch
     };
     for (int s = 0; s < K; ++s) step(s, std::true_type{});
-    if (nsteps == 0) cp_async_wait<0>();  // (no step: the empty commit group)
+    if (nsteps == 0) cp_async_wait<0>();  // (no step: the empty commit groups)
     finish_w();
     for (int s = K; s < nsteps; ++s) step(s, std::false_type{});
     store(U);
@@ -764,8 +775,8 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 // The readback's kernel: quad_readback_wgmma_kernel where this build has sm_90a code
 // (RHOSCAN_CUDA_WGMMA, which CMake sets when CMAKE_CUDA_ARCHITECTURES holds 90a) and the device is
 // compute capability 9.0, unless built with -DRHOSCAN_QR_WGMMA=0; else quad_readback_mma_kernel.
-// RHOSCAN_CUDA_READBACK=mma|wgmma (environment, read per call) forces either, wgmma only where it
-// can run (for tests and A/B runs; another value counts as unset).
+// RHOSCAN_CUDA_READBACK=mma|wgmma|wgmma3 (environment, read per call) forces one, wgmma only where
+// it can run (for tests and A/B runs; another value counts as unset).
 #ifndef RHOSCAN_CUDA_WGMMA
 #define RHOSCAN_CUDA_WGMMA 0
 #endif
@@ -773,13 +784,16 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 #define RHOSCAN_QR_WGMMA 1
 #endif
 inline bool wgmma_runs() { return RHOSCAN_CUDA_WGMMA && device_compute_capability() == 90; }
-inline bool readback_wgmma() {
-  if (!wgmma_runs()) return false;
+// 0: quad_readback_mma; 2 or 3: quad_readback_wgmma with that many stages (wgmma3: bfloat16 only,
+// float16 takes two)
+inline int readback_wgmma() {
+  if (!wgmma_runs()) return 0;
   if (const char* env = std::getenv("RHOSCAN_CUDA_READBACK")) {
-    if (std::strcmp(env, "mma") == 0) return false;
-    if (std::strcmp(env, "wgmma") == 0) return true;
+    if (std::strcmp(env, "mma") == 0) return 0;
+    if (std::strcmp(env, "wgmma") == 0) return 2;
+    if (std::strcmp(env, "wgmma3") == 0) return 3;
   }
-  return RHOSCAN_QR_WGMMA != 0;
+  return RHOSCAN_QR_WGMMA != 0 ? 2 : 0;
 }
 
 // The chunked backward's per-chunk M = G v^T (16-bit inputs) on tensor cores: cross_values_mma's
@@ -816,9 +830,16 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
                   stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
   }
   const unsigned qr_grid = grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT));
-  if (readback_wgmma()) {
-    auto qr = quad_readback_wgmma_kernel<kLo>;
-    constexpr int qr_smem = quad_readback_wgmma_smem<kLo>();
+  const int wgmma_stages = readback_wgmma();
+  if (wgmma_stages == 3 && !kLo) {
+    auto qr = quad_readback_wgmma_kernel<kLo, 3>;
+    constexpr int qr_smem = quad_readback_wgmma_smem<kLo, 3>();
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
+    launch_kernel("quad_readback_wgmma_kernel", qr, qr_grid, kQrThreads, qr_smem, stream, d, Mhi, Mlo, o.Kq, o.Xq,
+                  a32, W, U, HdH, o.Kq_lo);
+  } else if (wgmma_stages > 0) {
+    auto qr = quad_readback_wgmma_kernel<kLo, 2>;
+    constexpr int qr_smem = quad_readback_wgmma_smem<kLo, 2>();
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
     launch_kernel("quad_readback_wgmma_kernel", qr, qr_grid, kQrThreads, qr_smem, stream, d, Mhi, Mlo, o.Kq, o.Xq,
                   a32, W, U, HdH, o.Kq_lo);

@@ -173,7 +173,7 @@ std::string Placement::description() const {
   return std::string("backend ") + backend_name(resolve_backend(backend, device)) + " on " + where;
 }
 
-Placement resolve_placement(const std::string& device, const std::string& backend) {
+Placement resolve_placement(const std::string& device, const std::string& backend, std::optional<DType> dtype) {
   Placement p;
   p.backend = parse_backend(backend);
   auto bad = [](const std::string& m) { fail(ErrorKind::invalid_argument, m); };
@@ -183,7 +183,7 @@ Placement resolve_placement(const std::string& device, const std::string& backen
     else if (p.backend != Backend::automatic) d = "cpu";
     else {
 #ifdef RHOSCAN_HAVE_CUDA
-      d = backend_unavailable_reason(Backend::cuda).empty() ? "cuda" : "cpu";
+      d = backend_unavailable_reason(Backend::cuda).empty() && dtype != DType::float64 ? "cuda" : "cpu";
 #else
       d = "cpu";
 #endif

@@ -62,7 +62,11 @@ struct Placement {
   std::string description() const;  // "cpu fast backend" etc., for messages
 };
 // device: cpu | cuda | cuda:N | vulkan | auto; backend: the names of rhoscan::parse_backend.
-Placement resolve_placement(const std::string& device, const std::string& backend);
+// auto is cuda where the CUDA backend is available and takes the inputs' dtype (when given: not
+// float64, which the CPU backends run), else cpu. run and verify resolve once to check the
+// arguments before reading the file, then again with the file's dtype.
+Placement resolve_placement(const std::string& device, const std::string& backend,
+                            std::optional<DType> dtype = std::nullopt);
 
 struct OperatorOutputs {
   std::vector<io::StoredTensor> tensors;  // in output-file order

@@ -20,7 +20,8 @@ options:
   -o, --output PATH     output file (required); written atomically: a temporary file beside
                         PATH, renamed into place, so PATH appears only when everything succeeded
   --device D            cpu | cuda | cuda:N | vulkan | auto (default auto: cuda when this build
-                        has the CUDA backend and a GPU is present, else cpu). cuda copies the
+                        has the CUDA backend, a GPU is present and the file is not float64,
+                        else cpu). cuda copies the
                         tensors to the GPU with the CUDA runtime; vulkan runs the vulkan backend
                         on host tensors (it moves them to its device itself)
   --backend B           reference | fast | cpu | cuda | vulkan | auto (default auto: the fastest
@@ -83,6 +84,7 @@ int run_main(const std::vector<std::string>& argv) {
 
   io::SafetensorsFile file = io::read_safetensors(input);
   OperatorInputs inputs = load_operator_inputs(file, input, layout);
+  placement = resolve_placement(args.value_or("--device", "auto"), args.value_or("--backend", "auto"), inputs.q.dtype);
   auto start = std::chrono::steady_clock::now();
   OperatorOutputs outputs = run_operator(inputs, placement, options);
   double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

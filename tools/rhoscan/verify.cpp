@@ -70,6 +70,7 @@ int verify_main(const std::vector<std::string>& argv) {
 
   io::SafetensorsFile file = io::read_safetensors(input);
   OperatorInputs inputs = load_operator_inputs(file, input, layout);
+  placement = resolve_placement(args.value_or("--device", "auto"), args.value_or("--backend", "auto"), inputs.q.dtype);
   OperatorOutputs got = run_operator(inputs, placement, options);
   Placement reference;
   reference.backend = Backend::reference;

@@ -998,14 +998,15 @@ bool cross_values_case(const Problem& p) {
 
 // quad_readback_mma_kernel (or, kWgmma, quad_readback_wgmma_kernel), with
 // launch_quadratic_backward's block size and shared memory
-template <bool kKeyLo, bool kSwizzle = RHOSCAN_QR_SWIZZLE != 0, bool kWgmma = false>
+// (kWgmma: its stage count, 2 or 3)
+template <bool kKeyLo, bool kSwizzle = RHOSCAN_QR_SWIZZLE != 0, int kWgmma = 0>
 void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W, std::vector<float>& U,
                        std::vector<float>& HdH) {
   const Dims& d = p.d;
   const int64_t items = d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT);
-  if constexpr (kWgmma) {
-    emu::launch(small_grid(items), kQrThreads, quad_readback_wgmma_smem<kKeyLo>(), [&] {
-      quad_readback_wgmma_kernel<kKeyLo>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
+  if constexpr (kWgmma > 0) {
+    emu::launch(small_grid(items), kQrThreads, quad_readback_wgmma_smem<kKeyLo, kWgmma>(), [&] {
+      quad_readback_wgmma_kernel<kKeyLo, kWgmma>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
                                          W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
     });
   } else {
@@ -1017,14 +1018,14 @@ void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W,
 }
 // quad_readback_wgmma_kernel (warpgroup MMA from descriptors) against version 3 (mma.sync, its
 // default swizzled tiles): the same k steps in the same order, so W, U and HdH' bit for bit.
-template <bool kKeyLo>
+template <bool kKeyLo, int kStages = 2>
 bool quad_readback_wgmma_case(const Problem& p) {
   const Dims& d = p.d;
   const CrossM m = run_cross_values<kKeyLo>(p);
   auto W = nans<float>(d.nbh * d.T * d.L), U = W, HdH = nans<float>(d.nbh * d.nC * d.L);
   auto Ww = W, Uw = W, HdHw = HdH;
   run_quad_readback<kKeyLo>(p, m, W, U, HdH);
-  run_quad_readback<kKeyLo, true, true>(p, m, Ww, Uw, HdHw);
+  run_quad_readback<kKeyLo, true, kStages>(p, m, Ww, Uw, HdHw);
   constexpr const char* v3 = "version 3's (mma.sync)";
   return same_bits("W", W, Ww, v3) & same_bits("U", U, Uw, v3) & same_bits("HdH", HdH, HdHw, v3);
 }
@@ -1053,7 +1054,7 @@ bool quad_readback_case(const Problem& p) {
   const int64_t L = d.L, E = d.E, C = d.C, nC = d.nC;
   const CrossM m = run_cross_values(p);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
-  run_quad_readback<false, RHOSCAN_QR_SWIZZLE != 0, kWgmma>(p, m, W, U, HdH);
+  run_quad_readback<false, RHOSCAN_QR_SWIZZLE != 0, kWgmma ? 2 : 0>(p, m, W, U, HdH);
   std::vector<Acc> rW(W.size()), rU(U.size());
   std::vector<Acc> rH(d.nbh * L);  // sum_c f(Cn_c) <H_c, A_end_c>
   bool last_zero = true;
@@ -1126,7 +1127,7 @@ bool quad_readback_slots_case(const Problem& p) {
   const int64_t L = d.L, C = d.C, nC = d.nC;
   const CrossM m = run_cross_values<kKeyLo>(p);
   auto W = nans<float>(d.nbh * d.T * L), U = W, HdH = nans<float>(d.nbh * nC * L);
-  run_quad_readback<kKeyLo, RHOSCAN_QR_SWIZZLE != 0, kWgmma>(p, m, W, U, HdH);
+  run_quad_readback<kKeyLo, RHOSCAN_QR_SWIZZLE != 0, kWgmma ? 2 : 0>(p, m, W, U, HdH);
   std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t h = p.h_of(bh);
@@ -1499,6 +1500,7 @@ int main(int argc, char** argv) {
       {"quad_readback_wgmma", quad_readback_case<true>, true, true},
       {"quad_readback_wgmma slot by slot", quad_readback_slots_case<false, true>, false, true},
       {"quad_readback_wgmma, bitwise version 3", quad_readback_wgmma_case<false>, true, true},
+      {"quad_readback_wgmma, 3 stages, bitwise version 3", quad_readback_wgmma_case<false, 3>, false, true},
       {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, false, true},
       {"quad_readback_mma, swizzled tiles", quad_readback_swizzle_case<false>, true, true},
       {"quad_dv_mma", quad_dv_case<false>, true, true},

@@ -436,6 +436,8 @@ inline void do_wgmma(const Wgmma& w) {
   }
 }
 }  // namespace emu
+// __trap: an emulation error (the kernel's own check failed)
+[[noreturn]] inline void __trap() { emu::fail("__trap", nullptr); }
 inline void wgmma_fence() {}
 inline void fence_proxy_async() {}
 inline void wgmma_fence_operand(float (&)[32]) {}
