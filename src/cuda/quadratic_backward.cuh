@@ -466,22 +466,25 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
 // two warps did). On the GPU the tensor cores' accumulation order may differ in the last bits.
 // kStages stages of 32 KiB (float16: 48), fetched kStages - 1 steps ahead, one barrier per step
 // (after it, every warpgroup has waited for its previous step's products, so the stage that step
-// read is free for the next fetch); xk 16 KiB; a^C. Two stages: 1 KiB of alignment slack (the tiles
-// on 1024-byte boundaries whatever the dynamic shared memory's base), 81.5 KiB, two blocks per SM
-// (float16 113.5 KiB, one). Three stages (RHOSCAN_CUDA_READBACK=wgmma3, for A/B runs): no slack,
-// 112.5 KiB, still two blocks per SM; the base must then be 1024-byte aligned (the kernel traps if
-// not).
+// read is free for the next fetch); xk 16 KiB; 1008 bytes of alignment slack (the tiles on
+// 1024-byte boundaries whatever the 16-byte aligned base of the dynamic shared memory). The rows'
+// a^C are in registers (two per thread), not in shared memory, so that three stages still fit two
+// blocks per SM: 112.98 KiB (float16 160.98, one block). Measured on the H200 (round 19, BDH-8k,
+// two backwards, Nsight Compute durations): version 3 (mma.sync) 1.774 ms; this kernel with two
+// stages and two barriers per step 1.493, with two stages and one barrier 1.532, with three stages
+// (a^C still in shared memory, no slack) 1.461.
 constexpr uint32_t kQwTile = 64 * 128;  // bytes of one 64 × 64 bf16 tile
 template <bool kKeyLo>
 constexpr uint32_t quad_readback_wgmma_stage() {  // bytes: M hi, M lo, the operand's two tiles (and remainders')
   return (2 + (kKeyLo ? 4 : 2)) * kQwTile;
 }
-template <bool kKeyLo, int kStages = 2>
+template <bool kKeyLo, int kStages = 3>
 constexpr int quad_readback_wgmma_smem() {
-  return static_cast<int>((kStages == 2 ? kWgmmaAtom : 0) + kStages * quad_readback_wgmma_stage<kKeyLo>() +
-                          2 * kQwTile + kQrLT * sizeof(float));
+  return static_cast<int>(kWgmmaAtom - 16 + kStages * quad_readback_wgmma_stage<kKeyLo>() + 2 * kQwTile);
 }
-template <bool kKeyLo = false, int kStages = 2>
+static_assert(2 * (quad_readback_wgmma_smem<false>() + 1024) <= 228 * 1024,
+              "quad_readback_wgmma: two blocks per SM (each with the 1 KiB the system reserves)");
+template <bool kKeyLo = false, int kStages = 3>
 __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     quad_readback_wgmma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
                                const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
@@ -493,9 +496,7 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
   constexpr uint32_t kLoB = kQwTile, kOpB = 2 * kQwTile, kOpLoB = 4 * kQwTile;  // offsets inside a stage
   // the tiles on 1024-byte boundaries (the swizzle's atoms): the base rounded up
   const uint32_t s_raw = smem_addr(smem_raw), s0 = (s_raw + kWgmmaAtom - 1) & ~(kWgmmaAtom - 1);
-  if (kStages == 3 && s0 != s_raw) __trap();  // (no slack reserved)
   const uint32_t xk = s0 + kStages * kStage;
-  float* aC = reinterpret_cast<float*>(smem_raw + (xk + 2 * kQwTile - s_raw));
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const int wg = warp / 4, lw = 64 * wg + 16 * (warp % 4);  // the warpgroup; the warp's first latent row
   // the thread's fetch pieces (version 3's): M rows mr, mr + 32 at chunk mc; operand rows orow + 16 k
@@ -556,10 +557,10 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       cp_async_commit();
     };
     __syncthreads();  // the previous item's shared memory is consumed
-    if (tid < kQrLT) {
-      const int64_t l = l0 + tid;
-      aC[tid] = l < d.L ? ipow(a32[h * d.L + l], C) : 0.0f;
-    }
+    // a^C of the thread's accumulator rows lw + g, lw + g + 8 (version 3's aC values)
+    const int64_t la = l0 + lw + g;
+    const float f0 = la < d.L ? ipow(a32[h * d.L + la], C) : 0.0f;
+    const float f1 = la + 8 < d.L ? ipow(a32[h * d.L + la + 8], C) : 0.0f;
     if (K >= 2) {  // the chunk's own Xq rows (HdH'), in the first step's commit group
       const int lim = K == nC - 1 ? lim_last : lim_full;
       const bf16* o = Xq + tile0 + K * cstride;
@@ -615,7 +616,6 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       fence_proxy_async();           // ... and are visible to the tensor cores' reads
       __syncthreads();  // everyone's; and every warpgroup has waited for step s - 1's products
       fetch(s + kStages - 1, (s + kStages - 1) % kStages);  // into the stage step s - 1 read
-      const float f0 = aC[lw + g], f1 = aC[lw + g + 8];
       if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (version 3's terms and order)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -775,8 +775,8 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 // The readback's kernel: quad_readback_wgmma_kernel where this build has sm_90a code
 // (RHOSCAN_CUDA_WGMMA, which CMake sets when CMAKE_CUDA_ARCHITECTURES holds 90a) and the device is
 // compute capability 9.0, unless built with -DRHOSCAN_QR_WGMMA=0; else quad_readback_mma_kernel.
-// RHOSCAN_CUDA_READBACK=mma|wgmma|wgmma3 (environment, read per call) forces one, wgmma only where
-// it can run (for tests and A/B runs; another value counts as unset).
+// RHOSCAN_CUDA_READBACK=mma|wgmma (environment, read per call) forces either, wgmma only where it
+// can run (for tests and A/B runs; another value counts as unset).
 #ifndef RHOSCAN_CUDA_WGMMA
 #define RHOSCAN_CUDA_WGMMA 0
 #endif
@@ -784,16 +784,13 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 #define RHOSCAN_QR_WGMMA 1
 #endif
 inline bool wgmma_runs() { return RHOSCAN_CUDA_WGMMA && device_compute_capability() == 90; }
-// 0: quad_readback_mma; 2 or 3: quad_readback_wgmma with that many stages (wgmma3: bfloat16 only,
-// float16 takes two)
-inline int readback_wgmma() {
-  if (!wgmma_runs()) return 0;
+inline bool readback_wgmma() {
+  if (!wgmma_runs()) return false;
   if (const char* env = std::getenv("RHOSCAN_CUDA_READBACK")) {
-    if (std::strcmp(env, "mma") == 0) return 0;
-    if (std::strcmp(env, "wgmma") == 0) return 2;
-    if (std::strcmp(env, "wgmma3") == 0) return 3;
+    if (std::strcmp(env, "mma") == 0) return false;
+    if (std::strcmp(env, "wgmma") == 0) return true;
   }
-  return RHOSCAN_QR_WGMMA != 0 ? 2 : 0;
+  return RHOSCAN_QR_WGMMA != 0;
 }
 
 // The chunked backward's per-chunk M = G v^T (16-bit inputs) on tensor cores: cross_values_mma's
@@ -830,16 +827,9 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
                   stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
   }
   const unsigned qr_grid = grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT));
-  const int wgmma_stages = readback_wgmma();
-  if (wgmma_stages == 3 && !kLo) {
-    auto qr = quad_readback_wgmma_kernel<kLo, 3>;
-    constexpr int qr_smem = quad_readback_wgmma_smem<kLo, 3>();
-    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
-    launch_kernel("quad_readback_wgmma_kernel", qr, qr_grid, kQrThreads, qr_smem, stream, d, Mhi, Mlo, o.Kq, o.Xq,
-                  a32, W, U, HdH, o.Kq_lo);
-  } else if (wgmma_stages > 0) {
-    auto qr = quad_readback_wgmma_kernel<kLo, 2>;
-    constexpr int qr_smem = quad_readback_wgmma_smem<kLo, 2>();
+  if (readback_wgmma()) {
+    auto qr = quad_readback_wgmma_kernel<kLo>;
+    constexpr int qr_smem = quad_readback_wgmma_smem<kLo>();
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
     launch_kernel("quad_readback_wgmma_kernel", qr, qr_grid, kQrThreads, qr_smem, stream, d, Mhi, Mlo, o.Kq, o.Xq,
                   a32, W, U, HdH, o.Kq_lo);
