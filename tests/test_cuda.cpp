@@ -56,6 +56,16 @@ void expect_same_gradients(const Problem& a, const Problem& b) {
   EXPECT_TRUE(same_bytes(a.grad_rho_norm, b.grad_rho_norm));
 }
 
+// Every gradient of p against the reference within the dtype's tolerance (what: the run's name).
+void expect_gradients_near(const Problem& p, const Problem& ref, DType dtype, const char* what) {
+  const double gt = gradient_tolerance(dtype);
+  EXPECT_LE(rms_rel(p.grad_q.values(), ref.grad_q.values()), gt) << what << " grad_q";
+  EXPECT_LE(rms_rel(p.grad_v.values(), ref.grad_v.values()), gt) << what << " grad_v";
+  EXPECT_LE(rms_rel(p.grad_decay.values(), ref.grad_decay.values()), gt) << what << " grad_decay";
+  EXPECT_LE(rms_rel(p.grad_rho.values(), ref.grad_rho.values()), gt) << what << " grad_rho";
+  EXPECT_LE(rms_rel(p.grad_rho_norm.values(), ref.grad_rho_norm.values()), gt) << what << " grad_rho_norm";
+}
+
 // Forward and backward on the device against the float64 reference.
 void check_against_reference(const ProblemSpec& s, const Options& o) {
   Problem p(s);
@@ -295,13 +305,8 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
       m.copy_outputs_to_host();
     }
     const double gt = gradient_tolerance(c.s.dtype);
-    for (auto [p, what] : {std::pair{&chunked, "chunked"}, std::pair{&quad, "quadratic"}}) {
-      EXPECT_LE(rms_rel(p->grad_q.values(), ref.grad_q.values()), gt) << what << " grad_q";
-      EXPECT_LE(rms_rel(p->grad_v.values(), ref.grad_v.values()), gt) << what << " grad_v";
-      EXPECT_LE(rms_rel(p->grad_decay.values(), ref.grad_decay.values()), gt) << what << " grad_decay";
-      EXPECT_LE(rms_rel(p->grad_rho.values(), ref.grad_rho.values()), gt) << what << " grad_rho";
-      EXPECT_LE(rms_rel(p->grad_rho_norm.values(), ref.grad_rho_norm.values()), gt) << what << " grad_rho_norm";
-    }
+    expect_gradients_near(chunked, ref, c.s.dtype, "chunked");
+    expect_gradients_near(quad, ref, c.s.dtype, "quadratic");
     EXPECT_LE(rms_rel(quad.grad_q.values(), chunked.grad_q.values()), gt) << "grad_q, quadratic vs chunked";
     EXPECT_LE(rms_rel(quad.grad_v.values(), chunked.grad_v.values()), gt) << "grad_v, quadratic vs chunked";
     EXPECT_LE(rms_rel(quad.grad_decay.values(), chunked.grad_decay.values()), gt) << "grad_decay, quadratic vs chunked";
@@ -339,14 +344,8 @@ TEST_F(Cuda, ReadbackKernelsMmaAndWgmmaAgree) {
       backward(m.backward_args(), cuda(c.chunk));
       m.copy_outputs_to_host();
     }
-    const double gt = gradient_tolerance(c.s.dtype);
-    for (auto [p, what] : {std::pair{&mma, "mma"}, std::pair{&wg, "wgmma"}}) {
-      EXPECT_LE(rms_rel(p->grad_q.values(), ref.grad_q.values()), gt) << what << " grad_q";
-      EXPECT_LE(rms_rel(p->grad_v.values(), ref.grad_v.values()), gt) << what << " grad_v";
-      EXPECT_LE(rms_rel(p->grad_decay.values(), ref.grad_decay.values()), gt) << what << " grad_decay";
-      EXPECT_LE(rms_rel(p->grad_rho.values(), ref.grad_rho.values()), gt) << what << " grad_rho";
-      EXPECT_LE(rms_rel(p->grad_rho_norm.values(), ref.grad_rho_norm.values()), gt) << what << " grad_rho_norm";
-    }
+    expect_gradients_near(mma, ref, c.s.dtype, "mma");
+    expect_gradients_near(wg, ref, c.s.dtype, "wgmma");
     // W and U to float32 accuracy either way: the gradients agree far inside the tolerance
     EXPECT_LE(rms_rel(wg.grad_q.values(), mma.grad_q.values()), 1e-4) << "grad_q, wgmma vs mma";
     EXPECT_LE(rms_rel(wg.grad_v.values(), mma.grad_v.values()), 1e-4) << "grad_v, wgmma vs mma";
