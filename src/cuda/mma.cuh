@@ -80,7 +80,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // fence_proxy_async in each writing thread, after its writes are complete, before the barrier
 // that hands the tile over.
 // Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); elsewhere the kernels that use these are
-// never launched (wgmma_built, quadratic_backward.cuh), and the bodies trap.
+// never launched (wgmma_runs, quadratic_backward.cuh), and the bodies trap.
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define RHOSCAN_WGMMA_DEVICE 1
 #else
@@ -317,8 +317,8 @@ __device__ __forceinline__ void for_each_acc(float (&acc)[2][4][4], int m0, int 
 // CUTLASS's canonical forms (T = 8 bf16 = 16 bytes):
 //   K-major:  ((8, m), (T, 2k)) : ((8T, SBO), (1, T))       rows of 64 k, 8-row atoms SBO apart
 //   MN-major: ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO)) rows of 64 m/n per k, 8-k atoms SBO apart
-// The tiles here are 64 wide in m / n, so LBO (the next 64 m / n) is never used; it is set to the
-// atom size anyway, as SBO. A k step of 16 moves the start by 32 bytes inside a K-major row (the
+// The tiles here are 64 wide in m / n, so LBO (the next 64 m / n) is never used: the M/N-major
+// descriptors set it to the atom size anyway, as SBO, the K-major ones (which have no LBO) to 0. A k step of 16 moves the start by 32 bytes inside a K-major row (the
 // hardware applies the XOR to the address it forms, so the tile's alignment is what matters) or by
 // two atoms (2048 bytes) in an MN-major tile.
 __host__ __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_address, uint32_t lbo_bytes,

@@ -293,11 +293,7 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     const int64_t tile0 = bh * d.T * d.Lp + l0 + o_src;
     const int64_t mb = bh * cross_pairs(d.nC) * (kQB * kQB) + mr * kQB + mp;
     // step s: W with J = s (s < K), or U with I = nC-1-(s-K); tiles into stage st
-    auto fetch = [&](int s, int st) {  // step s's tiles into stage st; past the last step an empty group
-      if (s >= nsteps) {
-        cp_async_commit();
-        return;
-      }
+    auto fetch = [&](int s, int st) {
       const bool w = s < K;
       const int I = w ? K : nC - 1 - (s - K), J = w ? s : K;
       const int64_t blk = mb + static_cast<int64_t>(I * (I - 1) / 2 + J) * (kQB * kQB);
@@ -664,8 +660,7 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       wgmma_fence_operand(acc);
     };
     for (int s = 0; s < K; ++s) step(s, std::true_type{});
-    if (nsteps == 0) cp_async_wait<0>();  // (no step: the empty commit groups)
-    finish_w();
+    finish_w();  // (no step at all, nsteps = 0: K < 2, no xk, every commit group empty)
     for (int s = K; s < nsteps; ++s) step(s, std::false_type{});
     store(U);
   }
@@ -826,20 +821,16 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     launch_kernel("cross_values_mma_kernel", cv, grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem,
                   stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
   }
-  const unsigned qr_grid = grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT));
-  if (readback_wgmma()) {
-    auto qr = quad_readback_wgmma_kernel<kLo>;
-    constexpr int qr_smem = quad_readback_wgmma_smem<kLo>();
-    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
-    launch_kernel("quad_readback_wgmma_kernel", qr, qr_grid, kQrThreads, qr_smem, stream, d, Mhi, Mlo, o.Kq, o.Xq,
-                  a32, W, U, HdH, o.Kq_lo);
-  } else {
-    auto qr = quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>;
-    constexpr int qr_smem = quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>();
-    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qr, cudaFuncAttributeMaxDynamicSharedMemorySize, qr_smem));
-    launch_kernel("quad_readback_mma_kernel", qr, qr_grid, kQrThreads, qr_smem, stream, d, Mhi, Mlo, o.Kq, o.Xq, a32,
-                  W, U, HdH, o.Kq_lo);
-  }
+  auto readback = [&](const char* name, auto kernel, int smem) {  // both kernels take the same arguments
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    launch_kernel(name, kernel, grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads, smem, stream, d,
+                  Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo);
+  };
+  if (readback_wgmma())
+    readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo>, quad_readback_wgmma_smem<kLo>());
+  else
+    readback("quad_readback_mma_kernel", quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>,
+             quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>());
   auto qd = quad_dv_mma_kernel<kLo>;
   constexpr int qd_smem = quad_dv_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));
