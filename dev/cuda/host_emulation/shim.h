@@ -181,7 +181,7 @@ inline thread_local std::deque<std::vector<Copy>> copy_groups;   // committed, n
 struct Wgmma {
   float* d;
   uint64_t a, b;
-  int ta, tb;
+  int ta, tb, n;  // n: N, the product's columns (n / 2 accumulators)
 };
 inline thread_local std::vector<Wgmma> open_wgmma;
 inline thread_local std::deque<std::vector<Wgmma>> wgmma_groups;
@@ -395,7 +395,7 @@ inline void cp_async16_u32(uint32_t dst, const void* src, uint32_t src_bytes = 1
 }
 
 // ---- warpgroup MMA (mma.cuh's wgmma_*) ------------------------------------------------------
-// wgmma.mma_async m64n64k16 bf16 -> f32 with both operands in shared memory, described as
+// wgmma.mma_async m64nNk16 (N = 64, 128, 256) bf16 -> f32 with both operands in shared memory, described as
 // mma.cuh's wgmma_desc_sw128 writes them (the 128-byte swizzle; K-major or M/N-major). Each thread
 // records the products it issues; wgmma_commit closes a group and wgmma_wait<N> carries out the
 // oldest groups until N remain, reading shared memory only then (the latest moment the GPU allows:
@@ -428,7 +428,7 @@ inline double wgmma_value(uint64_t desc, int mn_major, int mn, int k) {
 }
 inline void do_wgmma(const Wgmma& w) {
   const int lane = threadIdx.x & 31, wq = (threadIdx.x / 32) % 4, g = lane / 4, q = lane % 4;
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < w.n / 2; ++i) {
     const int row = 16 * wq + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * q + (i & 1);
     double s = w.d[i];
     for (int k = 0; k < 16; ++k) s += wgmma_value(w.a, w.ta, row, k) * wgmma_value(w.b, w.tb, col, k);
@@ -440,10 +440,23 @@ inline void do_wgmma(const Wgmma& w) {
 [[noreturn]] inline void __trap() { emu::fail("__trap", nullptr); }
 inline void wgmma_fence() {}
 inline void fence_proxy_async() {}
-inline void wgmma_fence_operand(float (&)[32]) {}
+template <int kN>
+inline void wgmma_fence_operand(float (&)[kN]) {}
 template <int kTransA, int kTransB>
 inline void wgmma_m64n64k16_bf16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-  emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB});
+  emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB, 64});
+}
+template <int kTransA, int kTransB>
+inline void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB, 128});
+}
+template <int kTransA, int kTransB>
+inline void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB, 256});
+}
+template <int kN, int kTransA, int kTransB>
+inline void wgmma_m64k16_bf16(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b) {
+  emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB, kN});
 }
 inline void wgmma_commit() {
   emu::wgmma_groups.push_back(std::move(emu::open_wgmma));
