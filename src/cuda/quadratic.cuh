@@ -11,9 +11,12 @@
 // The chunked forward stores a chunk-start state per chunk (L×E per chunk and pair: 1 GiB of bf16
 // at BDH-8k) and reads it back; this path stores T×T/2 scores per pair instead (4 MiB of float32
 // per pair at T = 1024), at the price of ~T/2 C-token blocks of L-contractions per chunk instead
-// of one. The final state comes from final_state_mma (below: the chunk-state recurrence as a
-// GEMM-shaped kernel that stores no chunk state).
+// of one. The final state comes from final_state_wgmma or final_state_mma (below: the chunk-state
+// recurrence as a GEMM-shaped kernel that stores no chunk state).
 #pragma once
+
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/chunk_products.cuh"
 
@@ -743,6 +746,241 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
   cp_async_wait<0>();  // (only empty groups are left)
 }
 
+// ---- final state on warpgroup MMA (sm_90a) ------------------------------------------------------
+// final_state_mma_kernel's sums with wgmma in place of its 4 warps' mma.sync: the same items (bh,
+// 128 latents, kN columns), the same recurrence S <- a^Cn ⊙ S + Kq_c^T V_c (one step per chunk,
+// the factor applied to each thread's accumulator rows before the chunk's products) and the same
+// k steps per element in the same order (k16 0..3, float16's lo pass after each hi one), so rho_T
+// is bit for bit final_state_mma's in the host emulation (on the GPU the tensor cores' order of
+// accumulation inside a k step may differ in the last bits). The block's two warpgroups each own
+// 64 of the item's latents (M = 64) and all kN columns (N = kN): a step is 4 instructions
+// m64nNk16 per warpgroup (float16: 8) where final_state_mma's warps issued 128 mma.sync and 32
+// ldmatrix.trans each, and the tensor cores read the tiles through descriptors (mma.cuh,
+// wgmma_desc_sw128), every tile 64 wide and 128-byte swizzled (quad_readback_wgmma's storage):
+//   Kq  [64 tokens][128 latents] as two tiles, one per warpgroup: A = Kq^T, M-major (k = token
+//       rows, m = latents along them);
+//   V   [64 tokens][kN columns] as kN / 64 tiles 8 KiB apart: B = V, N-major (LBO = 8 KiB, the next
+//       64 columns); float16: V_lo's tiles after them.
+// The fills are 16-byte cp.async pieces (rows row0 + 16 r of a 128-element row pair of tiles),
+// zero-filled past the chunk's tokens, the latents past Lp not fetched (that warpgroup is idle: Lp
+// is a multiple of 64); the fetch cursor runs kDist steps ahead across the block's items (a
+// persistent grid, as final_state_mma's). One barrier per step: after it every warpgroup has
+// waited for the products that read the stage the step's fetch refills. kDefer: the wait for a
+// step's products at the next step, after its barrier and fetch (the products run under them; the
+// fetch distance is then kStages - 2: the refilled stage was read two steps back), else at the
+// step's end (distance kStages - 1). While products are in flight no code may take a divergent
+// path, else ptxas serializes them (C7518, "wgmma.mma_async instructions are serialized due to
+// program dependence on compiler-inserted WG.DP in divergent path": so it did with the fetch's
+// branches), hence the branch-free fetch, and every warpgroup multiplies, one whose latents are
+// past Lp on zero tiles that it never stores. The factors a^C and a^(Cn of the last chunk) of the
+// thread's two rows in registers. rho_T as final_state_mma stores it (float2 pairs where rho's strides allow, a full
+// tile's without checks, else checked).
+// Versions (compared on the H200; RHOSCAN_FS_WGMMA_VERSION picks one, final_state_wgmma_launch):
+//   1  kN = 128, 3 stages (float16: 2), the wait at the step's end: 2 blocks per SM;
+//   2  kN = 256, 4 stages, deferred wait (float16: 2 stages, at the end): 1 block per SM, each Kq
+//      tile read once per 256 columns;
+//   3  kN = 256, 3 stages, deferred wait (float16: 2 stages, at the end): 1 block per SM.
+// Versions 2 and 3 need Ep % 256 == 0 (else version 1 runs).
+constexpr int kFwThreads = 256, kFwLT = 128;
+constexpr uint32_t kFwTile = 64 * 128;  // bytes of one 64 × 64 bf16 tile
+template <bool kLo, int kN>
+constexpr uint32_t final_state_wgmma_stage() {  // bytes: Kq's two tiles, V's kN / 64 (and V_lo's)
+  return (2 + (kLo ? 2 : 1) * (kN / 64)) * kFwTile;
+}
+template <bool kLo, int kN, int kStages>
+constexpr int final_state_wgmma_smem() {  // (1008 bytes of slack: the tiles on 1024-byte boundaries)
+  return static_cast<int>(kWgmmaAtom - 16 + kStages * final_state_wgmma_stage<kLo, kN>());
+}
+template <bool kLo, int kN, int kStages>
+constexpr int final_state_wgmma_blocks() {  // blocks per SM by shared memory (each with the 1 KiB the system reserves)
+  return 2 * (final_state_wgmma_smem<kLo, kN, kStages>() + 1024) <= 228 * 1024 ? 2 : 1;
+}
+inline int64_t final_state_wgmma_items(const Dims& d, int n) {
+  return d.nbh * ((d.Lp + kFwLT - 1) / kFwLT) * (d.Ep / n);
+}
+template <bool kLo, int kN, int kStages, bool kDefer>
+__global__ void __launch_bounds__(kFwThreads, (final_state_wgmma_blocks<kLo, kN, kStages>()))
+    final_state_wgmma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
+  grid_dependency_wait();
+  constexpr int LT = kFwLT, ET = kN, NS = kStages, kDist = kDefer ? NS - 2 : NS - 1;  // the fetch's distance in steps
+  static_assert(kN == 128 || kN == 256, "128 or 256 columns");
+  static_assert(kDist >= 1 && NS <= 4, "a fetch one step ahead at least; at most four stages");
+  constexpr uint32_t kStage = final_state_wgmma_stage<kLo, kN>();
+  constexpr uint32_t kVB = 2 * kFwTile, kVloB = kVB + (kN / 64) * kFwTile;  // V's tiles and V_lo's in a stage
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // the tiles on 1024-byte boundaries (the swizzle's atoms): the base rounded up
+  const uint32_t s_raw = smem_addr(smem_raw), s0 = (s_raw + kWgmmaAtom - 1) & ~(kWgmmaAtom - 1);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  const int wg = warp / 4, lr = 64 * wg + 16 * (warp % 4) + g;  // the thread's accumulator rows lr, lr + 8
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC);
+  const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
+  const int nlt = static_cast<int>((d.Lp + LT - 1) / LT), net = static_cast<int>(d.Ep / ET);
+  if (nlt == 0 || net == 0) return;  // no items (and no divisions by zero below)
+  // the thread's fetch pieces: rows row0 + 16 r (r < 4), 16-byte chunk pc of a 128-element row
+  // (tile pc / 8, chunk pc % 8 stored at (pc % 8) ^ (row0 % 8): 16 rows keep r % 8)
+  const int row0 = tid / 16, pc = tid % 16;
+  const uint32_t dst = s0 + (pc / 8) * kFwTile + row0 * 128 + (((pc % 8) ^ (row0 & 7)) << 4);
+  // descriptors in stage 0 (a stage or a k step is an add to the start address field, in 16-byte
+  // units): A the warpgroup's Kq tile (M-major), B V's tiles (N-major, 64-column tiles LBO apart)
+  const uint64_t desc_a = wgmma_desc_sw128(s0 + wg * kFwTile, kWgmmaAtom, kWgmmaAtom);
+  const uint64_t desc_b = wgmma_desc_sw128(s0 + kVB, kFwTile, kWgmmaAtom);
+  constexpr uint64_t kKStep = 2 * kWgmmaAtom / 16, kLoStep = (kVloB - kVB) / 16;  // 16 tokens: two atoms
+  // items (bh, latent tile lt, column tile et), item = (bh nlt + lt) net + et, advanced by the grid
+  const int64_t grid = gridDim.x;
+  const int det = static_cast<int>(grid % net), dlt = static_cast<int>(grid / net % nlt);
+  const int dbh = static_cast<int>(grid / (int64_t{net} * nlt));
+  auto advance = [&](int& bh, int& lt, int& et) {  // (bh as int: bh0 + nbh < 2^30, the launcher's condition)
+    bh += dbh + carry_add(lt, dlt, carry_add(et, det, 0, net), nlt);
+  };
+  // The fetch cursor runs kDist steps ahead of the products, across the block's items: one commit
+  // group per step, empty past the block's last item. fso: the stage it fills next (byte offset).
+  int fbh = static_cast<int>(blockIdx.x / (net * nlt));
+  int flt = static_cast<int>(blockIdx.x / net % nlt), fet = static_cast<int>(blockIdx.x % net), fstep = 0;
+  int64_t ft = int64_t{fbh} * d.T + row0;  // the token row of the thread's first piece in the fetch step's chunk
+  // V's token row less ft (values packed per batch row: see final_state_mma)
+  int64_t fvd = int64_t{d.v_row_delta32(fbh < d.nbh ? fbh : 0)} * d.T;
+  uint32_t fso = 0;
+  auto next_stage = [](uint32_t so) { return so + kStage == NS * kStage ? 0u : so + kStage; };
+  // Branch-free (selects and zero fills, no divergent path while products may be in flight: see
+  // kDefer): past the block's last item every piece is a zero fill that reads nothing, and so is a
+  // Kq piece whose tile is past Lp.
+  auto fetch_next = [&]() {
+    const bool live = fbh < d.nbh && nC > 0, last = fstep == nC - 1;
+    const int lim = live ? (last ? CnLast : C) - row0 : 0;  // piece r holds a token where 16 r < lim
+    const int klim = flt * LT + 8 * pc < d.Lp ? lim : 0;
+    const bf16* ksrc = Kq + ft * d.Lp + flt * LT + 8 * pc;
+    const int64_t voff = (ft + fvd) * d.Ep + fet * ET + 8 * pc;
+    const uint32_t kd = dst + fso;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) cp_async16_u32(kd + 16 * 128 * r, ksrc + r * 16 * d.Lp, 16 * r < klim ? 16u : 0u);
+#pragma unroll
+    for (int hv = 0; hv < kN / 128; ++hv)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const uint32_t n = 16 * r < lim ? 16u : 0u, vd = kd + kVB + 2 * hv * kFwTile + 16 * 128 * r;
+        const int64_t vo = voff + 128 * hv + r * 16 * d.Ep;
+        cp_async16_u32(vd, V + vo, n);
+        if constexpr (kLo) cp_async16_u32(vd + (kVloB - kVB), V_lo + vo, n);
+      }
+    // the cursor: the next chunk, or after the item's last the next item (no change once past the end)
+    int nbh = fbh, nlt_ = flt, net_ = fet;
+    advance(nbh, nlt_, net_);
+    const bool wrap = live && last;
+    const int64_t nvd = int64_t{d.v_row_delta32(nbh < d.nbh ? nbh : 0)} * d.T;
+    fstep = wrap ? 0 : live ? fstep + 1 : fstep;
+    ft = wrap ? int64_t{nbh} * d.T + row0 : live ? ft + d.C : ft;
+    fvd = wrap ? nvd : fvd;
+    fbh = wrap ? nbh : fbh, flt = wrap ? nlt_ : flt, fet = wrap ? net_ : fet;
+    cp_async_commit();
+    fso = next_stage(fso);
+  };
+#pragma unroll
+  for (int s = 0; s < kDist; ++s) fetch_next();
+  uint32_t so = 0;  // the current step's stage (byte offset)
+  float* out_p = static_cast<float*>(const_cast<void*>(out.p));
+  int bh = static_cast<int>(blockIdx.x / (net * nlt));
+  int lt = static_cast<int>(blockIdx.x / net % nlt), et = static_cast<int>(blockIdx.x % net);
+  // acc[4 j + 2 hf + c]: latent l0 + lr + 8 hf, column e0 + 8 j + 2 q + c
+  float acc[kN / 2];
+  for (; bh < d.nbh; advance(bh, lt, et)) {
+    const int l0 = lt * LT, e0 = et * ET;
+    int b, h;  // b, h of bh in 32-bit arithmetic (bh0 + nbh < 2^30)
+    {
+      const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), qt = x / H;
+      b = qt, h = x - qt * H;
+    }
+    const bool active = l0 + 64 * wg < d.Lp;  // false: the warpgroup's latents are past Lp (an odd last tile)
+    float fC[2], fLast[2];                    // a^C and a^CnLast of the thread's rows
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int l = l0 + lr + 8 * hf;
+      const float a = l < d.L ? __ldg(a32 + h * d.L + l) : 0.0f;
+      fC[hf] = ipow(a, C), fLast[hf] = ipow(a, CnLast);
+    }
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
+    for (int c = 0; c < nC; ++c) {  // step c: chunk c
+      cp_async_wait<kDist - 1>();  // this step's pieces (this thread's) have landed ...
+      fence_proxy_async();          // ... and are visible to the tensor cores' reads
+      __syncthreads();  // everyone's; and every warpgroup has waited for the products that read fso
+      fetch_next();
+      if constexpr (kDefer) {
+        wgmma_wait<0>();  // step c - 1's products
+        wgmma_fence_operand(acc);
+      }
+      if (c > 0) {  // S <- a^Cn_c S before chunk c's first tokens (chunk 0 starts from S = 0)
+        const float f0 = c == nC - 1 ? fLast[0] : fC[0], f1 = c == nC - 1 ? fLast[1] : fC[1];
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j) acc[4 * j] *= f0, acc[4 * j + 1] *= f0, acc[4 * j + 2] *= f1, acc[4 * j + 3] *= f1;
+      }
+      const uint64_t st = so / 16;
+      wgmma_fence_operand(acc);
+      wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {  // S[l][e] += sum_i K[i][l] V[i][e]: A = K^T (M-major), B = V (N-major)
+        wgmma_m64k16_bf16<kN, 1, 1>(acc, desc_a + st + k * kKStep, desc_b + st + k * kKStep);
+        if constexpr (kLo) wgmma_m64k16_bf16<kN, 1, 1>(acc, desc_a + st + k * kKStep, desc_b + st + kLoStep + k * kKStep);
+      }
+      wgmma_commit();
+      if constexpr (!kDefer) {
+        wgmma_wait<0>();
+        wgmma_fence_operand(acc);
+      }
+      so = next_stage(so);
+    }
+    if constexpr (kDefer) {
+      wgmma_wait<0>();  // the item's last step
+      wgmma_fence_operand(acc);
+    }
+    if (!active) continue;
+    const int64_t o0 = out.at(b, h, 0, 0);
+    // float2 pairs (columns 2 q, 2 q + 1: e even) where every pair is 8-byte aligned
+    const bool pairs = out.s[3] == 1 && (o0 | out.s[2]) % 2 == 0 && reinterpret_cast<uintptr_t>(out_p) % 8 == 0;
+    if (pairs && l0 + 64 * wg + 64 <= d.L && e0 + ET <= d.E) {  // a full tile: no checks
+      float* row = out_p + o0 + (l0 + lr) * out.s[2] + e0 + 2 * q;
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+          *reinterpret_cast<float2*>(row + 8 * j) = make_float2(acc[4 * j + 2 * hf], acc[4 * j + 2 * hf + 1]);
+        row += 8 * out.s[2];
+      }
+      continue;
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int l = l0 + lr + 8 * hf;
+      if (l >= d.L) continue;
+      float* row = out_p + o0 + l * out.s[2];
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+        const int e = e0 + 8 * j + 2 * q;
+        const float x0 = acc[4 * j + 2 * hf], x1 = acc[4 * j + 2 * hf + 1];
+        if (pairs) {
+          if (e + 1 < d.E)
+            *reinterpret_cast<float2*>(row + e) = make_float2(x0, x1);
+          else if (e < d.E)  // (odd E: the last column alone)
+            row[e] = x0;
+        } else {  // scalar stores at rho's strides
+          if (e < d.E) row[e * out.s[3]] = x0;
+          if (e + 1 < d.E) row[(e + 1) * out.s[3]] = x1;
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();  // (only empty groups are left)
+}
+
+// The wgmma kernel's template arguments by version (the comment above final_state_wgmma_kernel).
+template <bool kLo, int kVersion>
+struct FinalStateWgmma {
+  static constexpr int kN = kVersion == 1 ? 128 : 256;
+  static constexpr int kStages = kLo ? 2 : kVersion == 2 ? 4 : 3;
+  static constexpr bool kDefer = !kLo && kVersion > 1;
+  static constexpr int kSmem = final_state_wgmma_smem<kLo, kN, kStages>();
+  static constexpr auto kernel() { return final_state_wgmma_kernel<kLo, kN, kStages, kDefer>; }
+};
+
 // final_state_mma_kernel's launches for a batch: f(s, first, a32_s, out_s) per launch, with the
 // launch's Dims s (pairs first .. first + s.nbh - 1 of the batch: its Kq and V rows from pair
 // first on), a32 and rho rebased to them. The kernel keeps bh, b and h in 32-bit registers, so a
@@ -815,30 +1053,80 @@ void launch_quadratic_output(const Dims& d, const float* P, const float* Pcross,
                 stream, d, P, Pcross, o.vb, o.vlo, ctx);
 }
 
-// The final state rho_T of one batch by final_state_mma (the quadratic forward has no initial
-// rho). A persistent grid: as many blocks as fit at once (at most one per item), so that
-// each block's cp.async pipeline runs on across its items.
+// The wgmma kernels (final_state_wgmma here, quad_readback_wgmma in quadratic_backward.cuh) run
+// where this build has sm_90a code (RHOSCAN_CUDA_WGMMA, which CMake sets when
+// CMAKE_CUDA_ARCHITECTURES holds 90a) and the device is compute capability 9.0.
+#ifndef RHOSCAN_CUDA_WGMMA
+#define RHOSCAN_CUDA_WGMMA 0
+#endif
+inline bool wgmma_runs() { return RHOSCAN_CUDA_WGMMA && device_compute_capability() == 90; }
+// Whether a kernel with an mma.sync and a wgmma version takes the wgmma one: where wgmma_runs,
+// `fallback` (the build's default) unless the environment variable `env` (read per call) says
+// mma or wgmma (for tests and A/B runs; another value counts as unset).
+inline bool wgmma_chosen(const char* env, bool fallback) {
+  if (!wgmma_runs()) return false;
+  if (const char* v = std::getenv(env)) {
+    if (std::strcmp(v, "mma") == 0) return false;
+    if (std::strcmp(v, "wgmma") == 0) return true;
+  }
+  return fallback;
+}
+// The final state's kernel: final_state_wgmma_kernel where wgmma_runs, unless built with
+// -DRHOSCAN_FS_WGMMA=0; else final_state_mma_kernel. RHOSCAN_CUDA_FINAL_STATE=mma|wgmma forces
+// either (wgmma only where it runs); RHOSCAN_FS_WGMMA_VERSION=1|2|3 (environment, read per call)
+// picks the wgmma kernel's version while they are compared (default RHOSCAN_FS_WGMMA_DEFAULT).
+#ifndef RHOSCAN_FS_WGMMA
+#define RHOSCAN_FS_WGMMA 1
+#endif
+#ifndef RHOSCAN_FS_WGMMA_DEFAULT
+#define RHOSCAN_FS_WGMMA_DEFAULT 1
+#endif
+inline int final_state_wgmma_version() {
+  if (const char* v = std::getenv("RHOSCAN_FS_WGMMA_VERSION")) {
+    if (std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0 || std::strcmp(v, "3") == 0) return v[0] - '0';
+  }
+  return RHOSCAN_FS_WGMMA_DEFAULT;
+}
+
+// The final state rho_T of one batch by final_state_wgmma or final_state_mma (the quadratic
+// forward has no initial rho). A persistent grid: as many blocks as fit at once (at most one per
+// item), so that each block's cp.async pipeline runs on across its items.
 template <typename T>
 void launch_final_state(const Dims& d, const float* a32, const Operands16& o, Str4 out, cudaStream_t stream) {
   if (out.p == nullptr) return;
   constexpr bool kLo = kSplitValues<T>;
-  auto kernel = final_state_mma_kernel<kLo>;
-  constexpr int smem = final_state_smem<kLo>();
-  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  int dev = 0, sms = 0, per_sm = 0;
+  int dev = 0, sms = 0;
   RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
   RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFsThreads, smem));
-  // (one launch, or sub-batches past 2^30 pairs: the kernel's 32-bit pair indices)
-  final_state_batches(d, a32, out, int64_t{1} << 30, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
-    const unsigned grid = grid_for(final_state_items(s), 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
-    // the sub-batch's first token row of Kq, and of V: d.v_row(first)'s (values packed per batch row
-    // where d.v_rows: the sub-batch's pairs lie in one batch row, or start at h = 0, so that s's
-    // own v_row, from s.bh0 = 0, counts its rows from there)
-    const int64_t kv = first * d.T, vv = d.v_row(first) * d.T;
-    launch_kernel("final_state_mma_kernel", kernel, grid, kFsThreads, smem, stream, s, o.Kq + kv * d.Lp,
-                  o.vb + vv * d.Ep, o.vlo != nullptr ? o.vlo + vv * d.Ep : nullptr, as, os);
-  });
+  auto run = [&](const char* name, auto kernel, int threads, int smem, int columns) {
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int per_sm = 0;
+    RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+    // (one launch, or sub-batches past 2^30 pairs: the kernels' 32-bit pair indices)
+    final_state_batches(d, a32, out, int64_t{1} << 30, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
+      const int64_t items = s.nbh * ((s.Lp + 127) / 128) * (s.Ep / columns);
+      const unsigned grid = grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
+      // the sub-batch's first token row of Kq, and of V: d.v_row(first)'s (values packed per batch row
+      // where d.v_rows: the sub-batch's pairs lie in one batch row, or start at h = 0, so that s's
+      // own v_row, from s.bh0 = 0, counts its rows from there)
+      const int64_t kv = first * d.T, vv = d.v_row(first) * d.T;
+      launch_kernel(name, kernel, grid, threads, smem, stream, s, o.Kq + kv * d.Lp, o.vb + vv * d.Ep,
+                    o.vlo != nullptr ? o.vlo + vv * d.Ep : nullptr, as, os);
+    });
+  };
+  static_assert(kFsLT == 128 && kFwLT == 128, "128-latent items (the launcher's item count)");
+  if (wgmma_chosen("RHOSCAN_CUDA_FINAL_STATE", RHOSCAN_FS_WGMMA != 0)) {
+    const int version = d.Ep % 256 == 0 ? final_state_wgmma_version() : 1;
+    auto wgmma = [&](auto config) {
+      using F = decltype(config);
+      run("final_state_wgmma_kernel", F::kernel(), kFwThreads, F::kSmem, F::kN);
+    };
+    if (version == 2) wgmma(FinalStateWgmma<kLo, 2>{});
+    else if (version == 3) wgmma(FinalStateWgmma<kLo, 3>{});
+    else wgmma(FinalStateWgmma<kLo, 1>{});
+  } else {
+    run("final_state_mma_kernel", final_state_mma_kernel<kLo>, kFsThreads, final_state_smem<kLo>(), kFsET);
+  }
 }
 
 }  // namespace rhoscan::cuda_detail

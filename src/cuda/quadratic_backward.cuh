@@ -767,26 +767,14 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 }
 // ---- end of the quadratic backward's kernels
 
-// The readback's kernel: quad_readback_wgmma_kernel where this build has sm_90a code
-// (RHOSCAN_CUDA_WGMMA, which CMake sets when CMAKE_CUDA_ARCHITECTURES holds 90a) and the device is
-// compute capability 9.0, unless built with -DRHOSCAN_QR_WGMMA=0; else quad_readback_mma_kernel.
-// RHOSCAN_CUDA_READBACK=mma|wgmma (environment, read per call) forces either, wgmma only where it
-// can run (for tests and A/B runs; another value counts as unset).
-#ifndef RHOSCAN_CUDA_WGMMA
-#define RHOSCAN_CUDA_WGMMA 0
-#endif
+// The readback's kernel: quad_readback_wgmma_kernel where wgmma_runs (quadratic.cuh), unless
+// built with -DRHOSCAN_QR_WGMMA=0; else quad_readback_mma_kernel. RHOSCAN_CUDA_READBACK=mma|wgmma
+// (environment, read per call) forces either, wgmma only where it can run (for tests and A/B
+// runs; another value counts as unset).
 #ifndef RHOSCAN_QR_WGMMA
 #define RHOSCAN_QR_WGMMA 1
 #endif
-inline bool wgmma_runs() { return RHOSCAN_CUDA_WGMMA && device_compute_capability() == 90; }
-inline bool readback_wgmma() {
-  if (!wgmma_runs()) return false;
-  if (const char* env = std::getenv("RHOSCAN_CUDA_READBACK")) {
-    if (std::strcmp(env, "mma") == 0) return false;
-    if (std::strcmp(env, "wgmma") == 0) return true;
-  }
-  return RHOSCAN_QR_WGMMA != 0;
-}
+inline bool readback_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_READBACK", RHOSCAN_QR_WGMMA != 0); }
 
 // The chunked backward's per-chunk M = G v^T (16-bit inputs) on tensor cores: cross_values_mma's
 // diagonal items alone, into M's split 0, after pack_bf16 (o.gb, o.vb; o.glo, o.vlo for float16).

@@ -633,6 +633,39 @@ std::vector<float> run_final_state(const Problem& p, unsigned grid, Str4 rs, siz
   });
   return out;
 }
+// final_state_wgmma_kernel's version `kVersion` (as launch_final_state picks it: versions 2 and 3
+// need Ep % 256 == 0, else version 1), launched like run_final_state
+template <bool kLo, int kVersion>
+std::vector<float> run_final_state_wgmma(const Problem& p, unsigned grid, Str4 rs, size_t size, int64_t limit) {
+  auto out = nans<float>(size);
+  Str4 outs = rs;
+  outs.p = out.data();
+  auto run = [&](auto config) {
+    using F = decltype(config);
+    final_state_batches(p.d, p.a32.data(), outs, limit, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
+      const int64_t kv = first * p.d.T, vv = p.vr(first) * p.d.T;  // (as launch_final_state)
+      emu::launch(grid, kFwThreads, F::kSmem, [&] {
+        F::kernel()(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + vv * p.d.Ep, kLo ? p.vlo.data() + vv * p.d.Ep : nullptr,
+                    as, os);
+      });
+    });
+  };
+  if (kVersion == 1 || p.d.Ep % 256 != 0)
+    run(FinalStateWgmma<kLo, 1>{});
+  else
+    run(FinalStateWgmma<kLo, kVersion>{});
+  return out;
+}
+// final_state_wgmma (warpgroup MMA from descriptors) against final_state_mma: the same k steps
+// per element in the same order, so rho_T bit for bit (on NaN-initialised rho at strides rs, so
+// that a store outside L, E or a missing one shows too).
+template <bool kLo, int kVersion>
+bool final_state_wgmma_case(const Problem& p, unsigned grid, bool padded, int64_t limit = int64_t{1} << 30) {
+  size_t size = 0;
+  const Str4 rs = final_state_strides(p, padded, size);
+  return same_bits("rho_T", run_final_state<kLo>(p, grid, rs, size, limit),
+                   run_final_state_wgmma<kLo, kVersion>(p, grid, rs, size, limit), "final_state_mma's");
+}
 template <bool kLo>
 bool final_state_swizzle_case(const Problem& p, unsigned grid, bool padded) {
   size_t size = 0;
@@ -1491,6 +1524,19 @@ int main(int argc, char** argv) {
        [](const Problem& p) { return final_state_case<false>(p, 2, false, 3); }, false, true},
       {"final_state_mma, sub-batches of at most 2 pairs, split values, rho rows padded, 3 blocks",
        [](const Problem& p) { return final_state_case<true>(p, 3, true, 3); }, false, true},
+      // final_state_wgmma, its three versions (1: 128 columns, 2 and 3: 256 where Ep allows)
+      {"final_state_wgmma version 1, bitwise final_state_mma, 2 blocks",
+       [](const Problem& p) { return final_state_wgmma_case<false, 1>(p, small_grid(final_state_items(p.d)), false); }, true, true},
+      {"final_state_wgmma version 2, bitwise final_state_mma, 3 blocks, rho rows padded",
+       [](const Problem& p) { return final_state_wgmma_case<false, 2>(p, 3, true); }, true, true},
+      {"final_state_wgmma version 3, bitwise final_state_mma, 1 block",
+       [](const Problem& p) { return final_state_wgmma_case<false, 3>(p, 1, false); }, false, true},
+      {"final_state_wgmma version 1, split values, bitwise final_state_mma, rho rows padded, 3 blocks",
+       [](const Problem& p) { return final_state_wgmma_case<true, 1>(p, 3, true); }, false, true},
+      {"final_state_wgmma version 2, split values, bitwise final_state_mma, 2 blocks",
+       [](const Problem& p) { return final_state_wgmma_case<true, 2>(p, 2, false); }, false, true},
+      {"final_state_wgmma version 1, sub-batches of at most 2 pairs, bitwise final_state_mma, 2 blocks",
+       [](const Problem& p) { return final_state_wgmma_case<false, 1>(p, 2, false, 3); }, false, true},
       {"quadratic_output_mma", quadratic_output_case<false>, true, true},
       {"quadratic_output_mma, split values", quadratic_output_case<true>, false, true},
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
