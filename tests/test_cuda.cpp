@@ -355,14 +355,81 @@ TEST_F(Cuda, ReadbackKernelsMmaAndWgmmaAgree) {
 #endif
 }
 
+// The quadratic paths' two cross-score kernels (quadratic.cuh): cross_scores_wgmma (warpgroup MMA
+// with the factor a^(d C) on Xq in registers, sm_90a, the default where it runs) and
+// cross_scores_mma (the factor on the keys), forced by RHOSCAN_CUDA_CROSS_SCORES. They round
+// different operands (not bitwise): the context and the final state against the float64
+// reference and against each other, each kernel bitwise deterministic; the quadratic backward
+// (which computes the cross scores again) against the reference with either kernel. Five chunks
+// with a tail, eight, seven at chunk 32; L off the 64-latent tiles (150, 70, 330: L splits of
+// several tiles at the pair counts here).
+TEST_F(Cuda, CrossScoresKernelsMmaAndWgmmaAgree) {
+#if !RHOSCAN_CUDA_WGMMA
+  GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel to compare";
+#else
+  int device = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
+  if (major != 9 || minor != 0)
+    GTEST_SKIP() << "wgmma runs on compute capability 9.0 only; this device is " << major << "." << minor;
+  {
+    ScopedEnv path("RHOSCAN_CUDA_FORWARD_PATH", "quadratic");
+    struct Case {
+      ProblemSpec s;
+      int64_t chunk;
+    };
+    std::vector<Case> cases;
+    for (DType dtype : {DType::bfloat16, DType::float16}) {
+      cases.push_back({spec(2, 3, 1, 300, 150, 136, dtype), 0});
+      cases.push_back({spec(1, 2, 2, 450, 70, 20, dtype), 0});
+      cases.push_back({spec(2, 2, 1, 200, 330, 40, dtype), 32});
+    }
+    for (Case& c : cases) {
+      c.s.q_zero_fraction = 0.3;
+      c.s.initial_rho_norm = true;
+      SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
+      Problem ref = Problem(c.s).reference_solution();
+      auto run = [&](const char* kernel) {
+        ScopedEnv k("RHOSCAN_CUDA_CROSS_SCORES", kernel);
+        Problem p(c.s);
+        MirroredProblem m(p, Device::cuda);
+        forward(m.forward_args(), cuda(c.chunk));
+        m.copy_outputs_to_host();
+        return p;
+      };
+      const Problem mma = run("mma"), wg = run("wgmma"), wg2 = run("wgmma");
+      const double ft = forward_tolerance(c.s.dtype);
+      EXPECT_LE(rms_rel(mma.context.values(), ref.context.values()), ft) << "context, cross_scores_mma";
+      EXPECT_LE(rms_rel(wg.context.values(), ref.context.values()), ft) << "context, cross_scores_wgmma";
+      EXPECT_LE(rms_rel(wg.context.values(), mma.context.values()), ft) << "context, wgmma vs mma";
+      EXPECT_LE(rms_rel(wg.rho_out.values(), ref.rho_out.values()), ft) << "rho, cross_scores_wgmma";
+      EXPECT_TRUE(same_bytes(wg.context, wg2.context)) << "cross_scores_wgmma not bitwise deterministic";
+    }
+  }
+  ScopedEnv path("RHOSCAN_CUDA_BACKWARD_PATH", "quadratic");
+  for (const QuadraticCase& c : quadratic_backward_cases()) {
+    SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk) + ", backward");
+    Problem ref = Problem(c.s).reference_solution();
+    for (const char* kernel : {"mma", "wgmma"}) {
+      ScopedEnv k("RHOSCAN_CUDA_CROSS_SCORES", kernel);
+      Problem p(c.s);
+      MirroredProblem m(p, Device::cuda);
+      backward(m.backward_args(), cuda(c.chunk));
+      m.copy_outputs_to_host();
+      expect_gradients_near(p, ref, c.s.dtype, kernel);
+    }
+  }
+#endif
+}
+
 // The quadratic forward's two final-state kernels (quadratic.cuh): final_state_wgmma (warpgroup
-// MMA, sm_90a, the default where it runs; versions 1-3 by RHOSCAN_FS_WGMMA_VERSION, 2 and 3 where
-// E pads to a multiple of 256) and final_state_mma (mma.sync), forced by RHOSCAN_CUDA_FINAL_STATE:
-// rho against the float64 reference and against final_state_mma's (the tensor cores' order of
-// accumulation may differ in the last bits: not bitwise), the context (which the final state does
-// not touch) bitwise the same, and each kernel bitwise deterministic. E 136 and 300 pad to 256
-// (versions 2 and 3 run) and 384 (they fall back to version 1); a latent tile half past Lp (L 150,
-// 200); T = 1; chunks of 64 and 32 (two chunks per 64-token step would be wrong: one step per chunk).
+// MMA, sm_90a, the default where it runs) and final_state_mma (mma.sync), forced by
+// RHOSCAN_CUDA_FINAL_STATE: rho against the float64 reference and against final_state_mma's (the
+// tensor cores' order of accumulation may differ in the last bits: not bitwise), the context
+// (which the final state does not touch) bitwise the same, and each kernel bitwise deterministic.
+// E off and on the 128-column tiles (136, 300, 384, 256); a latent tile half past Lp (L 150, 200,
+// 70); T = 1; chunks of 64 and 32 (one 64-token step per chunk).
 TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
 #if !RHOSCAN_CUDA_WGMMA
   GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel to compare";
@@ -390,27 +457,23 @@ TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
     c.s.initial_rho_norm = true;
     SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
     Problem ref = Problem(c.s).reference_solution();
-    auto run = [&](const char* kernel, const char* version) {
+    auto run = [&](const char* kernel) {
       ScopedEnv k("RHOSCAN_CUDA_FINAL_STATE", kernel);
-      ScopedEnv v("RHOSCAN_FS_WGMMA_VERSION", version);
       Problem p(c.s);
       MirroredProblem m(p, Device::cuda);
       forward(m.forward_args(), cuda(c.chunk));
       m.copy_outputs_to_host();
       return p;
     };
-    const Problem mma = run("mma", "1"), mma2 = run("mma", "1");
+    const Problem mma = run("mma"), mma2 = run("mma");
     const double ft = forward_tolerance(c.s.dtype);
     EXPECT_LE(rms_rel(mma.rho_out.values(), ref.rho_out.values()), ft) << "rho, final_state_mma";
     EXPECT_TRUE(same_bytes(mma.rho_out, mma2.rho_out)) << "final_state_mma not bitwise deterministic";
-    for (const char* version : {"1", "2", "3"}) {
-      SCOPED_TRACE(std::string("final_state_wgmma version ") + version);
-      const Problem wg = run("wgmma", version), wg2 = run("wgmma", version);
-      EXPECT_LE(rms_rel(wg.rho_out.values(), ref.rho_out.values()), ft) << "rho";
-      EXPECT_LE(rms_rel(wg.rho_out.values(), mma.rho_out.values()), 1e-5) << "rho, wgmma vs mma";
-      EXPECT_TRUE(same_bytes(wg.context, mma.context)) << "context, wgmma vs mma";
-      EXPECT_TRUE(same_bytes(wg.rho_out, wg2.rho_out)) << "not bitwise deterministic";
-    }
+    const Problem wg = run("wgmma"), wg2 = run("wgmma");
+    EXPECT_LE(rms_rel(wg.rho_out.values(), ref.rho_out.values()), ft) << "rho, final_state_wgmma";
+    EXPECT_LE(rms_rel(wg.rho_out.values(), mma.rho_out.values()), 1e-5) << "rho, wgmma vs mma";
+    EXPECT_TRUE(same_bytes(wg.context, mma.context)) << "context, wgmma vs mma";
+    EXPECT_TRUE(same_bytes(wg.rho_out, wg2.rho_out)) << "final_state_wgmma not bitwise deterministic";
   }
 #endif
 }

@@ -5,6 +5,7 @@
 //   A K-major (rows m, 64 k along them)  or  M-major (rows k, 64 m along them),
 //   B K-major (rows n, 64 k along them)  or  N-major (rows k, 64 n along them; N > 64: 64-wide
 //     tiles of 8 KiB one after the other, the descriptor's LBO = 8 KiB),
+//   and A from registers (N = 64: wgmma_m64n64k16_bf16_rs, loaded by ldmatrix from a K-major tile),
 // every tile 128-byte swizzled (16-byte chunk c of row r at c ^ (r % 8)) on a 1024-byte boundary,
 // and compares D with a float64 product of the same bf16 values on the host. A K-major k step
 // moves the start by 32 bytes, an M/N-major one by 2048 (two 8-row atoms). Prints PASS / FAIL per
@@ -74,7 +75,46 @@ __global__ void __launch_bounds__(128) product_kernel(const __nv_bfloat16* a, co
   }
 }
 
-template <int kN, int kTransA, int kTransB>
+// The same product with A from registers (wgmma_m64n64k16_bf16_rs): A stored K-major (rows m, 64
+// k along them, swizzled), each warp's 16 rows loaded per k step by ldmatrix.x4 as for mma.sync
+// (lane row 16 w + lane % 16, 8 k at logical chunk 2 k16 + lane / 16: the XOR of the lane's chunk
+// with 2 k16); B as in product_kernel (N = 64).
+template <int kTransB>
+__global__ void __launch_bounds__(128) product_rs_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t s_raw = smem_addr(smem_raw), s0 = (s_raw + kWgmmaAtom - 1) & ~(kWgmmaAtom - 1);
+  unsigned char* base = smem_raw + (s0 - s_raw);
+  for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x) {
+    const int r = e / 64, c = e % 64;
+    *reinterpret_cast<__nv_bfloat16*>(base + swz(r, c)) = a[r * 64 + c];  // A K-major: row m = r, k = c
+    *reinterpret_cast<__nv_bfloat16*>(base + 8192 + swz(r, c)) = kTransB ? b[r * 64 + c] : b[c * 64 + r];
+  }
+  fence_proxy_async();
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int row = 16 * warp + (lane & 15);
+  const uint32_t la = s0 + row * 128 + (((lane >> 4) ^ (row & 7)) << 4);
+  uint32_t af[4][4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) ldsm_x4_u32(af[k], la ^ (32u * k));
+  float acc[32] = {};
+  const uint64_t db = wgmma_desc_sw128(s0 + 8192, kTransB ? kWgmmaAtom : 0, kWgmmaAtom);
+  const uint64_t sb = kTransB ? 2 * kWgmmaAtom / 16 : 32 / 16;
+  wgmma_fence_operand(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) wgmma_m64n64k16_bf16_rs<kTransB>(acc, af[k], db + k * sb);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operand(acc);
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int r = 16 * warp + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * q + (i & 1);
+    d[r * 64 + col] = acc[i];
+  }
+}
+
+template <int kN, int kTransA, int kTransB, bool kRegsA = false>
 bool check(const char* name, const std::vector<__nv_bfloat16>& a, const std::vector<__nv_bfloat16>& b) {
   __nv_bfloat16 *da, *db;
   float* dd;
@@ -85,7 +125,8 @@ bool check(const char* name, const std::vector<__nv_bfloat16>& a, const std::vec
   CHECK(cudaMemcpy(db, b.data(), 64 * kN * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemset(dd, 0xFF, 64 * kN * 4));  // NaN: an element never written shows
   const int smem = 8192 + 128 * kN + kWgmmaAtom;
-  auto kernel = product_kernel<kN, kTransA, kTransB>;
+  static_assert(!kRegsA || (kN == 64 && kTransA == 0), "A from registers: K-major, N 64");
+  auto kernel = kRegsA ? product_rs_kernel<kTransB> : product_kernel<kN, kTransA, kTransB>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<1, 128, smem>>>(da, db, dd);
   CHECK(cudaGetLastError());
@@ -133,6 +174,8 @@ int main() {
   ok &= check<128, 1, 1>("N 128, A M-major, B N-major", a, b);
   ok &= check<128, 1, 0>("N 128, A M-major, B K-major", a, b);
   ok &= check<256, 1, 1>("N 256, A M-major, B N-major", a, b);
+  ok &= check<64, 0, 0, true>("N 64, A registers, B K-major", a, b);
+  ok &= check<64, 0, 1, true>("N 64, A registers, B N-major", a, b);
   std::printf("%s\n", ok ? "ALL PASS" : "FAIL");
   return ok ? 0 : 1;
 }

@@ -200,6 +200,31 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t 
 #endif
 }
 
+// D (64 × 64) += A · B with A from registers (wgmma's "RS" form): each warp of the warpgroup holds
+// its 16 rows of A (warp w: rows 16 w ..) as mma.m16n8k16's A fragment (a[0] row g, k 2q..2q+1;
+// a[1] row g + 8; a[2] row g, k 8 + 2q..; a[3] row g + 8, k 8 + 2q..), so that an ldmatrix.x4 of a
+// K-major tile feeds it as it feeds mma.sync; B from shared memory as above. The registers of a
+// belong to the tensor cores until the wgmma_wait that covers the instruction (wgmma_fence before
+// it, after they were written).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+#if RHOSCAN_WGMMA_DEVICE
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "{%32,%33,%34,%35}, %36, p, 1, 1, %37;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+#else
+  (void)d, (void)a, (void)desc_b;
+  __trap();
+#endif
+}
 // wgmma_m64n{kN}k16_bf16 by N (the accumulators' count kN / 2 fixes it, but is not deducible).
 template <int kN, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_m64k16_bf16(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b) {

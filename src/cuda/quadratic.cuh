@@ -72,6 +72,14 @@ inline bool quadratic_shape(int64_t T, int64_t L, int64_t C, int64_t min_l_per_t
 // 7.19 ms; the same outputs bitwise in the emulation. Version 2 is in the history before the commit
 // that removed it (after dabd259).
 constexpr int kCrossS = kMmaLT + 8;  // bf16 row stride of the operand tiles (conflict-free ldmatrix)
+// A bf16 pair (low half first) times its factors, rounded once.
+__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t u, float2 fa) {
+  __nv_bfloat162 w;
+  memcpy(&w, &u, sizeof u);
+  const __nv_bfloat162 y = __floats2bfloat162_rn(__low2float(w) * fa.x, __high2float(w) * fa.y);
+  memcpy(&u, &y, sizeof u);
+  return u;
+}
 // One warp's share of a 64-latent tile: acc (64 Xq rows × 32 key columns) +=
 // Xq · (keys × f)ᵀ, with xs the warp's 64 Xq rows and ks its 32 key rows in shared memory (row
 // stride kCrossS) and f the tile's 64 per-latent factors a^(d C): each key pair is scaled in float32
@@ -104,13 +112,6 @@ __device__ __forceinline__ void cross_warp_tile(float (&acc)[4][4][4], const bf1
         ldsm_x4(b[np], ks + (16 * np + (lane >> 4) * 8 + (lane & 7)) * S + k0 + ((lane >> 3) & 1) * 8);
     }
   };
-  auto scaled = [](uint32_t u, float2 fa) {  // a bf16 pair times its factors, rounded once
-    __nv_bfloat162 w;
-    memcpy(&w, &u, sizeof u);
-    const __nv_bfloat162 y = __floats2bfloat162_rn(__low2float(w) * fa.x, __high2float(w) * fa.y);
-    memcpy(&u, &y, sizeof u);
-    return u;
-  };
   load(0, af[0], bf[0]);
 #pragma unroll
   for (int k = 0; k < LT / 16; ++k) {
@@ -120,8 +121,8 @@ __device__ __forceinline__ void cross_warp_tile(float (&acc)[4][4][4], const bf1
     const float2 f1 = *reinterpret_cast<const float2*>(f + 16 * k + 8 + 2 * tq);
 #pragma unroll
     for (int np = 0; np < 2; ++np) {
-      bf[c][np][0] = scaled(bf[c][np][0], f0), bf[c][np][1] = scaled(bf[c][np][1], f1);
-      bf[c][np][2] = scaled(bf[c][np][2], f0), bf[c][np][3] = scaled(bf[c][np][3], f1);
+      bf[c][np][0] = scale_bf16x2(bf[c][np][0], f0), bf[c][np][1] = scale_bf16x2(bf[c][np][1], f1);
+      bf[c][np][2] = scale_bf16x2(bf[c][np][2], f0), bf[c][np][3] = scale_bf16x2(bf[c][np][3], f1);
     }
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
@@ -304,6 +305,162 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
           }
         }
       }
+  }
+}
+
+// ---- cross_scores on warpgroup MMA (sm_90a) ----------------------------------------------------
+// cross_scores_mma_kernel's items (two row blocks × two column blocks over a slice of L), L splits,
+// fills (three cp.async stages of 4 × 64 rows, one barrier per tile) and factor tables, with wgmma
+// in place of the 8 warps' mma.sync: warpgroup wr owns row slot wr (M = 64 rows of Xq) and computes
+// both key slots (N = 64 keys each) as instructions m64n64k16 with A from registers. The factor
+// a^(d C) of a combination (row slot, key slot) runs along the contraction (latents), so it cannot
+// scale the accumulators; the keys in shared memory are read by the tensor cores as they are, so
+// the factor goes to A: each warp loads its 16 Xq rows of a 16-latent step by ldmatrix (as
+// mma.sync would) and scales them once per key slot, pair by pair in float32 rounded to bf16
+//   P_IJ = (Xq_I · diag(a^(d C)))_bf16 · Kq_J^T,
+// where version 3 rounds the scaled key instead: one bf16 rounding of a scaled operand either way,
+// not the same bits (the emulation checks both against float64). The keys are B, K-major ([j][l]
+// rows of 64 latents, 128-byte swizzled: the fill's layout; the tiles on 1024-byte boundaries).
+// Every combination is multiplied, also those an item does not store (a diagonal item's (0, 1) and
+// (1, 0), a row slot past nC: zero rows), so that no divergent path surrounds the products (ptxas
+// would serialize them); a tile's 8 products per warpgroup are issued, then waited for at once,
+// each with its own A registers. 256 threads, 2 blocks per SM.
+constexpr uint32_t kCwTile = 64 * 128;  // bytes of one 64 × 64 bf16 tile (a slot's rows of one L tile)
+constexpr uint32_t kCwStage = 4 * kCwTile;
+constexpr int kCwSmem = static_cast<int>(kWgmmaAtom - 16 + kCrossNS * kCwStage + 2 * 4 * kMmaLT * sizeof(float));
+static_assert(2 * (kCwSmem + 1024) <= 228 * 1024, "cross_scores_wgmma: two blocks per SM");
+__global__ void __launch_bounds__(kCrossThreads, 2)
+    cross_scores_wgmma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross, float* parts,
+                              int nsplit) {
+  grid_dependency_wait();
+  constexpr int LT = kMmaLT, NS = kCrossNS;
+  static_assert(kCrossThreads == 4 * LT && kCrossThreads == 256, "one factor per thread, 64 copying threads per slot");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // the tiles on 1024-byte boundaries (the swizzle's atoms): the base rounded up
+  const uint32_t s_raw = smem_addr(smem_raw), s0 = (s_raw + kWgmmaAtom - 1) & ~(kWgmmaAtom - 1);
+  float* fs = reinterpret_cast<float*>(smem_raw + (s0 - s_raw) + NS * kCwStage);  // [2][4 combinations][64]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int wr = warp / 4, w4 = warp % 4;  // the warpgroup's row slot; the warp's 16 rows 16 w4 ..
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC);
+  const int ntiles = static_cast<int>(d.Lp / LT), per_split = (ntiles + nsplit - 1) / nsplit;
+  const int64_t groups = cross_items(d.nC), items = d.nbh * groups * nsplit;
+  const int64_t plane = d.nbh * d.nC * d.nC * C * C;
+  // the lane's ldmatrix row of its warp's Xq rows (k step 0; a 16-latent step k: XOR 32 k), and
+  // the keys' descriptors (slot wk at tile 2 + wk of a stage; a k step: 32 bytes)
+  const int xrow = 16 * w4 + (lane & 15);
+  const uint32_t xa = s0 + wr * kCwTile + xrow * 128 + (((lane >> 4) ^ (xrow & 7)) << 4);
+  const uint64_t desc_k = wgmma_desc_sw128(s0 + 2 * kCwTile, 0, kWgmmaAtom);
+  // this thread's copies (version 3's): slot tid / 64, rows fi + 8 r, 16-byte chunk tid % 8
+  const int fslot = tid / 64, fi = tid % 64 / 8;
+  const uint32_t fdst = s0 + fslot * kCwTile + fi * 128 + (((tid % 8) ^ fi) << 4);
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t bh = item / (groups * nsplit);
+    const int sp = static_cast<int>(item % nsplit);
+    int xI[2], kJ[2];
+    bool diag;
+    cross_item_decode(item / nsplit % groups, d.nC, xI, kJ, diag);
+    const int xI0 = xI[0], xI1 = xI[1], kJ0 = kJ[0], kJ1 = kJ[1];
+    const int Cn0 = static_cast<int>(d.chunk_len(xI0)), Cn1 = xI1 < nC ? static_cast<int>(d.chunk_len(xI1)) : 0;
+    const bool key1 = !diag || Cn1 > 0;
+    const int kt0 = sp * per_split, kt1 = min(ntiles, kt0 + per_split);
+    const float* arow = a32 + d.h_of(bh) * d.L;
+    const int fblk = fslot == 0 ? xI0 : fslot == 1 ? (Cn1 > 0 ? xI1 : xI0) : fslot == 2 ? kJ0 : (key1 ? kJ1 : kJ0);
+    const int fCn = fslot == 0 ? Cn0 : fslot == 1 ? Cn1 : fslot == 2 || key1 ? C : 0;
+    const bf16* fsrc = (fslot < 2 ? Xq : Kq) + (bh * d.T + int64_t{fblk} * C + fi) * d.Lp + 8 * (tid % 8);
+    auto fetch = [&](int kt) {  // tile kt's raw rows into stage (kt - kt0) % NS; zeros outside
+      const uint32_t st = fdst + (kt - kt0) % NS * kCwStage;
+      const bf16* q = fsrc + kt * LT;
+#pragma unroll
+      for (int r = 0; r < 8; ++r, q += 8 * d.Lp) cp_async16_u32(st + 8 * 128 * r, q, fi + 8 * r < fCn ? 16u : 0u);
+    };
+    float anext = 0.0f;  // the factors a^(d C), one tile ahead (version 3's table)
+    auto load_a = [&](int kt) {
+      const int l = kt * LT + tid % LT;
+      anext = l < d.L ? __ldg(arow + l) : 0.0f;
+    };
+    const int cr = tid / LT / 2, ck = tid / LT % 2;
+    const int fexp = max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0) * C;
+    auto factor = [&](int kt) { fs[((kt - kt0) & 1) * 4 * LT + tid] = ipow(anext, fexp); };
+    float acc[2][32];  // acc[wk][i]: row 16 w4 + g + 8 ((i >> 1) & 1), key 8 (i >> 2) + 2 tq + (i & 1)
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[0][i] = acc[1][i] = 0.0f;
+    __syncthreads();  // the previous item's stages are consumed
+#pragma unroll
+    for (int t = 0; t < NS - 1; ++t) {
+      if (kt0 + t < kt1) fetch(kt0 + t);
+      cp_async_commit();
+    }
+    if (kt0 < kt1) {
+      load_a(kt0);
+      factor(kt0);
+      if (kt0 + 1 < kt1) load_a(kt0 + 1);
+    }
+    for (int kt = kt0; kt < kt1; ++kt) {
+      cp_async_wait<NS - 2>();  // this thread's copies of tile kt have landed ...
+      fence_proxy_async();      // ... and are visible to the tensor cores
+      __syncthreads();          // ... and everyone's; the stage refilled next was last read before this
+      if (kt + NS - 1 < kt1) fetch(kt + NS - 1);
+      cp_async_commit();
+      if (kt + 1 < kt1) {  // fs[(kt + 1 - kt0) & 1] was last read before the barrier
+        factor(kt + 1);
+        if (kt + 2 < kt1) load_a(kt + 2);
+      }
+      const int so = (kt - kt0) % NS;
+      const float* f = fs + ((kt - kt0) & 1) * 4 * LT + 2 * wr * LT;  // the warpgroup's two combinations' factors
+      const uint32_t xs = xa + so * kCwStage;
+      uint32_t a[4][2][4];  // per 16-latent step and key slot: the scaled A fragment (the tensor cores' until the wait)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        uint32_t x[4];
+        ldsm_x4_u32(x, xs ^ (32u * k));
+#pragma unroll
+        for (int wk = 0; wk < 2; ++wk) {
+          // regs 0, 1: latents 16 k + 2 tq (+1); regs 2, 3: 16 k + 8 + 2 tq (+1)
+          const float2 f0 = *reinterpret_cast<const float2*>(f + wk * LT + 16 * k + 2 * tq);
+          const float2 f1 = *reinterpret_cast<const float2*>(f + wk * LT + 16 * k + 8 + 2 * tq);
+          a[k][wk][0] = scale_bf16x2(x[0], f0), a[k][wk][1] = scale_bf16x2(x[1], f0);
+          a[k][wk][2] = scale_bf16x2(x[2], f1), a[k][wk][3] = scale_bf16x2(x[3], f1);
+        }
+      }
+      wgmma_fence_operand(acc[0]);
+      wgmma_fence_operand(acc[1]);
+      wgmma_fence();
+      const uint64_t sd = so * (kCwStage / 16);
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int wk = 0; wk < 2; ++wk)
+          wgmma_m64n64k16_bf16_rs<0>(acc[wk], a[k][wk], desc_k + sd + wk * (kCwTile / 16) + k * 2);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(acc[0]);
+      wgmma_fence_operand(acc[1]);
+    }
+    cp_async_wait<0>();  // (only empty groups are left)
+    const int I = wr ? xI1 : xI0, CnI = wr ? Cn1 : Cn0;
+#pragma unroll
+    for (int wk = 0; wk < 2; ++wk) {
+      if (CnI == 0 || (diag && wk != wr)) continue;  // a row slot past nC; a diagonal item's unused combinations
+      const int J = wk ? kJ1 : kJ0;
+      float* dst = (sp == 0 ? Pcross : parts + (sp - 1) * plane) + ((bh * d.nC + I) * d.nC + J) * C * C;
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int i = 16 * w4 + 8 * hf + g;
+        if (i >= C) continue;
+#pragma unroll
+        for (int j8 = 0; j8 < 8; ++j8) {
+          const int j = 8 * j8 + 2 * tq;
+          float* o = dst + i * C + j;
+          const float x0 = i < CnI ? acc[wk][4 * j8 + 2 * hf] : 0.0f, x1 = i < CnI ? acc[wk][4 * j8 + 2 * hf + 1] : 0.0f;
+          if (C % 2 == 0 && j + 1 < C) {  // j even: an aligned pair
+            *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
+          } else {
+            if (j < C) o[0] = x0;
+            if (j + 1 < C) o[1] = x1;
+          }
+        }
+      }
+    }
   }
 }
 
@@ -748,64 +905,57 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
 
 // ---- final state on warpgroup MMA (sm_90a) ------------------------------------------------------
 // final_state_mma_kernel's sums with wgmma in place of its 4 warps' mma.sync: the same items (bh,
-// 128 latents, kN columns), the same recurrence S <- a^Cn ⊙ S + Kq_c^T V_c (one step per chunk,
+// 128 latents, 128 columns), the same recurrence S <- a^Cn ⊙ S + Kq_c^T V_c (one step per chunk,
 // the factor applied to each thread's accumulator rows before the chunk's products) and the same
 // k steps per element in the same order (k16 0..3, float16's lo pass after each hi one), so rho_T
 // is bit for bit final_state_mma's in the host emulation (on the GPU the tensor cores' order of
 // accumulation inside a k step may differ in the last bits). The block's two warpgroups each own
-// 64 of the item's latents (M = 64) and all kN columns (N = kN): a step is 4 instructions
-// m64nNk16 per warpgroup (float16: 8) where final_state_mma's warps issued 128 mma.sync and 32
+// 64 of the item's latents (M = 64) and its 128 columns (N = 128): a step is 4 instructions
+// m64n128k16 per warpgroup (float16: 8) where final_state_mma's warps issued 128 mma.sync and 32
 // ldmatrix.trans each, and the tensor cores read the tiles through descriptors (mma.cuh,
 // wgmma_desc_sw128), every tile 64 wide and 128-byte swizzled (quad_readback_wgmma's storage):
 //   Kq  [64 tokens][128 latents] as two tiles, one per warpgroup: A = Kq^T, M-major (k = token
 //       rows, m = latents along them);
-//   V   [64 tokens][kN columns] as kN / 64 tiles 8 KiB apart: B = V, N-major (LBO = 8 KiB, the next
-//       64 columns); float16: V_lo's tiles after them.
+//   V   [64 tokens][128 columns] as two tiles 8 KiB apart: B = V, N-major (LBO = 8 KiB, the next 64
+//       columns); float16: V_lo's tiles after them.
 // The fills are 16-byte cp.async pieces (rows row0 + 16 r of a 128-element row pair of tiles),
-// zero-filled past the chunk's tokens, the latents past Lp not fetched (that warpgroup is idle: Lp
-// is a multiple of 64); the fetch cursor runs kDist steps ahead across the block's items (a
-// persistent grid, as final_state_mma's). One barrier per step: after it every warpgroup has
-// waited for the products that read the stage the step's fetch refills. kDefer: the wait for a
-// step's products at the next step, after its barrier and fetch (the products run under them; the
-// fetch distance is then kStages - 2: the refilled stage was read two steps back), else at the
-// step's end (distance kStages - 1). While products are in flight no code may take a divergent
-// path, else ptxas serializes them (C7518, "wgmma.mma_async instructions are serialized due to
-// program dependence on compiler-inserted WG.DP in divergent path": so it did with the fetch's
-// branches), hence the branch-free fetch, and every warpgroup multiplies, one whose latents are
-// past Lp on zero tiles that it never stores. The factors a^C and a^(Cn of the last chunk) of the
-// thread's two rows in registers. rho_T as final_state_mma stores it (float2 pairs where rho's strides allow, a full
-// tile's without checks, else checked).
-// Versions (compared on the H200; RHOSCAN_FS_WGMMA_VERSION picks one, final_state_wgmma_launch):
-//   1  kN = 128, 3 stages (float16: 2), the wait at the step's end: 2 blocks per SM;
-//   2  kN = 256, 4 stages, deferred wait (float16: 2 stages, at the end): 1 block per SM, each Kq
-//      tile read once per 256 columns;
-//   3  kN = 256, 3 stages, deferred wait (float16: 2 stages, at the end): 1 block per SM.
-// Versions 2 and 3 need Ep % 256 == 0 (else version 1 runs).
+// zero-filled past the chunk's tokens, the latents past Lp not fetched (Lp is a multiple of 64);
+// the fetch cursor runs kStages - 1 steps ahead across the block's items (a persistent grid, as
+// final_state_mma's). One barrier per step: every warpgroup waits for its step's products at the
+// step's end, so that after the next barrier the stage that step's fetch refills is free. Every
+// warpgroup multiplies, one whose latents are past Lp on stale tiles that it never stores: no
+// divergent path around the products (ptxas serializes products with one in between: C7518). The
+// factors a^C and a^(Cn of the last chunk) of the thread's two rows in registers. rho_T stored as
+// final_state_mma stores it (float2 pairs where rho's strides allow, a full tile's without
+// checks, else checked). 3 stages (float16: 2), 2 blocks per SM, 124 registers.
+// Measured on the H200 (round 20, BDH-8k bfloat16, Nsight Compute, two forwards): 0.203-0.207 ms
+// a launch against final_state_mma's 0.253; Nsight Compute's full set: tensor pipe 39 % active,
+// L2 67 %, DRAM 53 % (rho_T's float32 stores are half its DRAM bytes). Also measured, and removed:
+// 256-column items (two warpgroups of m64n256k16, 1 block per SM: each Kq tile read once per 256
+// columns) with 3 or 4 stages, 0.227 ms; the same with the wait for a step's products deferred to
+// the next step, after its barrier and fetch (the products running under them), 0.215 ms, which
+// needed a branch-free fetch (a division per step), 0.222 ms for the 128-column kernel.
 constexpr int kFwThreads = 256, kFwLT = 128;
 constexpr uint32_t kFwTile = 64 * 128;  // bytes of one 64 × 64 bf16 tile
-template <bool kLo, int kN>
-constexpr uint32_t final_state_wgmma_stage() {  // bytes: Kq's two tiles, V's kN / 64 (and V_lo's)
-  return (2 + (kLo ? 2 : 1) * (kN / 64)) * kFwTile;
+template <bool kLo>
+constexpr int kFwStages = kLo ? 2 : 3;
+template <bool kLo>
+constexpr uint32_t final_state_wgmma_stage() {  // bytes: Kq's two tiles, V's two (and V_lo's)
+  return (kLo ? 6 : 4) * kFwTile;
 }
-template <bool kLo, int kN, int kStages>
+template <bool kLo>
 constexpr int final_state_wgmma_smem() {  // (1008 bytes of slack: the tiles on 1024-byte boundaries)
-  return static_cast<int>(kWgmmaAtom - 16 + kStages * final_state_wgmma_stage<kLo, kN>());
+  return static_cast<int>(kWgmmaAtom - 16 + kFwStages<kLo> * final_state_wgmma_stage<kLo>());
 }
-template <bool kLo, int kN, int kStages>
-constexpr int final_state_wgmma_blocks() {  // blocks per SM by shared memory (each with the 1 KiB the system reserves)
-  return 2 * (final_state_wgmma_smem<kLo, kN, kStages>() + 1024) <= 228 * 1024 ? 2 : 1;
-}
-inline int64_t final_state_wgmma_items(const Dims& d, int n) {
-  return d.nbh * ((d.Lp + kFwLT - 1) / kFwLT) * (d.Ep / n);
-}
-template <bool kLo, int kN, int kStages, bool kDefer>
-__global__ void __launch_bounds__(kFwThreads, (final_state_wgmma_blocks<kLo, kN, kStages>()))
+static_assert(2 * (final_state_wgmma_smem<false>() + 1024) <= 228 * 1024 &&
+                  2 * (final_state_wgmma_smem<true>() + 1024) <= 228 * 1024,
+              "final_state_wgmma: two blocks per SM (each with the 1 KiB the system reserves)");
+template <bool kLo>
+__global__ void __launch_bounds__(kFwThreads, 2)
     final_state_wgmma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
   grid_dependency_wait();
-  constexpr int LT = kFwLT, ET = kN, NS = kStages, kDist = kDefer ? NS - 2 : NS - 1;  // the fetch's distance in steps
-  static_assert(kN == 128 || kN == 256, "128 or 256 columns");
-  static_assert(kDist >= 1 && NS <= 4, "a fetch one step ahead at least; at most four stages");
-  constexpr uint32_t kStage = final_state_wgmma_stage<kLo, kN>();
+  constexpr int LT = kFwLT, kN = 128, ET = kN, NS = kFwStages<kLo>, kDist = NS - 1;  // kDist: the fetch's distance in steps
+  constexpr uint32_t kStage = final_state_wgmma_stage<kLo>();
   constexpr uint32_t kVB = 2 * kFwTile, kVloB = kVB + (kN / 64) * kFwTile;  // V's tiles and V_lo's in a stage
   extern __shared__ __align__(128) unsigned char smem_raw[];
   // the tiles on 1024-byte boundaries (the swizzle's atoms): the base rounded up
@@ -841,65 +991,30 @@ __global__ void __launch_bounds__(kFwThreads, (final_state_wgmma_blocks<kLo, kN,
   int64_t fvd = int64_t{d.v_row_delta32(fbh < d.nbh ? fbh : 0)} * d.T;
   uint32_t fso = 0;
   auto next_stage = [](uint32_t so) { return so + kStage == NS * kStage ? 0u : so + kStage; };
-  // kDefer: branch-free (selects and zero fills: no divergent path while products are in flight),
-  // past the block's last item every piece a zero fill that reads nothing, and so is a Kq piece
-  // whose tile is past Lp. Else branches (fewer instructions per step: a division per item, not per
-  // step; measured faster for version 1 on the H200, 0.207 against 0.222 ms a launch at BDH-8k).
   auto fetch_next = [&]() {
-    if constexpr (kDefer) {
-      const bool live = fbh < d.nbh && nC > 0, last = fstep == nC - 1;
-      const int lim = live ? (last ? CnLast : C) - row0 : 0;  // piece r holds a token where 16 r < lim
-      const int klim = flt * LT + 8 * pc < d.Lp ? lim : 0;
+    if (fbh < d.nbh && nC > 0) {
+      const int lim = (fstep == nC - 1 ? CnLast : C) - row0;  // piece r holds a token where 16 r < lim
       const bf16* ksrc = Kq + ft * d.Lp + flt * LT + 8 * pc;
       const int64_t voff = (ft + fvd) * d.Ep + fet * ET + 8 * pc;
       const uint32_t kd = dst + fso;
+      if (flt * LT + 8 * pc < d.Lp) {  // the piece's tile inside Lp (else its warpgroup multiplies stale tiles)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) cp_async16_u32(kd + 16 * 128 * r, ksrc + r * 16 * d.Lp, 16 * r < klim ? 16u : 0u);
+        for (int r = 0; r < 4; ++r) cp_async16_u32(kd + 16 * 128 * r, ksrc + r * 16 * d.Lp, 16 * r < lim ? 16u : 0u);
+      }
 #pragma unroll
-      for (int hv = 0; hv < kN / 128; ++hv)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const uint32_t n = 16 * r < lim ? 16u : 0u, vd = kd + kVB + 2 * hv * kFwTile + 16 * 128 * r;
-          const int64_t vo = voff + 128 * hv + r * 16 * d.Ep;
-          cp_async16_u32(vd, V + vo, n);
-          if constexpr (kLo) cp_async16_u32(vd + (kVloB - kVB), V_lo + vo, n);
-        }
-      // the cursor: the next chunk, or after the item's last the next item (no change once past the end)
-      int nbh = fbh, nlt_ = flt, net_ = fet;
-      advance(nbh, nlt_, net_);
-      const bool wrap = live && last;
-      const int64_t nvd = int64_t{d.v_row_delta32(nbh < d.nbh ? nbh : 0)} * d.T;
-      fstep = wrap ? 0 : live ? fstep + 1 : fstep;
-      ft = wrap ? int64_t{nbh} * d.T + row0 : live ? ft + d.C : ft;
-      fvd = wrap ? nvd : fvd;
-      fbh = wrap ? nbh : fbh, flt = wrap ? nlt_ : flt, fet = wrap ? net_ : fet;
-    } else {
-      if (fbh < d.nbh && nC > 0) {
-        const int lim = (fstep == nC - 1 ? CnLast : C) - row0;  // piece r holds a token where 16 r < lim
-        const bf16* ksrc = Kq + ft * d.Lp + flt * LT + 8 * pc;
-        const int64_t voff = (ft + fvd) * d.Ep + fet * ET + 8 * pc;
-        const uint32_t kd = dst + fso;
-        if (flt * LT + 8 * pc < d.Lp) {  // the piece's tile inside Lp (else its warpgroup multiplies stale tiles)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) cp_async16_u32(kd + 16 * 128 * r, ksrc + r * 16 * d.Lp, 16 * r < lim ? 16u : 0u);
-        }
-#pragma unroll
-        for (int hv = 0; hv < kN / 128; ++hv)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const uint32_t n = 16 * r < lim ? 16u : 0u, vd = kd + kVB + 2 * hv * kFwTile + 16 * 128 * r;
-            const int64_t vo = voff + 128 * hv + r * 16 * d.Ep;
-            cp_async16_u32(vd, V + vo, n);
-            if constexpr (kLo) cp_async16_u32(vd + (kVloB - kVB), V_lo + vo, n);
-          }
-        if (++fstep == nC) {
-          fstep = 0;
-          advance(fbh, flt, fet);
-          ft = int64_t{fbh} * d.T + row0;
-          if (fbh < d.nbh) fvd = int64_t{d.v_row_delta32(fbh)} * d.T;
-        } else {
-          ft += d.C;
-        }
+      for (int r = 0; r < 4; ++r) {
+        const uint32_t n = 16 * r < lim ? 16u : 0u, vd = kd + kVB + 16 * 128 * r;
+        const int64_t vo = voff + r * 16 * d.Ep;
+        cp_async16_u32(vd, V + vo, n);
+        if constexpr (kLo) cp_async16_u32(vd + (kVloB - kVB), V_lo + vo, n);
+      }
+      if (++fstep == nC) {
+        fstep = 0;
+        advance(fbh, flt, fet);
+        ft = int64_t{fbh} * d.T + row0;
+        if (fbh < d.nbh) fvd = int64_t{d.v_row_delta32(fbh)} * d.T;
+      } else {
+        ft += d.C;
       }
     }
     cp_async_commit();
@@ -935,10 +1050,6 @@ __global__ void __launch_bounds__(kFwThreads, (final_state_wgmma_blocks<kLo, kN,
       fence_proxy_async();          // ... and are visible to the tensor cores' reads
       __syncthreads();  // everyone's; and every warpgroup has waited for the products that read fso
       fetch_next();
-      if constexpr (kDefer) {
-        wgmma_wait<0>();  // step c - 1's products
-        wgmma_fence_operand(acc);
-      }
       if (c > 0) {  // S <- a^Cn_c S before chunk c's first tokens (chunk 0 starts from S = 0)
         const float f0 = c == nC - 1 ? fLast[0] : fC[0], f1 = c == nC - 1 ? fLast[1] : fC[1];
 #pragma unroll
@@ -953,15 +1064,9 @@ __global__ void __launch_bounds__(kFwThreads, (final_state_wgmma_blocks<kLo, kN,
         if constexpr (kLo) wgmma_m64k16_bf16<kN, 1, 1>(acc, desc_a + st + k * kKStep, desc_b + st + kLoStep + k * kKStep);
       }
       wgmma_commit();
-      if constexpr (!kDefer) {
-        wgmma_wait<0>();
-        wgmma_fence_operand(acc);
-      }
-      so = next_stage(so);
-    }
-    if constexpr (kDefer) {
-      wgmma_wait<0>();  // the item's last step
+      wgmma_wait<0>();
       wgmma_fence_operand(acc);
+      so = next_stage(so);
     }
     if (!active) continue;
     const int64_t o0 = out.at(b, h, 0, 0);
@@ -1002,16 +1107,6 @@ __global__ void __launch_bounds__(kFwThreads, (final_state_wgmma_blocks<kLo, kN,
   cp_async_wait<0>();  // (only empty groups are left)
 }
 
-// The wgmma kernel's template arguments by version (the comment above final_state_wgmma_kernel).
-template <bool kLo, int kVersion>
-struct FinalStateWgmma {
-  static constexpr int kN = kVersion == 1 ? 128 : 256;
-  static constexpr int kStages = kLo ? 2 : kVersion == 2 ? 4 : 3;
-  static constexpr bool kDefer = !kLo && kVersion > 1;
-  static constexpr int kSmem = final_state_wgmma_smem<kLo, kN, kStages>();
-  static constexpr auto kernel() { return final_state_wgmma_kernel<kLo, kN, kStages, kDefer>; }
-};
-
 // final_state_mma_kernel's launches for a batch: f(s, first, a32_s, out_s) per launch, with the
 // launch's Dims s (pairs first .. first + s.nbh - 1 of the batch: its Kq and V rows from pair
 // first on), a32 and rho rebased to them. The kernel keeps bh, b and h in 32-bit registers, so a
@@ -1039,6 +1134,25 @@ void final_state_batches(const Dims& d, const float* a32, Str4 out, int64_t limi
 }
 
 // ---- launchers (quadratic) -----------------------------------------------------------------------
+// The wgmma kernels (cross_scores_wgmma and final_state_wgmma here, quad_readback_wgmma in
+// quadratic_backward.cuh) run
+// where this build has sm_90a code (RHOSCAN_CUDA_WGMMA, which CMake sets when
+// CMAKE_CUDA_ARCHITECTURES holds 90a) and the device is compute capability 9.0.
+#ifndef RHOSCAN_CUDA_WGMMA
+#define RHOSCAN_CUDA_WGMMA 0
+#endif
+inline bool wgmma_runs() { return RHOSCAN_CUDA_WGMMA && device_compute_capability() == 90; }
+// Whether a kernel with an mma.sync and a wgmma version takes the wgmma one: where wgmma_runs,
+// `fallback` (the build's default) unless the environment variable `env` (read per call) says
+// mma or wgmma (for tests and A/B runs; another value counts as unset).
+inline bool wgmma_chosen(const char* env, bool fallback) {
+  if (!wgmma_runs()) return false;
+  if (const char* v = std::getenv(env)) {
+    if (std::strcmp(v, "mma") == 0) return false;
+    if (std::strcmp(v, "wgmma") == 0) return true;
+  }
+  return fallback;
+}
 // L splits of cross_scores for a call of `pairs` (b, h) pairs in all: enough items to fill the GPU
 // (RHOSCAN_CROSS_SPLIT_ITEMS), at most 16, at most one per
 // 64-latent tile. From the call's pairs, not a batch's: the sums do not depend on the batching
@@ -1057,15 +1171,26 @@ inline int64_t cross_splits(int64_t pairs, const Dims& d) {
   n = std::min<int64_t>(n, d.Lp / kMmaLT);
   return std::max<int64_t>(n, 1);
 }
+// The cross scores' kernel: cross_scores_wgmma_kernel where wgmma_runs, unless built with
+// -DRHOSCAN_CS_WGMMA=0; else cross_scores_mma_kernel. RHOSCAN_CUDA_CROSS_SCORES=mma|wgmma
+// (environment, read per call) forces either (wgmma only where it runs).
+#ifndef RHOSCAN_CS_WGMMA
+#define RHOSCAN_CS_WGMMA 1
+#endif
 // Pcross of one batch; scratch: (nsplit - 1) d.nbh nC^2 C^2 floats (unused with one split).
 inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, const bf16* Kq, const float* a32,
                                 float* Pcross, float* scratch, cudaStream_t stream) {
   const int64_t items = d.nbh * cross_items(d.nC) * nsplit;
   if (items == 0) return;
-  auto kernel = cross_scores_mma_kernel<kCrossSwizzle>;
-  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCrossSmem));
-  launch_kernel("cross_scores_mma_kernel", kernel, grid_for(items), kCrossThreads, kCrossSmem, stream,
-                d, Xq, Kq, a32, Pcross, scratch, static_cast<int>(nsplit));
+  auto run = [&](const char* name, auto kernel, int smem) {  // both kernels take the same arguments
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    launch_kernel(name, kernel, grid_for(items), kCrossThreads, smem, stream, d, Xq, Kq, a32, Pcross, scratch,
+                  static_cast<int>(nsplit));
+  };
+  if (wgmma_chosen("RHOSCAN_CUDA_CROSS_SCORES", RHOSCAN_CS_WGMMA != 0))
+    run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel, kCwSmem);
+  else
+    run("cross_scores_mma_kernel", cross_scores_mma_kernel<kCrossSwizzle>, kCrossSmem);
   if (nsplit > 1) {
     launch_kernel("cross_reduce_kernel", cross_reduce_kernel, grid_for(d.nbh * d.nC * d.nC * d.C * d.C, 256), 256, 0,
                   stream, d, Pcross, scratch, static_cast<int>(nsplit));
@@ -1084,41 +1209,12 @@ void launch_quadratic_output(const Dims& d, const float* P, const float* Pcross,
                 stream, d, P, Pcross, o.vb, o.vlo, ctx);
 }
 
-// The wgmma kernels (final_state_wgmma here, quad_readback_wgmma in quadratic_backward.cuh) run
-// where this build has sm_90a code (RHOSCAN_CUDA_WGMMA, which CMake sets when
-// CMAKE_CUDA_ARCHITECTURES holds 90a) and the device is compute capability 9.0.
-#ifndef RHOSCAN_CUDA_WGMMA
-#define RHOSCAN_CUDA_WGMMA 0
-#endif
-inline bool wgmma_runs() { return RHOSCAN_CUDA_WGMMA && device_compute_capability() == 90; }
-// Whether a kernel with an mma.sync and a wgmma version takes the wgmma one: where wgmma_runs,
-// `fallback` (the build's default) unless the environment variable `env` (read per call) says
-// mma or wgmma (for tests and A/B runs; another value counts as unset).
-inline bool wgmma_chosen(const char* env, bool fallback) {
-  if (!wgmma_runs()) return false;
-  if (const char* v = std::getenv(env)) {
-    if (std::strcmp(v, "mma") == 0) return false;
-    if (std::strcmp(v, "wgmma") == 0) return true;
-  }
-  return fallback;
-}
 // The final state's kernel: final_state_wgmma_kernel where wgmma_runs, unless built with
-// -DRHOSCAN_FS_WGMMA=0; else final_state_mma_kernel. RHOSCAN_CUDA_FINAL_STATE=mma|wgmma forces
-// either (wgmma only where it runs); RHOSCAN_FS_WGMMA_VERSION=1|2|3 (environment, read per call)
-// picks the wgmma kernel's version while they are compared (default RHOSCAN_FS_WGMMA_DEFAULT).
+// -DRHOSCAN_FS_WGMMA=0; else final_state_mma_kernel. RHOSCAN_CUDA_FINAL_STATE=mma|wgmma
+// (environment, read per call) forces either (wgmma only where it runs).
 #ifndef RHOSCAN_FS_WGMMA
 #define RHOSCAN_FS_WGMMA 1
 #endif
-#ifndef RHOSCAN_FS_WGMMA_DEFAULT
-#define RHOSCAN_FS_WGMMA_DEFAULT 1
-#endif
-inline int final_state_wgmma_version() {
-  if (const char* v = std::getenv("RHOSCAN_FS_WGMMA_VERSION")) {
-    if (std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0 || std::strcmp(v, "3") == 0) return v[0] - '0';
-  }
-  return RHOSCAN_FS_WGMMA_DEFAULT;
-}
-
 // The final state rho_T of one batch by final_state_wgmma or final_state_mma (the quadratic
 // forward has no initial rho). A persistent grid: as many blocks as fit at once (at most one per
 // item), so that each block's cp.async pipeline runs on across its items.
@@ -1129,13 +1225,13 @@ void launch_final_state(const Dims& d, const float* a32, const Operands16& o, St
   int dev = 0, sms = 0;
   RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
   RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  auto run = [&](const char* name, auto kernel, int threads, int smem, int columns) {
+  auto run = [&](const char* name, auto kernel, int threads, int smem) {
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int per_sm = 0;
     RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     // (one launch, or sub-batches past 2^30 pairs: the kernels' 32-bit pair indices)
     final_state_batches(d, a32, out, int64_t{1} << 30, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
-      const int64_t items = s.nbh * ((s.Lp + 127) / 128) * (s.Ep / columns);
+      const int64_t items = s.nbh * ((s.Lp + 127) / 128) * (s.Ep / 128);
       const unsigned grid = grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
       // the sub-batch's first token row of Kq, and of V: d.v_row(first)'s (values packed per batch row
       // where d.v_rows: the sub-batch's pairs lie in one batch row, or start at h = 0, so that s's
@@ -1145,19 +1241,11 @@ void launch_final_state(const Dims& d, const float* a32, const Operands16& o, St
                     o.vlo != nullptr ? o.vlo + vv * d.Ep : nullptr, as, os);
     });
   };
-  static_assert(kFsLT == 128 && kFwLT == 128, "128-latent items (the launcher's item count)");
-  if (wgmma_chosen("RHOSCAN_CUDA_FINAL_STATE", RHOSCAN_FS_WGMMA != 0)) {
-    const int version = d.Ep % 256 == 0 ? final_state_wgmma_version() : 1;
-    auto wgmma = [&](auto config) {
-      using F = decltype(config);
-      run("final_state_wgmma_kernel", F::kernel(), kFwThreads, F::kSmem, F::kN);
-    };
-    if (version == 2) wgmma(FinalStateWgmma<kLo, 2>{});
-    else if (version == 3) wgmma(FinalStateWgmma<kLo, 3>{});
-    else wgmma(FinalStateWgmma<kLo, 1>{});
-  } else {
-    run("final_state_mma_kernel", final_state_mma_kernel<kLo>, kFsThreads, final_state_smem<kLo>(), kFsET);
-  }
+  static_assert(kFsLT == 128 && kFsET == 128 && kFwLT == 128, "items of 128 latents × 128 columns (the launcher's count)");
+  if (wgmma_chosen("RHOSCAN_CUDA_FINAL_STATE", RHOSCAN_FS_WGMMA != 0))
+    run("final_state_wgmma_kernel", final_state_wgmma_kernel<kLo>, kFwThreads, final_state_wgmma_smem<kLo>());
+  else
+    run("final_state_mma_kernel", final_state_mma_kernel<kLo>, kFsThreads, final_state_smem<kLo>());
 }
 
 }  // namespace rhoscan::cuda_detail

@@ -339,13 +339,18 @@ bool scores_case(const Problem& p) {
 //      J >= I unwritten. Against the formula from Qp and q (not from the operands): this checks the
 //      split of the exponent into Xq's a^i', the factor a^((I-J-1) C) and Kq's a^(C-1-j') too.
 //      nsplit partials over slices of L (some empty when nsplit > Lp / 64), summed by cross_reduce.
+// kWgmma: cross_scores_wgmma_kernel (the factor on Xq instead of the key: the same bound).
+template <bool kWgmma = false>
 bool cross_case(const Problem& p, int nsplit) {
   const Dims& d = p.d;
   const int64_t C = d.C, nC = d.nC, plane = d.nbh * nC * nC * C * C;
   const int64_t items = d.nbh * cross_items(nC) * nsplit;
   auto P = nans<float>(plane), parts = nans<float>(std::max<int64_t>(1, (nsplit - 1) * plane));
-  emu::launch(small_grid(items), kCrossThreads, kCrossSmem, [&] {
-    cross_scores_mma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), P.data(), parts.data(), nsplit);
+  emu::launch(small_grid(items), kCrossThreads, kWgmma ? kCwSmem : kCrossSmem, [&] {
+    if constexpr (kWgmma)
+      cross_scores_wgmma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), P.data(), parts.data(), nsplit);
+    else
+      cross_scores_mma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), P.data(), parts.data(), nsplit);
   });
   if (nsplit > 1) emu::launch(3, 64, 0, [&] { cross_reduce_kernel(d, P.data(), parts.data(), nsplit); });
   std::vector<Acc> ref(P.size(), kUnwritten);
@@ -633,38 +638,30 @@ std::vector<float> run_final_state(const Problem& p, unsigned grid, Str4 rs, siz
   });
   return out;
 }
-// final_state_wgmma_kernel's version `kVersion` (as launch_final_state picks it: versions 2 and 3
-// need Ep % 256 == 0, else version 1), launched like run_final_state
-template <bool kLo, int kVersion>
+// final_state_wgmma_kernel, launched as launch_final_state launches it (like run_final_state)
+template <bool kLo>
 std::vector<float> run_final_state_wgmma(const Problem& p, unsigned grid, Str4 rs, size_t size, int64_t limit) {
   auto out = nans<float>(size);
   Str4 outs = rs;
   outs.p = out.data();
-  auto run = [&](auto config) {
-    using F = decltype(config);
-    final_state_batches(p.d, p.a32.data(), outs, limit, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
-      const int64_t kv = first * p.d.T, vv = p.vr(first) * p.d.T;  // (as launch_final_state)
-      emu::launch(grid, kFwThreads, F::kSmem, [&] {
-        F::kernel()(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + vv * p.d.Ep, kLo ? p.vlo.data() + vv * p.d.Ep : nullptr,
-                    as, os);
-      });
+  final_state_batches(p.d, p.a32.data(), outs, limit, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
+    const int64_t kv = first * p.d.T, vv = p.vr(first) * p.d.T;  // (as launch_final_state)
+    emu::launch(grid, kFwThreads, final_state_wgmma_smem<kLo>(), [&] {
+      final_state_wgmma_kernel<kLo>(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + vv * p.d.Ep,
+                                    kLo ? p.vlo.data() + vv * p.d.Ep : nullptr, as, os);
     });
-  };
-  if (kVersion == 1 || p.d.Ep % 256 != 0)
-    run(FinalStateWgmma<kLo, 1>{});
-  else
-    run(FinalStateWgmma<kLo, kVersion>{});
+  });
   return out;
 }
 // final_state_wgmma (warpgroup MMA from descriptors) against final_state_mma: the same k steps
 // per element in the same order, so rho_T bit for bit (on NaN-initialised rho at strides rs, so
 // that a store outside L, E or a missing one shows too).
-template <bool kLo, int kVersion>
+template <bool kLo>
 bool final_state_wgmma_case(const Problem& p, unsigned grid, bool padded, int64_t limit = int64_t{1} << 30) {
   size_t size = 0;
   const Str4 rs = final_state_strides(p, padded, size);
   return same_bits("rho_T", run_final_state<kLo>(p, grid, rs, size, limit),
-                   run_final_state_wgmma<kLo, kVersion>(p, grid, rs, size, limit), "final_state_mma's");
+                   run_final_state_wgmma<kLo>(p, grid, rs, size, limit), "final_state_mma's");
 }
 template <bool kLo>
 bool final_state_swizzle_case(const Problem& p, unsigned grid, bool padded) {
@@ -1501,6 +1498,8 @@ int main(int argc, char** argv) {
       {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},
       {"cross_scores_mma, 3 splits", [](const Problem& p) { return cross_case(p, 3); }, false, true},
       {"cross_scores_mma, swizzled tiles", [](const Problem& p) { return cross_swizzle_case(p, 1); }, true, true},
+      {"cross_scores_wgmma", [](const Problem& p) { return cross_case<true>(p, 1); }, true, true},
+      {"cross_scores_wgmma, 3 splits", [](const Problem& p) { return cross_case<true>(p, 3); }, false, true},
       {"cross_scores_mma, swizzled tiles, 3 splits", [](const Problem& p) { return cross_swizzle_case(p, 3); }, false, true},
       {"chunk_states_mma forward, bf16, no chunk states stored",
        [](const Problem& p) { return states_case<bf16, false>(p, false, false); }, false, true},
@@ -1524,19 +1523,16 @@ int main(int argc, char** argv) {
        [](const Problem& p) { return final_state_case<false>(p, 2, false, 3); }, false, true},
       {"final_state_mma, sub-batches of at most 2 pairs, split values, rho rows padded, 3 blocks",
        [](const Problem& p) { return final_state_case<true>(p, 3, true, 3); }, false, true},
-      // final_state_wgmma, its three versions (1: 128 columns, 2 and 3: 256 where Ep allows)
-      {"final_state_wgmma version 1, bitwise final_state_mma, 2 blocks",
-       [](const Problem& p) { return final_state_wgmma_case<false, 1>(p, small_grid(final_state_items(p.d)), false); }, true, true},
-      {"final_state_wgmma version 2, bitwise final_state_mma, 3 blocks, rho rows padded",
-       [](const Problem& p) { return final_state_wgmma_case<false, 2>(p, 3, true); }, true, true},
-      {"final_state_wgmma version 3, bitwise final_state_mma, 1 block",
-       [](const Problem& p) { return final_state_wgmma_case<false, 3>(p, 1, false); }, false, true},
-      {"final_state_wgmma version 1, split values, bitwise final_state_mma, rho rows padded, 3 blocks",
-       [](const Problem& p) { return final_state_wgmma_case<true, 1>(p, 3, true); }, false, true},
-      {"final_state_wgmma version 2, split values, bitwise final_state_mma, 2 blocks",
-       [](const Problem& p) { return final_state_wgmma_case<true, 2>(p, 2, false); }, false, true},
-      {"final_state_wgmma version 1, sub-batches of at most 2 pairs, bitwise final_state_mma, 2 blocks",
-       [](const Problem& p) { return final_state_wgmma_case<false, 1>(p, 2, false, 3); }, false, true},
+      {"final_state_wgmma, bitwise final_state_mma, 2 blocks",
+       [](const Problem& p) { return final_state_wgmma_case<false>(p, small_grid(final_state_items(p.d)), false); }, true, true},
+      {"final_state_wgmma, bitwise final_state_mma, rho rows padded, 3 blocks",
+       [](const Problem& p) { return final_state_wgmma_case<false>(p, 3, true); }, false, true},
+      {"final_state_wgmma, split values, bitwise final_state_mma, rho rows padded, 3 blocks",
+       [](const Problem& p) { return final_state_wgmma_case<true>(p, 3, true); }, false, true},
+      {"final_state_wgmma, split values, bitwise final_state_mma, 1 block",
+       [](const Problem& p) { return final_state_wgmma_case<true>(p, 1, false); }, false, true},
+      {"final_state_wgmma, sub-batches of at most 2 pairs, bitwise final_state_mma, 2 blocks",
+       [](const Problem& p) { return final_state_wgmma_case<false>(p, 2, false, 3); }, false, true},
       {"quadratic_output_mma", quadratic_output_case<false>, true, true},
       {"quadratic_output_mma, split values", quadratic_output_case<true>, false, true},
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},

@@ -182,6 +182,8 @@ struct Wgmma {
   float* d;
   uint64_t a, b;
   int ta, tb, n;  // n: N, the product's columns (n / 2 accumulators)
+  bool rs = false;        // A from registers: arows, the thread's two rows of A (gathered from its warp at issue)
+  float arows[2][16] = {};
 };
 inline thread_local std::vector<Wgmma> open_wgmma;
 inline thread_local std::deque<std::vector<Wgmma>> wgmma_groups;
@@ -431,7 +433,8 @@ inline void do_wgmma(const Wgmma& w) {
   for (int i = 0; i < w.n / 2; ++i) {
     const int row = 16 * wq + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * q + (i & 1);
     double s = w.d[i];
-    for (int k = 0; k < 16; ++k) s += wgmma_value(w.a, w.ta, row, k) * wgmma_value(w.b, w.tb, col, k);
+    for (int k = 0; k < 16; ++k)
+      s += (w.rs ? double(w.arows[(i >> 1) & 1][k]) : wgmma_value(w.a, w.ta, row, k)) * wgmma_value(w.b, w.tb, col, k);
     w.d[i] = static_cast<float>(s);
   }
 }
@@ -457,6 +460,25 @@ inline void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t des
 template <int kN, int kTransA, int kTransB>
 inline void wgmma_m64k16_bf16(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b) {
   emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB, kN});
+}
+// A from registers: a warp collective (like mma_bf16_16816) that gathers, for the thread's rows g
+// and g + 8 of its warp's 16, the 16 k of A from the lanes holding them (mma.m16n8k16's A layout);
+// the product is carried out at the wait, as the others.
+template <int kTransB>
+inline void wgmma_m64n64k16_bf16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+  struct Frag {
+    uint32_t a[4];
+  };
+  const auto lanes = emu::exchange(Frag{{a[0], a[1], a[2], a[3]}});
+  emu::Wgmma w{d, 0, desc_b, 0, kTransB, 64};
+  w.rs = true;
+  const int g = (threadIdx.x & 31) / 4;
+  for (int hf = 0; hf < 2; ++hf)
+    for (int k = 0; k < 16; ++k) {
+      const uint32_t reg = lanes[g * 4 + (k % 8) / 2].a[hf + 2 * (k >= 8)];
+      w.arows[hf][k] = __bfloat162float(__nv_bfloat16{static_cast<uint16_t>(k % 2 ? reg >> 16 : reg & 0xffffu)});
+    }
+  emu::open_wgmma.push_back(w);
 }
 inline void wgmma_commit() {
   emu::wgmma_groups.push_back(std::move(emu::open_wgmma));
