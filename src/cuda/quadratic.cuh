@@ -325,11 +325,17 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
 // (1, 0), a row slot past nC: zero rows), so that no divergent path surrounds the products (ptxas
 // would serialize them); a tile's 8 products per warpgroup are issued, then waited for at once,
 // each with its own A registers. 256 threads, 2 blocks per SM.
+// kParts (RHOSCAN_CS_WGMMA_PARTS while compared): a tile's products in 1 group (32 A registers,
+// 20 bytes of spills per thread at 128 registers) or 2 (16 A registers).
+#ifndef RHOSCAN_CS_WGMMA_PARTS
+#define RHOSCAN_CS_WGMMA_PARTS 1
+#endif
 constexpr uint32_t kCwTile = 64 * 128;  // bytes of one 64 × 64 bf16 tile (a slot's rows of one L tile)
 constexpr uint32_t kCwStage = 4 * kCwTile;
 constexpr int kCwSmem = static_cast<int>(kWgmmaAtom - 16 + kCrossNS * kCwStage + 2 * 4 * kMmaLT * sizeof(float));
 static_assert(2 * (kCwSmem + 1024) <= 228 * 1024, "cross_scores_wgmma: two blocks per SM");
-__global__ void __launch_bounds__(kCrossThreads, 2)
+template <int kParts = RHOSCAN_CS_WGMMA_PARTS>
+static __global__ void __launch_bounds__(kCrossThreads, 2)
     cross_scores_wgmma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross, float* parts,
                               int nsplit) {
   grid_dependency_wait();
@@ -408,33 +414,40 @@ __global__ void __launch_bounds__(kCrossThreads, 2)
       const int so = (kt - kt0) % NS;
       const float* f = fs + ((kt - kt0) & 1) * 4 * LT + 2 * wr * LT;  // the warpgroup's two combinations' factors
       const uint32_t xs = xa + so * kCwStage;
-      uint32_t a[4][2][4];  // per 16-latent step and key slot: the scaled A fragment (the tensor cores' until the wait)
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        uint32_t x[4];
-        ldsm_x4_u32(x, xs ^ (32u * k));
-#pragma unroll
-        for (int wk = 0; wk < 2; ++wk) {
-          // regs 0, 1: latents 16 k + 2 tq (+1); regs 2, 3: 16 k + 8 + 2 tq (+1)
-          const float2 f0 = *reinterpret_cast<const float2*>(f + wk * LT + 16 * k + 2 * tq);
-          const float2 f1 = *reinterpret_cast<const float2*>(f + wk * LT + 16 * k + 8 + 2 * tq);
-          a[k][wk][0] = scale_bf16x2(x[0], f0), a[k][wk][1] = scale_bf16x2(x[1], f0);
-          a[k][wk][2] = scale_bf16x2(x[2], f1), a[k][wk][3] = scale_bf16x2(x[3], f1);
-        }
-      }
-      wgmma_fence_operand(acc[0]);
-      wgmma_fence_operand(acc[1]);
-      wgmma_fence();
       const uint64_t sd = so * (kCwStage / 16);
+      // kParts groups of 4 / kParts 16-latent steps, each issued and waited for before the next
+      // group's A is scaled (kParts 2: half the A registers live)
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
+      for (int part = 0; part < kParts; ++part) {
+        constexpr int KP = 4 / kParts;
+        uint32_t a[KP][2][4];  // per 16-latent step and key slot: the scaled A fragment (the tensor cores' until the wait)
 #pragma unroll
-        for (int wk = 0; wk < 2; ++wk)
-          wgmma_m64n64k16_bf16_rs<0>(acc[wk], a[k][wk], desc_k + sd + wk * (kCwTile / 16) + k * 2);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operand(acc[0]);
-      wgmma_fence_operand(acc[1]);
+        for (int kk = 0; kk < KP; ++kk) {
+          const int k = KP * part + kk;
+          uint32_t x[4];
+          ldsm_x4_u32(x, xs ^ (32u * k));
+#pragma unroll
+          for (int wk = 0; wk < 2; ++wk) {
+            // regs 0, 1: latents 16 k + 2 tq (+1); regs 2, 3: 16 k + 8 + 2 tq (+1)
+            const float2 f0 = *reinterpret_cast<const float2*>(f + wk * LT + 16 * k + 2 * tq);
+            const float2 f1 = *reinterpret_cast<const float2*>(f + wk * LT + 16 * k + 8 + 2 * tq);
+            a[kk][wk][0] = scale_bf16x2(x[0], f0), a[kk][wk][1] = scale_bf16x2(x[1], f0);
+            a[kk][wk][2] = scale_bf16x2(x[2], f1), a[kk][wk][3] = scale_bf16x2(x[3], f1);
+          }
+        }
+        wgmma_fence_operand(acc[0]);
+        wgmma_fence_operand(acc[1]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KP; ++kk)
+#pragma unroll
+          for (int wk = 0; wk < 2; ++wk)
+            wgmma_m64n64k16_bf16_rs<0>(acc[wk], a[kk][wk], desc_k + sd + wk * (kCwTile / 16) + (KP * part + kk) * 2);
+        wgmma_commit();
+        wgmma_wait<0>();
+        wgmma_fence_operand(acc[0]);
+        wgmma_fence_operand(acc[1]);
+      }
     }
     cp_async_wait<0>();  // (only empty groups are left)
     const int I = wr ? xI1 : xI0, CnI = wr ? Cn1 : Cn0;
@@ -1187,8 +1200,15 @@ inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, c
     launch_kernel(name, kernel, grid_for(items), kCrossThreads, smem, stream, d, Xq, Kq, a32, Pcross, scratch,
                   static_cast<int>(nsplit));
   };
-  if (wgmma_chosen("RHOSCAN_CUDA_CROSS_SCORES", RHOSCAN_CS_WGMMA != 0))
-    run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel, kCwSmem);
+  if (wgmma_chosen("RHOSCAN_CUDA_CROSS_SCORES", RHOSCAN_CS_WGMMA != 0)) {
+    const char* parts = std::getenv("RHOSCAN_CS_WGMMA_PARTS");  // (A/B runs, while the two are compared)
+    if (parts != nullptr && std::strcmp(parts, "2") == 0)
+      run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel<2>, kCwSmem);
+    else if (parts != nullptr && std::strcmp(parts, "1") == 0)
+      run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel<1>, kCwSmem);
+    else
+      run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel<>, kCwSmem);
+  }
   else
     run("cross_scores_mma_kernel", cross_scores_mma_kernel<kCrossSwizzle>, kCrossSmem);
   if (nsplit > 1) {
