@@ -324,17 +324,15 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
 // Every combination is multiplied, also those an item does not store (a diagonal item's (0, 1) and
 // (1, 0), a row slot past nC: zero rows), so that no divergent path surrounds the products (ptxas
 // would serialize them); a tile's 8 products per warpgroup are issued, then waited for at once,
-// each with its own A registers. 256 threads, 2 blocks per SM.
-// kParts (RHOSCAN_CS_WGMMA_PARTS while compared): a tile's products in 1 group (32 A registers,
-// 20 bytes of spills per thread at 128 registers) or 2 (16 A registers).
-#ifndef RHOSCAN_CS_WGMMA_PARTS
-#define RHOSCAN_CS_WGMMA_PARTS 1
-#endif
+// in two groups of two 16-latent steps (each step and key slot with its own A registers). 256
+// threads, 2 blocks per SM. Measured on the H200 (round 20, BDH-8k bfloat16, Nsight Compute, four
+// forwards): 0.219 ms a launch against cross_scores_mma's 0.274; Nsight Compute's full set
+// (bench/results/round20-h200-2026-12-04): tensor pipe 37 % active, L2 67 %, DRAM 51 %, issue
+// slots 48 %, 1 eligible warp per scheduler.
 constexpr uint32_t kCwTile = 64 * 128;  // bytes of one 64 × 64 bf16 tile (a slot's rows of one L tile)
 constexpr uint32_t kCwStage = 4 * kCwTile;
 constexpr int kCwSmem = static_cast<int>(kWgmmaAtom - 16 + kCrossNS * kCwStage + 2 * 4 * kMmaLT * sizeof(float));
 static_assert(2 * (kCwSmem + 1024) <= 228 * 1024, "cross_scores_wgmma: two blocks per SM");
-template <int kParts = RHOSCAN_CS_WGMMA_PARTS>
 static __global__ void __launch_bounds__(kCrossThreads, 2)
     cross_scores_wgmma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross, float* parts,
                               int nsplit) {
@@ -415,11 +413,12 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
       const float* f = fs + ((kt - kt0) & 1) * 4 * LT + 2 * wr * LT;  // the warpgroup's two combinations' factors
       const uint32_t xs = xa + so * kCwStage;
       const uint64_t sd = so * (kCwStage / 16);
-      // kParts groups of 4 / kParts 16-latent steps, each issued and waited for before the next
-      // group's A is scaled (kParts 2: half the A registers live)
+      // two groups of two 16-latent steps, each issued and waited for before the next group's A is
+      // scaled (half the A registers live: 127 registers, no spills; one group of four spilled 20
+      // bytes per thread at 128 and measured the same, 0.219 ms a launch at BDH-8k)
 #pragma unroll
-      for (int part = 0; part < kParts; ++part) {
-        constexpr int KP = 4 / kParts;
+      for (int part = 0; part < 2; ++part) {
+        constexpr int KP = 2;
         uint32_t a[KP][2][4];  // per 16-latent step and key slot: the scaled A fragment (the tensor cores' until the wait)
 #pragma unroll
         for (int kk = 0; kk < KP; ++kk) {
@@ -1200,15 +1199,8 @@ inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, c
     launch_kernel(name, kernel, grid_for(items), kCrossThreads, smem, stream, d, Xq, Kq, a32, Pcross, scratch,
                   static_cast<int>(nsplit));
   };
-  if (wgmma_chosen("RHOSCAN_CUDA_CROSS_SCORES", RHOSCAN_CS_WGMMA != 0)) {
-    const char* parts = std::getenv("RHOSCAN_CS_WGMMA_PARTS");  // (A/B runs, while the two are compared)
-    if (parts != nullptr && std::strcmp(parts, "2") == 0)
-      run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel<2>, kCwSmem);
-    else if (parts != nullptr && std::strcmp(parts, "1") == 0)
-      run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel<1>, kCwSmem);
-    else
-      run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel<>, kCwSmem);
-  }
+  if (wgmma_chosen("RHOSCAN_CUDA_CROSS_SCORES", RHOSCAN_CS_WGMMA != 0))
+    run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel, kCwSmem);
   else
     run("cross_scores_mma_kernel", cross_scores_mma_kernel<kCrossSwizzle>, kCrossSmem);
   if (nsplit > 1) {

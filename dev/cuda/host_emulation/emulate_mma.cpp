@@ -339,17 +339,16 @@ bool scores_case(const Problem& p) {
 //      J >= I unwritten. Against the formula from Qp and q (not from the operands): this checks the
 //      split of the exponent into Xq's a^i', the factor a^((I-J-1) C) and Kq's a^(C-1-j') too.
 //      nsplit partials over slices of L (some empty when nsplit > Lp / 64), summed by cross_reduce.
-// kWgmma > 0: cross_scores_wgmma_kernel<kWgmma> (its parts; the factor on Xq instead of the key:
-// the same bound).
-template <int kWgmma = 0>
+// kWgmma: cross_scores_wgmma_kernel (the factor on Xq instead of the key: the same bound).
+template <bool kWgmma = false>
 bool cross_case(const Problem& p, int nsplit) {
   const Dims& d = p.d;
   const int64_t C = d.C, nC = d.nC, plane = d.nbh * nC * nC * C * C;
   const int64_t items = d.nbh * cross_items(nC) * nsplit;
   auto P = nans<float>(plane), parts = nans<float>(std::max<int64_t>(1, (nsplit - 1) * plane));
-  emu::launch(small_grid(items), kCrossThreads, kWgmma > 0 ? kCwSmem : kCrossSmem, [&] {
-    if constexpr (kWgmma > 0)
-      cross_scores_wgmma_kernel<kWgmma>(d, p.Xq.data(), p.Kq.data(), p.a32.data(), P.data(), parts.data(), nsplit);
+  emu::launch(small_grid(items), kCrossThreads, kWgmma ? kCwSmem : kCrossSmem, [&] {
+    if constexpr (kWgmma)
+      cross_scores_wgmma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), P.data(), parts.data(), nsplit);
     else
       cross_scores_mma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), P.data(), parts.data(), nsplit);
   });
@@ -1499,10 +1498,8 @@ int main(int argc, char** argv) {
       {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},
       {"cross_scores_mma, 3 splits", [](const Problem& p) { return cross_case(p, 3); }, false, true},
       {"cross_scores_mma, swizzled tiles", [](const Problem& p) { return cross_swizzle_case(p, 1); }, true, true},
-      {"cross_scores_wgmma", [](const Problem& p) { return cross_case<1>(p, 1); }, true, true},
-      {"cross_scores_wgmma, 3 splits", [](const Problem& p) { return cross_case<1>(p, 3); }, false, true},
-      {"cross_scores_wgmma, 2 parts", [](const Problem& p) { return cross_case<2>(p, 1); }, true, true},
-      {"cross_scores_wgmma, 2 parts, 3 splits", [](const Problem& p) { return cross_case<2>(p, 3); }, false, true},
+      {"cross_scores_wgmma", [](const Problem& p) { return cross_case<true>(p, 1); }, true, true},
+      {"cross_scores_wgmma, 3 splits", [](const Problem& p) { return cross_case<true>(p, 3); }, false, true},
       {"cross_scores_mma, swizzled tiles, 3 splits", [](const Problem& p) { return cross_swizzle_case(p, 3); }, false, true},
       {"chunk_states_mma forward, bf16, no chunk states stored",
        [](const Problem& p) { return states_case<bf16, false>(p, false, false); }, false, true},
