@@ -318,21 +318,31 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
   }
 }
 
+// Why the wgmma kernels cannot run here ("" where they can): this build has no sm_90a code, or the
+// device is not compute capability 9.0 (the library's wgmma_runs). The tests that compare them
+// with their mma.sync versions skip with it.
+std::string wgmma_unavailable() {
+#if !RHOSCAN_CUDA_WGMMA
+  return "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel to compare";
+#endif
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return "the device's compute capability could not be read";
+  if (major != 9 || minor != 0)
+    return "wgmma runs on compute capability 9.0 only; this device is " + std::to_string(major) + "." +
+           std::to_string(minor);
+  return "";
+}
+
 // The quadratic backward's two readback kernels (quadratic_backward.cuh): quad_readback_wgmma
 // (warpgroup MMA, sm_90a, the default where it runs) and quad_readback_mma (mma.sync), forced by
 // RHOSCAN_CUDA_READBACK on the same problems: each against the float64 reference, against each
 // other (the tensor cores' accumulation order may differ in the last bits of W and U, so not
 // bitwise), and the wgmma one bitwise deterministic.
 TEST_F(Cuda, ReadbackKernelsMmaAndWgmmaAgree) {
-#if !RHOSCAN_CUDA_WGMMA
-  GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel to compare";
-#else
-  int device = 0, major = 0, minor = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
-  if (major != 9 || minor != 0)
-    GTEST_SKIP() << "wgmma runs on compute capability 9.0 only; this device is " << major << "." << minor;
+  if (const std::string why = wgmma_unavailable(); !why.empty()) GTEST_SKIP() << why;
   ScopedEnv path("RHOSCAN_CUDA_BACKWARD_PATH", "quadratic");
   for (const QuadraticCase& c : quadratic_backward_cases()) {
     SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
@@ -352,7 +362,6 @@ TEST_F(Cuda, ReadbackKernelsMmaAndWgmmaAgree) {
     EXPECT_LE(rms_rel(wg.grad_decay.values(), mma.grad_decay.values()), 1e-4) << "grad_decay, wgmma vs mma";
     expect_same_gradients(wg, wg2);
   }
-#endif
 }
 
 // The quadratic paths' two cross-score kernels (quadratic.cuh): cross_scores_wgmma (warpgroup MMA
@@ -364,15 +373,7 @@ TEST_F(Cuda, ReadbackKernelsMmaAndWgmmaAgree) {
 // with a tail, eight, seven at chunk 32; L off the 64-latent tiles (150, 70, 330: L splits of
 // several tiles at the pair counts here).
 TEST_F(Cuda, CrossScoresKernelsMmaAndWgmmaAgree) {
-#if !RHOSCAN_CUDA_WGMMA
-  GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel to compare";
-#else
-  int device = 0, major = 0, minor = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
-  if (major != 9 || minor != 0)
-    GTEST_SKIP() << "wgmma runs on compute capability 9.0 only; this device is " << major << "." << minor;
+  if (const std::string why = wgmma_unavailable(); !why.empty()) GTEST_SKIP() << why;
   {
     ScopedEnv path("RHOSCAN_CUDA_FORWARD_PATH", "quadratic");
     struct Case {
@@ -420,7 +421,6 @@ TEST_F(Cuda, CrossScoresKernelsMmaAndWgmmaAgree) {
       expect_gradients_near(p, ref, c.s.dtype, kernel);
     }
   }
-#endif
 }
 
 // The quadratic forward's two final-state kernels (quadratic.cuh): final_state_wgmma (warpgroup
@@ -431,15 +431,7 @@ TEST_F(Cuda, CrossScoresKernelsMmaAndWgmmaAgree) {
 // E off and on the 128-column tiles (136, 300, 384, 256); a latent tile half past Lp (L 150, 200,
 // 70); T = 1; chunks of 64 and 32 (one 64-token step per chunk).
 TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
-#if !RHOSCAN_CUDA_WGMMA
-  GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel to compare";
-#else
-  int device = 0, major = 0, minor = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), cudaSuccess);
-  if (major != 9 || minor != 0)
-    GTEST_SKIP() << "wgmma runs on compute capability 9.0 only; this device is " << major << "." << minor;
+  if (const std::string why = wgmma_unavailable(); !why.empty()) GTEST_SKIP() << why;
   ScopedEnv path("RHOSCAN_CUDA_FORWARD_PATH", "quadratic");
   struct Case {
     ProblemSpec s;
@@ -475,7 +467,6 @@ TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
     EXPECT_TRUE(same_bytes(wg.context, mma.context)) << "context, wgmma vs mma";
     EXPECT_TRUE(same_bytes(wg.rho_out, wg2.rho_out)) << "final_state_wgmma not bitwise deterministic";
   }
-#endif
 }
 
 // The quadratic backward (forced: L < T here) under a workspace cap that fits a few pairs per
