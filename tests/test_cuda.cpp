@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -336,6 +337,35 @@ std::string wgmma_unavailable() {
   return "";
 }
 
+// A forward problem of the quadratic path's kernel comparisons, and its chunk.
+struct ForwardCase {
+  ProblemSpec s;
+  int64_t chunk;
+};
+// Each shape {B, H, Hv, T, L, E} with its chunk in bfloat16 and float16, a third of q zero, an
+// initial rho_norm.
+std::vector<ForwardCase> kernel_forward_cases(const std::vector<std::pair<std::array<int64_t, 6>, int64_t>>& shapes) {
+  std::vector<ForwardCase> cases;
+  for (DType dtype : {DType::bfloat16, DType::float16})
+    for (const auto& [d, chunk] : shapes) {
+      ForwardCase c{spec(d[0], d[1], d[2], d[3], d[4], d[5], dtype), chunk};
+      c.s.q_zero_fraction = 0.3;
+      c.s.initial_rho_norm = true;
+      cases.push_back(c);
+    }
+  return cases;
+}
+// c's forward on the GPU (options o) with the environment variable `env` (a kernel's choice) set
+// to `kernel`.
+Problem forward_forcing(const ForwardCase& c, const Options& o, const char* env, const char* kernel) {
+  ScopedEnv k(env, kernel);
+  Problem p(c.s);
+  MirroredProblem m(p, Device::cuda);
+  forward(m.forward_args(), o);
+  m.copy_outputs_to_host();
+  return p;
+}
+
 // The quadratic backward's two readback kernels (quadratic_backward.cuh): quad_readback_wgmma
 // (warpgroup MMA, sm_90a, the default where it runs) and quad_readback_mma (mma.sync), forced by
 // RHOSCAN_CUDA_READBACK on the same problems: each against the float64 reference, against each
@@ -376,29 +406,12 @@ TEST_F(Cuda, CrossScoresKernelsMmaAndWgmmaAgree) {
   if (const std::string why = wgmma_unavailable(); !why.empty()) GTEST_SKIP() << why;
   {
     ScopedEnv path("RHOSCAN_CUDA_FORWARD_PATH", "quadratic");
-    struct Case {
-      ProblemSpec s;
-      int64_t chunk;
-    };
-    std::vector<Case> cases;
-    for (DType dtype : {DType::bfloat16, DType::float16}) {
-      cases.push_back({spec(2, 3, 1, 300, 150, 136, dtype), 0});
-      cases.push_back({spec(1, 2, 2, 450, 70, 20, dtype), 0});
-      cases.push_back({spec(2, 2, 1, 200, 330, 40, dtype), 32});
-    }
-    for (Case& c : cases) {
-      c.s.q_zero_fraction = 0.3;
-      c.s.initial_rho_norm = true;
+    for (const ForwardCase& c : kernel_forward_cases({{{2, 3, 1, 300, 150, 136}, 0},
+                                                      {{1, 2, 2, 450, 70, 20}, 0},
+                                                      {{2, 2, 1, 200, 330, 40}, 32}})) {
       SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
       Problem ref = Problem(c.s).reference_solution();
-      auto run = [&](const char* kernel) {
-        ScopedEnv k("RHOSCAN_CUDA_CROSS_SCORES", kernel);
-        Problem p(c.s);
-        MirroredProblem m(p, Device::cuda);
-        forward(m.forward_args(), cuda(c.chunk));
-        m.copy_outputs_to_host();
-        return p;
-      };
+      auto run = [&](const char* kernel) { return forward_forcing(c, cuda(c.chunk), "RHOSCAN_CUDA_CROSS_SCORES", kernel); };
       const Problem mma = run("mma"), wg = run("wgmma"), wg2 = run("wgmma");
       const double ft = forward_tolerance(c.s.dtype);
       EXPECT_LE(rms_rel(mma.context.values(), ref.context.values()), ft) << "context, cross_scores_mma";
@@ -433,30 +446,13 @@ TEST_F(Cuda, CrossScoresKernelsMmaAndWgmmaAgree) {
 TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
   if (const std::string why = wgmma_unavailable(); !why.empty()) GTEST_SKIP() << why;
   ScopedEnv path("RHOSCAN_CUDA_FORWARD_PATH", "quadratic");
-  struct Case {
-    ProblemSpec s;
-    int64_t chunk;
-  };
-  std::vector<Case> cases;
-  for (DType dtype : {DType::bfloat16, DType::float16}) {
-    cases.push_back({spec(2, 3, 1, 300, 150, 136, dtype), 0});
-    cases.push_back({spec(1, 2, 2, 130, 200, 300, dtype), 32});
-    cases.push_back({spec(2, 2, 1, 70, 64, 384, dtype), 0});
-    cases.push_back({spec(1, 2, 2, 1, 70, 256, dtype), 0});
-  }
-  for (Case& c : cases) {
-    c.s.q_zero_fraction = 0.3;
-    c.s.initial_rho_norm = true;
+  for (const ForwardCase& c : kernel_forward_cases({{{2, 3, 1, 300, 150, 136}, 0},
+                                                    {{1, 2, 2, 130, 200, 300}, 32},
+                                                    {{2, 2, 1, 70, 64, 384}, 0},
+                                                    {{1, 2, 2, 1, 70, 256}, 0}})) {
     SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
     Problem ref = Problem(c.s).reference_solution();
-    auto run = [&](const char* kernel) {
-      ScopedEnv k("RHOSCAN_CUDA_FINAL_STATE", kernel);
-      Problem p(c.s);
-      MirroredProblem m(p, Device::cuda);
-      forward(m.forward_args(), cuda(c.chunk));
-      m.copy_outputs_to_host();
-      return p;
-    };
+    auto run = [&](const char* kernel) { return forward_forcing(c, cuda(c.chunk), "RHOSCAN_CUDA_FINAL_STATE", kernel); };
     const Problem mma = run("mma"), mma2 = run("mma");
     const double ft = forward_tolerance(c.s.dtype);
     EXPECT_LE(rms_rel(mma.rho_out.values(), ref.rho_out.values()), ft) << "rho, final_state_mma";
