@@ -1147,9 +1147,8 @@ void final_state_batches(const Dims& d, const float* a32, Str4 out, int64_t limi
 
 // ---- launchers (quadratic) -----------------------------------------------------------------------
 // The wgmma kernels (cross_scores_wgmma and final_state_wgmma here, quad_readback_wgmma in
-// quadratic_backward.cuh) run
-// where this build has sm_90a code (RHOSCAN_CUDA_WGMMA, which CMake sets when
-// CMAKE_CUDA_ARCHITECTURES holds 90a) and the device is compute capability 9.0.
+// quadratic_backward.cuh) run where this build has sm_90a code (RHOSCAN_CUDA_WGMMA, which CMake
+// sets when CMAKE_CUDA_ARCHITECTURES holds 90a) and the device is compute capability 9.0.
 #ifndef RHOSCAN_CUDA_WGMMA
 #define RHOSCAN_CUDA_WGMMA 0
 #endif
@@ -1243,8 +1242,7 @@ void launch_final_state(const Dims& d, const float* a32, const Operands16& o, St
     RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     // (one launch, or sub-batches past 2^30 pairs: the kernels' 32-bit pair indices)
     final_state_batches(d, a32, out, int64_t{1} << 30, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
-      const int64_t items = s.nbh * ((s.Lp + 127) / 128) * (s.Ep / 128);
-      const unsigned grid = grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
+      const unsigned grid = grid_for(final_state_items(s), 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
       // the sub-batch's first token row of Kq, and of V: d.v_row(first)'s (values packed per batch row
       // where d.v_rows: the sub-batch's pairs lie in one batch row, or start at h = 0, so that s's
       // own v_row, from s.bh0 = 0, counts its rows from there)
@@ -1253,7 +1251,7 @@ void launch_final_state(const Dims& d, const float* a32, const Operands16& o, St
                     o.vlo != nullptr ? o.vlo + vv * d.Ep : nullptr, as, os);
     });
   };
-  static_assert(kFsLT == 128 && kFsET == 128 && kFwLT == 128, "items of 128 latents × 128 columns (the launcher's count)");
+  static_assert(kFwLT == kFsLT && kFsET == 128, "final_state_wgmma's items are final_state_mma's (final_state_items)");
   if (wgmma_chosen("RHOSCAN_CUDA_FINAL_STATE", RHOSCAN_FS_WGMMA != 0))
     run("final_state_wgmma_kernel", final_state_wgmma_kernel<kLo>, kFwThreads, final_state_wgmma_smem<kLo>());
   else

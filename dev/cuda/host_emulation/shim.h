@@ -397,15 +397,16 @@ inline void cp_async16_u32(uint32_t dst, const void* src, uint32_t src_bytes = 1
 }
 
 // ---- warpgroup MMA (mma.cuh's wgmma_*) ------------------------------------------------------
-// wgmma.mma_async m64nNk16 (N = 64, 128, 256) bf16 -> f32 with both operands in shared memory, described as
-// mma.cuh's wgmma_desc_sw128 writes them (the 128-byte swizzle; K-major or M/N-major). Each thread
-// records the products it issues; wgmma_commit closes a group and wgmma_wait<N> carries out the
-// oldest groups until N remain, reading shared memory only then (the latest moment the GPU allows:
-// a tile refilled, or an accumulator read, before the wait shows). A product adds to each of the
-// thread's accumulators (mma.cuh's layout: warp w of the warpgroup, row 16 w + g + 8 ((i >> 1) & 1),
-// column 8 (i >> 2) + 2 q + (i & 1)) its 16 terms in double and rounds once, as mma_bf16_16816 does
-// per k step: a kernel that issues the same k steps in the same order as an mma.sync kernel gets
-// the same bits. The operand addresses follow the canonical layouts in mma.cuh's comment:
+// wgmma.mma_async m64nNk16 (N = 64, 128, 256) bf16 -> f32 with both operands in shared memory (A
+// from registers: the _rs form below), described as mma.cuh's wgmma_desc_sw128 writes them (the
+// 128-byte swizzle; K-major or M/N-major). Each thread records the products it issues; wgmma_commit
+// closes a group and wgmma_wait<N> carries out the oldest groups until N remain, reading shared
+// memory only then (the latest moment the GPU allows: a tile refilled, or an accumulator read,
+// before the wait shows). A product adds to each of the thread's accumulators (mma.cuh's layout:
+// warp w of the warpgroup, row 16 w + g + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 q + (i & 1)) its
+// 16 terms in double and rounds once, as mma_bf16_16816 does per k step: a kernel that issues the
+// same k steps in the same order as an mma.sync kernel gets the same bits. The operand addresses
+// follow the canonical layouts in mma.cuh's comment:
 //   K-major:   start + (mn / 8) SBO + (mn % 8) 128 + 2 k
 //   MN-major:  start + (mn / 64) LBO + (k / 8) SBO + (k % 8) 128 + 2 (mn % 64)
 // then the swizzle (bits 4-6 of the address XOR bits 7-9). Checked: the swizzle mode, every
@@ -445,21 +446,21 @@ inline void wgmma_fence() {}
 inline void fence_proxy_async() {}
 template <int kN>
 inline void wgmma_fence_operand(float (&)[kN]) {}
-template <int kTransA, int kTransB>
-inline void wgmma_m64n64k16_bf16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
-  emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB, 64});
-}
-template <int kTransA, int kTransB>
-inline void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-  emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB, 128});
-}
-template <int kTransA, int kTransB>
-inline void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
-  emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB, 256});
-}
 template <int kN, int kTransA, int kTransB>
 inline void wgmma_m64k16_bf16(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b) {
   emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB, kN});
+}
+template <int kTransA, int kTransB>
+inline void wgmma_m64n64k16_bf16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  wgmma_m64k16_bf16<64, kTransA, kTransB>(d, desc_a, desc_b);
+}
+template <int kTransA, int kTransB>
+inline void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  wgmma_m64k16_bf16<128, kTransA, kTransB>(d, desc_a, desc_b);
+}
+template <int kTransA, int kTransB>
+inline void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  wgmma_m64k16_bf16<256, kTransA, kTransB>(d, desc_a, desc_b);
 }
 // A from registers: a warp collective (like mma_bf16_16816) that gathers, for the thread's rows g
 // and g + 8 of its warp's 16, the 16 k of A from the lanes holding them (mma.m16n8k16's A layout);
