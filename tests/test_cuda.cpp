@@ -465,6 +465,50 @@ TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
   }
 }
 
+// norm_scores_mma (chunk_products.cuh: Qp, Xq, Kq and the intra-chunk scores in one pass, the
+// tensor-core forward's default) against norm_apply + chunk_scores_mma (RHOSCAN_CUDA_NORM_SCORES=0),
+// on the quadratic and the chunked path (chunk_scan_mma where Lp <= 256): the same keys and scores
+// bit for bit (the host emulation holds the kernels to that), so the forward's outputs and its
+// saved buffer with the keys (s, N, P, Pcross, Xq, Kq) are bitwise the same; and both within the
+// tolerance of the float64 reference. Shapes: tail chunks, chunks 64 and 32, L odd (single latents),
+// [B,T,H,x], Hv = H, T = 1 and 0.
+TEST_F(Cuda, NormScoresMatchesNormApplyAndScores) {
+  std::vector<ForwardCase> cases = kernel_forward_cases({{{2, 3, 1, 300, 150, 136}, 0},
+                                                         {{1, 2, 2, 130, 200, 300}, 32},
+                                                         {{2, 2, 1, 70, 455, 36}, 0},
+                                                         {{1, 2, 1, 1, 70, 20}, 0},
+                                                         {{1, 2, 1, 0, 70, 20}, 0}});
+  cases[1].s.bthl_layout = true;
+  cases[2].s.zero_q_rows = true;
+  for (const ForwardCase& c : cases)
+    for (const char* path : {"quadratic", "chunked"}) {
+      SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk) + ", " + path);
+      ScopedEnv forced("RHOSCAN_CUDA_FORWARD_PATH", path);
+      const ProblemSpec& s = c.s;
+      const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho, 0, true);
+      Problem fused(s), apart(s);
+      HostTensor saved_fused(DType::float32, {n}), saved_apart(DType::float32, {n});
+      for (auto [p, saved, env] : {std::tuple{&fused, &saved_fused, "1"}, {&apart, &saved_apart, "0"}}) {
+        ScopedEnv k("RHOSCAN_CUDA_NORM_SCORES", env);
+        MirroredProblem m(*p, Device::cuda);
+        ForwardArgs f = m.forward_args();
+        f.saved = m.mirror(*saved);
+        forward(f, cuda(c.chunk));
+        m.copy_outputs_to_host();
+        m.copy_back(*saved);
+      }
+      EXPECT_TRUE(same_bytes(fused.context, apart.context)) << "context";
+      EXPECT_TRUE(same_bytes(fused.rho_out, apart.rho_out)) << "rho";
+      EXPECT_TRUE(same_bytes(fused.rho_norm_out, apart.rho_norm_out)) << "rho_norm";
+      EXPECT_TRUE(same_bytes(saved_fused, saved_apart)) << "the saved buffer (P and the keys)";
+      if (s.T == 0) continue;
+      Problem ref = Problem(s).reference_solution();
+      const double ft = forward_tolerance(s.dtype);
+      EXPECT_LE(rms_rel(fused.context.values(), ref.context.values()), ft) << "context";
+      EXPECT_LE(rms_rel(fused.rho_out.values(), ref.rho_out.values()), ft) << "rho";
+    }
+}
+
 // The quadratic backward (forced: L < T here) under a workspace cap that fits a few pairs per
 // batch: bitwise the same gradients (cross_scores' L splits come from the call's pair count, not
 // the batch's).

@@ -492,17 +492,17 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
       continue;
     }
     const int64_t b = d.b_of(bh), h = d.h_of(bh);
-    // apow_i = a^i for token i of the chunk, by running product; sq[j] = a^(2^j), the squares
-    // that ipow(a, e) multiplies for the bits of e (e < 64: Cn <= 64).
-    float a[V], N[V], apow_i[V], sq[kKq ? 6 : 1][V];
+    // sq[j] = a^(2^j), the squares that ipow(a, e) multiplies for the bits of e (e < 64: Cn <= 64);
+    // a^8 = sq[3] carries N over a batch, the rest make the batches' first powers.
+    constexpr int kSq = kXq ? 6 : 4;
+    float a[V], N[V], sq[kSq][V];
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       a[v] = a32[h * d.L + l + v];
       N[v] = Nc[(bh * (d.nC + 1) + c) * d.L + l + v];
-      apow_i[v] = 1.0f;
       sq[0][v] = a[v];
 #pragma unroll
-      for (int j = 1; j < (kKq ? 6 : 1); ++j) sq[j][v] = sq[j - 1][v] * sq[j - 1][v];
+      for (int j = 1; j < kSq; ++j) sq[j][v] = sq[j - 1][v] * sq[j - 1][v];
     }
     const T* qp = static_cast<const T*>(q.p) + q.at(b, h, t0, l);
     QpT* out = kQp ? Qp + (bh * d.T + t0) * d.L + l : nullptr;
@@ -546,6 +546,29 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
         }
         kq += kNormBatch * d.Lp;
       }
+      // N at the next batch's first token: a^8 N + z, z = sum_k a^(7-k) q_k by Horner (not N walked
+      // token by token: norm_scores_mma, where a warp holds one batch, gets N at its first token
+      // this way, and so both make the same Qp, Xq and Kq bitwise). apow_i = a^i, i = k0 + k: a^k0
+      // as ipow(a, k0) multiplies it (the same squares, in its order), then a running product.
+      float N_next[V], apow_i[V];
+      if (kFull) {
+        float z[V] = {};
+#pragma unroll
+        for (int k = 0; k < kNormBatch; ++k)
+#pragma unroll
+          for (int v = 0; v < V; ++v) z[v] = a[v] * z[v] + qv[k][v];
+#pragma unroll
+        for (int v = 0; v < V; ++v) N_next[v] = sq[3][v] * N[v] + z[v];
+      }
+      if (kXq) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          apow_i[v] = 1.0f;
+#pragma unroll
+          for (int j = 0; j < kSq; ++j)
+            if (k0 >> j & 1) apow_i[v] *= sq[j][v];
+        }
+      }
 #pragma unroll
       for (int k = 0; k < kNormBatch; ++k) {
         if (kFull || k < n) {
@@ -566,6 +589,10 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
 #pragma unroll
           for (int v = 0; v < V; ++v) N[v] = a[v] * N[v] + qv[k][v];
         }
+      }
+      if (kFull) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) N[v] = N_next[v];
       }
     };
     int k0 = 0;
@@ -607,9 +634,11 @@ inline void launch_final_norm(const Dims& d, const float* Nc, Str3 n_out, cudaSt
 // alone, so the forward and the backward's recomputation take the same one (s bitwise equal).
 // sums_ready: s and Nc already hold the token sums and the carried chunk-start normalisers (the
 // forward's saved buffer, core/saved.h), so only norm_apply runs; s and Nc are then only read.
+// apply false: no norm_apply (the tensor-core forward, whose norm_scores_mma makes Qp, Xq and Kq).
 template <typename T, typename QpT>
 void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, float* s, float* s_parts, QpT* Qp, float* Nc,
-                      Str3 n_out, __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream, bool sums_ready = false) {
+                      Str3 n_out, __nv_bfloat16* Xq, __nv_bfloat16* Kq, cudaStream_t stream, bool sums_ready = false,
+                      bool apply = true) {
   // Pairs need q's pairs aligned (norm_pairs_ok) and Lp even (a multiple of 64, or L).
   const bool pairs = norm_pairs_ok<T>(d, q) && (!Xq || d.Lp % 2 == 0);
   if (!sums_ready) {
@@ -629,6 +658,7 @@ void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, float* s
     launch_kernel("norm_carry_kernel", norm_carry_kernel, grid_for(d.nbh * d.L, 256), 256, 0, stream, d, a32, n0, Nc,
                   n_out);
   }
+  if (!apply) return;
   if (pairs)
     launch_norm_apply<T, QpT, kNormVec>(d, q, a32, s, Qp, Nc, Xq, Kq, stream);
   else

@@ -1308,13 +1308,105 @@ __device__ __forceinline__ void halving_step(float (&v)[32], int lane) {
     v[k] = keep + __shfl_xor_sync(0xffffffffu, send, N);
   }
 }
-template <typename T, typename QpT>
-__global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
-    chunk_scores_mma_kernel(Dims d, Str4 q, const float* a32, const QpT* Qp, float* P) {
+// norm_scores_mma's shared memory: chunk_scores_mma's tiles, the segments' sums z of the tile
+// being read (red[warp][latent]) and the item's token sums s.
+struct NormScoreSmem : ScoreSmem {
+  float red[8][kMmaLT];
+  float s[64];
+};
+// a^n from the squares sq[j] = a^(2^j) (n < 64), bitwise ipow(a, n): the same products in its order.
+__device__ __forceinline__ float pow_from_squares(const float (&sq)[6], int n) {
+  float r = 1.0f;
+#pragma unroll
+  for (int j = 0; j < 6; ++j)
+    if (n >> j & 1) r *= sq[j];
+  return r;
+}
+// norm_scores_mma's normaliser step for one tile (every thread of the block: it holds a barrier):
+// Qp of the thread's tokens i0 + m (m < 8, inside the chunk) and latents l, l + 1 into pc as bf16
+// pairs (norm_apply's bf16 Qp), and their Xq and Kq into the operands' rows (latents past L: q and
+// N_0 are 0 there, so Qp, Xq and Kq are the zeros norm_apply writes), each operation norm_apply's:
+// N at token i0 from the chunk's N_0 by N <- a^8 N + z over the earlier warps' segments, then token
+// by token; Xq's a^i from the squares (a^i0, ipow's products) and a running product in the
+// segment; Kq's a^(Cn-1-i) by norm_apply's batch rule (ipow of the segment's last exponent, then a
+// product per token downwards). y(m, e): q of token i0 + m, latent l + e, as a float.
+template <typename T, typename Y>
+__device__ __forceinline__ void norm_scores_tile(NormScoreSmem& S, PairWord<bf16> (&pc)[8], const float (&a)[2],
+                                                 const float (&n0)[2], Y&& y, const Dims& d, int64_t bh, int64_t t0,
+                                                 int l, int i0, int Cn, bf16* Xq, bf16* Kq) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float sq[2][6];  // a^(2^j)
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    sq[e][0] = a[e];
+#pragma unroll
+    for (int j = 1; j < 6; ++j) sq[e][j] = sq[e][j - 1] * sq[e][j - 1];
+  }
+  {
+    float z[2] = {};
+#pragma unroll
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) z[e] = a[e] * z[e] + y(m, e);  // (tokens past Cn: q = 0)
+    *reinterpret_cast<float2*>(&S.red[warp][2 * lane]) = make_float2(z[0], z[1]);
+  }
+  __syncthreads();  // the segments' z (and, at the item's first tile, its token sums S.s)
+  const int n = Cn - i0;  // the segment's tokens in the chunk (8 or more: all; 0 or less: none)
+  if (n <= 0) {
+#pragma unroll
+    for (int m = 0; m < 8; ++m) pc[m] = PairWord<bf16>{};
+    return;
+  }
+  float N[2] = {n0[0], n0[1]};
+  for (int v = 0; v < warp; ++v) {
+    const float2 zv = *reinterpret_cast<const float2*>(&S.red[v][2 * lane]);
+    N[0] = sq[0][3] * N[0] + zv.x;
+    N[1] = sq[1][3] * N[1] + zv.y;
+  }
+  float ap[2] = {pow_from_squares(sq[0], i0), pow_from_squares(sq[1], i0)};  // a^i, i = i0 + m
+  const int64_t row0 = (bh * d.T + t0 + i0) * d.Lp + l;                      // Xq, Kq at token i0
+  bf16* xrow = Xq + row0;
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    if (m < n) {
+      const float sm = S.s[i0 + m];
+      float qp[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) qp[e] = div_sparse(y(m, e), sm * (N[e] + kEpsF));
+      const __nv_bfloat162 qp16 = __floats2bfloat162_rn(qp[0], qp[1]);
+      memcpy(&pc[m], &qp16, sizeof qp16);
+      *reinterpret_cast<__nv_bfloat162*>(xrow) = __floats2bfloat162_rn(qp[0] * ap[0], qp[1] * ap[1]);
+      xrow += d.Lp;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) ap[e] *= a[e], N[e] = a[e] * N[e] + y(m, e);
+    } else {
+      pc[m] = PairWord<bf16>{};
+    }
+  }
+  int ex = Cn - 1 - (i0 + 7);  // Kq's exponent of token i0 + 7, then upwards
+  const int ex0 = ex > 0 ? ex : 0;
+  float pw[2] = {pow_from_squares(sq[0], ex0), pow_from_squares(sq[1], ex0)};
+  bf16* krow = Kq + row0 + int64_t{(n < 8 ? n : 8) - 1} * d.Lp;  // the segment's last token
+#pragma unroll
+  for (int m = 7; m >= 0; --m, ++ex) {
+    if (m < n) {
+      *reinterpret_cast<__nv_bfloat162*>(krow) = __floats2bfloat162_rn(y(m, 0) * pw[0], y(m, 1) * pw[1]);
+      krow -= d.Lp;
+    }
+    if (ex >= 0) pw[0] *= a[0], pw[1] *= a[1];
+  }
+}
+// kFused (norm_scores_mma_kernel, below): Qp is not read but made here from q, s and the chunk's N_0
+// (Nc), and the tensor-core operands Xq, Kq of the thread's tokens and latents are written on the
+// way (norm_apply's outputs, bitwise: see norm_scores_mma_kernel).
+template <typename T, typename QpT, bool kFused>
+__device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const float* a32, const QpT* Qp, float* P,
+                                                      const float* s, const float* Nc, bf16* Xq, bf16* Kq) {
   grid_dependency_wait();
   constexpr int LT = kMmaLT;
+  using Smem = std::conditional_t<kFused, NormScoreSmem, ScoreSmem>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  ScoreSmem& S = *reinterpret_cast<ScoreSmem*>(smem_raw);
+  Smem& S = *reinterpret_cast<Smem*>(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   const int C = static_cast<int>(d.C);
   // mma warps 0-5: the sub-block pairs (1,0), (2,0), (2,1), (3,0), (3,1), (3,2)
@@ -1338,32 +1430,46 @@ __global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
     const int l_begin = static_cast<int>(sp * lslice), l_end = static_cast<int>(min(d.L, sp * lslice + lslice));
     const int Cn = static_cast<int>(d.chunk_len(c));
     const T* qrow = static_cast<const T*>(q.p) + q.at(b, h, t0 + i0, 0);  // token i0 (read if i0 < Cn)
-    const QpT* prow = Qp + (bh * d.T + t0 + i0) * d.L;
+    const QpT* prow = kFused ? nullptr : Qp + (bh * d.T + t0 + i0) * d.L;
     const float* arow = a32 + h * d.L;
+    const float* nrow = kFused ? Nc + (bh * (d.nC + 1) + c) * d.L : nullptr;  // N at the chunk's start
     float* Pc = P + ((bh * d.nC + c) * d.nsplit + sp) * C * C;
+    if constexpr (kFused) {  // the item's token sums (read after the first tile's barrier)
+      if (threadIdx.x < 64) S.s[threadIdx.x] = threadIdx.x < Cn ? s[bh * d.T + t0 + threadIdx.x] : 1.0f;
+    }
     PairWord<T> qw[8];  // the next tile: tokens i0 + m, the thread's latent pair
-    PairWord<QpT> pw[8];
-    float aw[2];
+    PairWord<QpT> pw[8];  // (kFused: unused)
+    float aw[2], nw[2];   // (nw: kFused's N_0 of the pair)
     auto fetch = [&](int l0) {
       const int l = l0 + 2 * lane;
       const bool ok0 = l < l_end, ok1 = l + 1 < l_end;
       aw[0] = ok0 ? arow[l] : 0.0f;
       aw[1] = ok1 ? arow[l + 1] : 0.0f;
+      if constexpr (kFused) {
+        nw[0] = ok0 ? nrow[l] : 0.0f;
+        nw[1] = ok1 ? nrow[l + 1] : 0.0f;
+      }
       const T* qt = qrow + l * q.s[3];  // stepped a token at a time: no 8 live row pointers
-      const QpT* pt = prow + l;
-      if (q_vec && qp_vec) {  // one pair load per token and operand, predicated, no branches
+      const QpT* pt = kFused ? nullptr : prow + l;
+      if (q_vec && (kFused || qp_vec)) {  // one pair load per token and operand, predicated, no branches
 #pragma unroll
-        for (int m = 0; m < 8; ++m, qt += q.s[2], pt += d.L) {
+        for (int m = 0; m < 8; ++m, qt += q.s[2]) {
           const bool ok = ok0 && i0 + m < Cn;
           qw[m] = ok ? __ldg(reinterpret_cast<const PairWord<T>*>(qt)) : PairWord<T>{};
-          pw[m] = ok ? __ldg(reinterpret_cast<const PairWord<QpT>*>(pt)) : PairWord<QpT>{};
+          if constexpr (!kFused) {
+            pw[m] = ok ? __ldg(reinterpret_cast<const PairWord<QpT>*>(pt)) : PairWord<QpT>{};
+            pt += d.L;
+          }
         }
       } else {
 #pragma unroll
-        for (int m = 0; m < 8; ++m, qt += q.s[2], pt += d.L) {
+        for (int m = 0; m < 8; ++m, qt += q.s[2]) {
           const bool tok = i0 + m < Cn;
           qw[m] = load_pair_word(qt, 0, q.s[3], tok && ok0, tok && ok1);
-          pw[m] = load_pair_word(pt, 0, 1, tok && ok0, tok && ok1);
+          if constexpr (!kFused) {
+            pw[m] = load_pair_word(pt, 0, 1, tok && ok0, tok && ok1);
+            pt += d.L;
+          }
         }
       }
     };
@@ -1375,7 +1481,11 @@ __global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
       PairWord<QpT> pc[8];
       const float a[2] = {aw[0], aw[1]};
 #pragma unroll
-      for (int m = 0; m < 8; ++m) qc[m] = qw[m], pc[m] = pw[m];
+      for (int m = 0; m < 8; ++m) qc[m] = qw[m];
+      if constexpr (!kFused) {
+#pragma unroll
+        for (int m = 0; m < 8; ++m) pc[m] = pw[m];
+      }
       auto x = [&](int m, int e) {  // Qp of token i0 + m, latent e of the pair
         float x0, x1;
         pair_floats<QpT>(pc[m], x0, x1);
@@ -1386,6 +1496,8 @@ __global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
         pair_floats<T>(qc[m], y0, y1);
         return e ? y1 : y0;
       };
+      if constexpr (kFused)
+        norm_scores_tile<T>(S, pc, a, nw, y, d, bh, t0, static_cast<int>(l0 + 2 * lane), i0, Cn, Xq, Kq);
       if (kScoresEarlyFetch && l0 + LT < l_end) fetch(l0 + LT);  // in flight during this tile's work
       float a8[2];
 #pragma unroll
@@ -1521,6 +1633,31 @@ __global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
       if (i0 + m < Cn) Pc[(i0 + m) * C + i0 + n] = v[0];
     }
   }
+}
+template <typename T, typename QpT>
+__global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
+    chunk_scores_mma_kernel(Dims d, Str4 q, const float* a32, const QpT* Qp, float* P) {
+  chunk_scores_mma_body<T, QpT, false>(d, q, a32, Qp, P, nullptr, nullptr, nullptr, nullptr);
+}
+// ---- norm_apply and the intra-chunk scores in one pass (the tensor-core forward) --------------
+// chunk_scores_mma_kernel's items, tiles and products with the read weights made where they are
+// used instead of read back: per tile, each thread turns its 8 tokens' q (which it loads anyway)
+// into Qp = q / (s (N + eps)) and writes the tensor-core operands Xq = Qp a^i and Kq = q a^(Cn-1-i)
+// of those tokens and its two latents, so the forward runs no norm_apply: Qp's bf16 plane is
+// neither written nor read again (at BDH-8k norm_apply wrote 1.07 GB, Qp a quarter of it, and
+// chunk_scores_mma read q and Qp again, 536 MB). The N walk needs N at the warp's first token:
+// each warp's segment sum z = sum_m a^(7-m) q_(i0+m) (Horner) goes through shared memory, and N at
+// token i0 = 8 warp is N_0 carried over the earlier segments by N <- a^8 N + z; norm_apply runs the
+// same recurrence over its batches of 8 tokens (the same operations in the same order), so Qp
+// (rounded to bf16, as norm_apply stores it: the scores' operands are chunk_scores_mma's on
+// norm_apply's Qp, bit for bit), Xq and Kq are norm_apply's bit for bit, and a backward that makes
+// its own keys makes the forward's (the saved-keys test holds that bitwise). s and Nc: the
+// normaliser scan's (launch_norm_scan without norm_apply, `apply` false).
+template <typename T>
+__global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
+    norm_scores_mma_kernel(Dims d, Str4 q, const float* a32, const float* s, const float* Nc, float* P, bf16* Xq,
+                           bf16* Kq) {
+  chunk_scores_mma_body<T, bf16, true>(d, q, a32, nullptr, P, s, Nc, Xq, Kq);
 }
 
 // ---- launchers: the tensor-core kernels (kTC) or the float32 FFMA kernels --------------------
@@ -1674,6 +1811,21 @@ void launch_chunk_scores(const Dims& d, Str4 q, Str4 v, Str4 g, const float* a32
     launch_kernel("reduce_splits_kernel", reduce_splits_kernel, grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream,
                   d, X);
   }
+}
+
+// The tensor-core forward's Qp, Xq, Kq and intra-chunk scores P in one pass (norm_scores_mma_kernel,
+// after launch_norm_scan with apply false), P's splits summed into split 0.
+template <typename T>
+void launch_norm_scores(const Dims& d, Str4 q, const float* a32, const float* s, const float* Nc, float* P,
+                        const Operands16& o, cudaStream_t stream) {
+  auto kernel = norm_scores_mma_kernel<T>;
+  constexpr int smem = static_cast<int>(sizeof(NormScoreSmem));
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  launch_kernel("norm_scores_mma_kernel", kernel, grid_for(d.nbh * d.nC * d.nsplit), kMmaThreads, smem, stream, d, q,
+                a32, s, Nc, P, o.Xq, o.Kq);
+  if (d.nsplit > 1)
+    launch_kernel("reduce_splits_kernel", reduce_splits_kernel, grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream,
+                  d, P);
 }
 
 // Pairs per batch: as many as the cap allows, then spread evenly over the batches that takes

@@ -29,6 +29,21 @@
 namespace rhoscan::cuda_detail {
 namespace {
 
+// Whether the tensor-core forward makes Qp, Xq and Kq in norm_scores_mma (with the intra-chunk
+// scores) instead of norm_apply + chunk_scores_mma: by default (-DRHOSCAN_NORM_SCORES=0 at build
+// time: never); RHOSCAN_CUDA_NORM_SCORES=0|1 (environment, read per call) forces either, for tests
+// and A/B runs. Both make the same Xq, Kq and P bit for bit (the host emulation checks it).
+#ifndef RHOSCAN_NORM_SCORES
+#define RHOSCAN_NORM_SCORES 1
+#endif
+inline bool norm_scores_on() {
+  if (const char* env = std::getenv("RHOSCAN_CUDA_NORM_SCORES")) {
+    if (std::strcmp(env, "0") == 0) return false;
+    if (std::strcmp(env, "1") == 0) return true;
+  }
+  return RHOSCAN_NORM_SCORES != 0;
+}
+
 // Whether the quadratic path applies: tensor-core dtype and no initial rho (rho_norm0 is fine: the
 // normaliser scan takes it); then by default, if built with RHOSCAN_QUADRATIC_FORWARD=1, where
 // quadratic_shape allows (quadratic.cuh: T, L >= 8 T, chunks of 64), or whatever
@@ -89,6 +104,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   d.v_rows = kTC && p.Hv == 1 && p.H > 1;  // v packed once per batch row (see Dims)
   const int64_t BH = p.B * p.H;
   using QpT = std::conditional_t<kTC, bf16, float>;  // bf16 where only the mma scores read it
+  const bool fused = kTC && norm_scores_on();         // norm_scores_mma: no Qp array at all
   // The saved buffer (core/saved.h): s and Nc always, P where its layout reserved it (every path
   // computes P), Pcross where it is reserved and this call took the quadratic path, Xq and Kq
   // where its layout has them (every tensor-core path makes them). The kernels write s, Nc,
@@ -107,7 +123,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   // the chunk-start states. Quadratic: the cross-chunk scores Pcross [nC][nC][C][C] float32 and the
   // partials of their L splits.
   const int64_t common_bh = Workspace::floats(p.T) + Workspace::floats(norm_sums_blocks(p.L) * p.T) +
-                            Workspace::bytes<QpT>(p.T * p.L) +
+                            (fused ? 0 : Workspace::bytes<QpT>(p.T * p.L)) +
                             Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
                             operand_bytes<kTC, T>(d, save_keys ? 0 : 2, 1);
   // chunk_scan_mma keeps the chunk-start states in shared memory: no workspace for them
@@ -162,7 +178,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     float* Nc_saved = save ? f.saved + saved.Nc + bh0 * saved.Nc_pair : nullptr;
     float* s = save && !gated ? s_saved : ws.take_floats(d.nbh * p.T);
     float* s_parts = ws.take_floats(d.nbh * norm_sums_blocks(p.L) * p.T);
-    QpT* Qp = ws.take_array<QpT>(d.nbh * p.T * p.L);
+    QpT* Qp = fused ? nullptr : ws.take_array<QpT>(d.nbh * p.T * p.L);
     float* Nc = save && !gated ? Nc_saved : ws.take_floats(d.nbh * (d.nC + 1) * p.L);
     float* P_ws = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
     StateT<kTC>* Hs = quadratic || scan ? nullptr : ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
@@ -175,7 +191,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       o.Xq = reinterpret_cast<bf16*>(f.saved + saved.Xq) + bh0 * saved.keys_pair;
       o.Kq = reinterpret_cast<bf16*>(f.saved + saved.Kq) + bh0 * saved.keys_pair;
     }
-    launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, gated ? Str3{} : n_out, o.Xq, o.Kq, stream);
+    launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, gated ? Str3{} : n_out, o.Xq, o.Kq, stream, false, !fused);
     pack_values<kTC, T>(d, v, o.vb, o.vlo, stream);
     if (gated) {
       gate.settle();
@@ -188,8 +204,16 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       }
       launch_final_norm(d, Nc, n_out, stream);
     }
-    // side streams (side_streams.h) beside chunk_scores: quadratic, cross_scores and final_state;
-    // chunked (not chunk_scan), the chunk states
+    // P straight into the saved buffer where it has one split (the same [nC][C][C] blocks per
+    // pair); else split 0 of each [nsplit][C][C] slot holds the sum, copied there
+    float* const P_saved = save_diag ? f.saved + saved.P + bh0 * saved.P_pair : nullptr;
+    float* const P = P_saved != nullptr && d.nsplit == 1 ? P_saved : P_ws;
+    if constexpr (kTC) {
+      if (fused) launch_norm_scores<T>(d, q, a32, s, Nc, P, o, stream);  // (Xq and Kq before the fork)
+    }
+    // side streams (side_streams.h) beside chunk_scores (fused: nothing beside them, the keys come
+    // with the scores): quadratic, cross_scores and final_state; chunked (not chunk_scan), the
+    // chunk states
     const bool fork = (quadratic || !scan) && side_streams_on();
     cudaStream_t s1 = fork ? side_stream(1) : stream, s2 = fork && quadratic ? side_stream(2) : stream;
     const SideStreamsJoin join{stream, fork ? s1 : nullptr, fork && quadratic ? s2 : nullptr};
@@ -202,11 +226,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
         launch_final_state<T>(d, a32, o, rho_out, s2);
       }
     }
-    // P straight into the saved buffer where it has one split (the same [nC][C][C] blocks per
-    // pair); else split 0 of each [nsplit][C][C] slot holds the sum, copied there
-    float* const P_saved = save_diag ? f.saved + saved.P + bh0 * saved.P_pair : nullptr;
-    float* const P = P_saved != nullptr && d.nsplit == 1 ? P_saved : P_ws;
-    launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
+    if (!fused) launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
     if (P_saved != nullptr && P != P_saved) {
       const size_t CC = static_cast<size_t>(d.C * d.C) * sizeof(float);
       RHOSCAN_CUDA_CHECK(cudaMemcpy2DAsync(P_saved, CC, P, d.nsplit * CC, CC, static_cast<size_t>(d.nbh * d.nC),

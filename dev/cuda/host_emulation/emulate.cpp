@@ -158,8 +158,9 @@ void norm_sums(const Dims& d, const Str4& qs, const float* a, float* Nc, float* 
 // BASE_REV within 1e-5. `single` forces one latent per thread where pairs would be taken.
 // With latent pairs the token sums come from norm_sums_kernel (launch_norm_scan's paired path),
 // not bitwise token_sum's: there s is held to the float64 sum (1e-6 relative), and what depends on
-// it (Qp, Xq) to PREV_REV's within 1e-5 / a bf16 step and bitwise to PREV_REV's norm_apply fed with
-// the same s; the chunk sums, N, rho_norm and Kq stay bitwise PREV_REV's.
+// it (Qp, Xq) to PREV_REV's within 1e-5 / a bf16 step, also where PREV_REV's norm_apply is fed
+// the same s (bitwise until norm_apply's N went over its batches by a^8 N + z, for norm_scores_mma);
+// the chunk sums, N, rho_norm and Kq stay bitwise PREV_REV's.
 template <typename Q, typename QpT>
 bool norm_scan_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, Layout layout, bool with_n0, bool ops,
                     bool single = false, bool with_kq = true) {
@@ -225,8 +226,10 @@ bool norm_scan_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, Lay
     }
   }
   bool ok = bitwise("N", o[0].Nc, o[1].Nc) & bitwise("rho_norm", o[0].nout, o[1].nout) & bitwise("Kq", o[0].Kq, o[1].Kq);
-  if (!pairs) {
-    ok &= bitwise("s", o[0].s, o[1].s) & bitwise("Qp", o[0].Qp, o[1].Qp) & bitwise("Xq", o[0].Xq, o[1].Xq);
+  if (!pairs) {  // (Qp and Xq: norm_apply carries N over its batches of 8 tokens by a^8 N + z since
+                 // norm_scores_mma came, and takes each batch's a^i from the squares; Kq is unchanged)
+    ok &= bitwise("s", o[0].s, o[1].s) & same("Qp", as_floats(o[0].Qp), as_floats(o[1].Qp)) &
+          same_bf16("Xq", floats(o[0].Xq), floats(o[1].Xq));
   } else {
     ok &= near_f64("s", o[0].s, token_sums_f64(qbuf, qs, H, nbh, T, L)) &
           same("Qp (PREV_REV's s)", as_floats(o[0].Qp), as_floats(o[1].Qp)) &
@@ -239,7 +242,7 @@ bool norm_scan_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, Lay
     emu::launch(5, 6, 0, [&] {
       prev::norm_apply_kernel<Q, QpT>(d, qs, a.data(), o[0].s.data(), o[0].Nc.data(), Qp.data(), xq, kq);
     });
-    ok &= bitwise("Qp (the same s)", o[0].Qp, Qp) & bitwise("Xq (the same s)", o[0].Xq, Xq);
+    ok &= same("Qp (the same s)", as_floats(o[0].Qp), as_floats(Qp)) & same_bf16("Xq (the same s)", floats(o[0].Xq), floats(Xq));
   }
   if (runs == 3)
     ok &= same("Qp", as_floats(o[0].Qp), as_floats(o[2].Qp)) & same("N", o[0].Nc, o[2].Nc) &

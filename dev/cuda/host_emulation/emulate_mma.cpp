@@ -378,6 +378,38 @@ bool same_bits(const char* name, const std::vector<X>& x, const std::vector<X>& 
   std::printf("    %-8s %s %s%s\n", name, ok ? "bitwise" : "DIFFERENT from", other, ok ? "" : "  <-- FAIL");
   return ok;
 }
+
+// ---- norm_scores_mma (the tensor-core forward's norm_apply and intra-chunk scores in one pass):
+//      Xq, Kq and every split's P bitwise those of norm_apply_kernel (bf16 Qp, pairs of latents
+//      where launch_norm_scan takes them) followed by chunk_scores_mma_kernel on its Qp, from the
+//      same token sums s and chunk-start N (random here, a fifth of N 0: the scan that makes them
+//      is emulate.cpp's); NaN where neither writes (P's rows past Cn and upper triangles are 0s).
+bool norm_scores_case(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t C = d.C, items = d.nbh * d.nC * d.nsplit;
+  std::vector<float> s(d.nbh * d.T), Nc(d.nbh * (d.nC + 1) * d.L);
+  for (auto& x : s) x = float(0.5 + 40 * U01());
+  for (auto& x : Nc) x = U01() < 0.2 ? 0.0f : float(3 * U01());
+  const bool pairs = norm_pairs_ok<bf16>(d, p.qs) && d.Lp % 2 == 0;
+  auto Xq = nans<bf16>(d.nbh * d.T * d.Lp), Kq = Xq, Xq_f = Xq, Kq_f = Xq;
+  auto Qp = nans<bf16>(d.nbh * d.T * d.L);
+  auto P = nans<float>(items * C * C), P_f = P;
+  emu::launch(5, 256, 0, [&] {
+    if (pairs)
+      norm_apply_kernel<bf16, bf16, kNormVec, true, true>(d, p.qs, p.a32.data(), s.data(), Nc.data(), Qp.data(),
+                                                          Xq.data(), Kq.data());
+    else
+      norm_apply_kernel<bf16, bf16, 1, true, true>(d, p.qs, p.a32.data(), s.data(), Nc.data(), Qp.data(), Xq.data(),
+                                                   Kq.data());
+  });
+  emu::launch(small_grid(items), kMmaThreads, sizeof(ScoreSmem),
+              [&] { chunk_scores_mma_kernel<bf16, bf16>(d, p.qs, p.a32.data(), Qp.data(), P.data()); });
+  emu::launch(small_grid(items), kMmaThreads, sizeof(NormScoreSmem), [&] {
+    norm_scores_mma_kernel<bf16>(d, p.qs, p.a32.data(), s.data(), Nc.data(), P_f.data(), Xq_f.data(), Kq_f.data());
+  });
+  const char* ref = "norm_apply + chunk_scores_mma's";
+  return same_bits("Xq", Xq_f, Xq, ref) & same_bits("Kq", Kq_f, Kq, ref) & same_bits("P", P_f, P, ref);
+}
 bool cross_swizzle_case(const Problem& p, int nsplit) {
   const Dims& d = p.d;
   const int64_t nC = d.nC, plane = d.nbh * nC * nC * d.C * d.C, items = d.nbh * cross_items(nC) * nsplit;
@@ -1479,6 +1511,7 @@ int main(int argc, char** argv) {
       {"bscan", bscan_case, true},
       {"chunk_scores_mma", scores_case<float>, true},
       {"chunk_scores_mma (bf16 Qp)", scores_case<bf16>, true},
+      {"norm_scores_mma, bitwise norm_apply + chunk_scores_mma", norm_scores_case, true},
       {"chunk_states_mma forward, bf16 states", [](const Problem& p) { return states_case<bf16, false>(p, true); },
        true},
       {"chunk_states_mma forward, float32 states, no init",

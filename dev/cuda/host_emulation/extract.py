@@ -8,7 +8,8 @@ comments (a missing marker stops with its name); run from the repository root.
                                  chunk-parallel normaliser-scan kernels at PREV_REV (default
                                  b9ba242, before the paired norm_apply) in namespace prev
   extract.py --mma OUT_FILE      kernels_mma.h for emulate_mma.cpp: the tensor-core kernels of the
-                                 working tree (MMA_PARTS below, bwd_local included for its version 5;
+                                 working tree (MMA_PARTS below, bwd_local included for its version 5,
+                                 norm_apply for norm_scores_mma;
                                  a kernel added between the pack_bf16
                                  section and the launchers of chunk_products.cuh, or before the
                                  launchers of quadratic.cuh, comes along)"""
@@ -46,7 +47,9 @@ products, mma = "src/cuda/chunk_products.cuh", "src/cuda/mma.cuh"
 MMA_PARTS = [
     ("src/cuda/common.cuh", "// a^n for n >= 0", "// Block counts"),
     (kernels, "// A strided tensor", "// How many slices of L"),
-    (kernels, "// Two adjacent elements", "// V adjacent latents of one token"),
+    (kernels, "// Tokens per batch of loads", "// One thread per (bh, c, V latents)."),
+    # norm_apply, for norm_scores_mma's bitwise comparison with it
+    (kernels, "// Qp is float32 where FFMA kernels", "// The three passes of the normaliser scan"),
     (kernels, "// f(n) = d/da a^n", "// ---- decay to float32"),
     (mma, "// One warp's 32", "}  // namespace rhoscan::cuda_detail"),
     (products, "constexpr int kMmaThreads", "// Sets the state and operand padding"),

@@ -4,8 +4,8 @@
 # token sums and normaliser scan bitwise against PREV_REV's (default b9ba242, before the paired
 # norm_apply), except where q's latents pair up: there the token sums come from norm_sums_kernel
 # (one read of q with the chunk sums, another order of adds), so s is held to a float64 sum (1e-6
-# relative), Qp and Xq to PREV_REV's within 1e-5 / a bf16 step and bitwise to PREV_REV's norm_apply
-# given the same s, and N, rho_norm, Kq stay bitwise; norm_sums_kernel's own cases check s against
+# relative), Qp and Xq to PREV_REV's within 1e-5 / a bf16 step (also given the same s: norm_apply's
+# N runs over batches of 8 tokens by a^8 N + z since norm_scores_mma), and N, rho_norm, Kq stay bitwise; norm_sums_kernel's own cases check s against
 # float64 and its chunk sums bitwise against norm_chunk_sums_kernel<T, 2>'s. Planted bugs in it:
 # mutants_norm_sums.sh.
 #   dev/cuda/host_emulation/run.sh [BASE_REV [PREV_REV]]      (from the repository root)
