@@ -485,7 +485,7 @@ TEST_F(Cuda, NormScoresMatchesNormApplyAndScores) {
       SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk) + ", " + path);
       ScopedEnv forced("RHOSCAN_CUDA_FORWARD_PATH", path);
       const ProblemSpec& s = c.s;
-      const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho, 0, true);
+      const int64_t n = saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho, c.chunk, true);
       Problem fused(s), apart(s);
       HostTensor saved_fused(DType::float32, {n}), saved_apart(DType::float32, {n});
       for (auto [p, saved, env] : {std::tuple{&fused, &saved_fused, "1"}, {&apart, &saved_apart, "0"}}) {

@@ -190,6 +190,24 @@ __global__ void token_sum_kernel(Dims d, Str4 q, float* s) {
 constexpr int kNormBatch = 8;
 constexpr int kNormVec = 2;
 
+// The read weight Qp = q / (s (N + eps)). kFast (the tensor-core paths, whose operands are rounded to
+// bf16 anyway; norm_apply with Xq and norm_scores_mma, which must agree bitwise): __fdividef (a
+// reciprocal and a product, within 2 ulp) where the denominator is below 2^126 (there
+// __fdividef returns 0; that takes q of order 1e18), else the IEEE division. Not kFast (the float32
+// FFMA path): the IEEE division (div_sparse: a reciprocal, refinement steps and a range check with
+// a slow path, against a reciprocal and a product).
+template <bool kFast>
+__device__ __forceinline__ float norm_read_weight(float q, float s, float N) {
+  const float den = s * (N + kEpsF);
+  if constexpr (kFast) {
+    float r = __fdividef(q, den);
+    if (den >= 0x1p126f) r = q / den;
+    return r;
+  } else {
+    return div_sparse(q, den);
+  }
+}
+
 // Two adjacent elements: the unit of the paired loads and stores (aligned to their size).
 template <typename X>
 struct alignas(2 * sizeof(X)) Pair {
@@ -574,7 +592,7 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
         if (kFull || k < n) {
           float qpv[V];
 #pragma unroll
-          for (int v = 0; v < V; ++v) qpv[v] = div_sparse(qv[k][v], sv[k] * (N[v] + kEpsF));  // q_t / (s_t (N_t + eps))
+          for (int v = 0; v < V; ++v) qpv[v] = norm_read_weight<kXq>(qv[k][v], sv[k], N[v]);
           if (kQp) {  // (kQp false: only Xq and Kq, the 16-bit backward's: bwd_local forms Qp itself)
             store_latents<V>(out, qpv);
             out += d.L;

@@ -1325,22 +1325,33 @@ __device__ __forceinline__ float pow_from_squares(const float (&sq)[6], int n) {
 // norm_scores_mma's normaliser step for one tile (every thread of the block: it holds a barrier):
 // Qp of the thread's tokens i0 + m (m < 8, inside the chunk) and latents l, l + 1 into pc as bf16
 // pairs (norm_apply's bf16 Qp), and their Xq and Kq into the operands' rows (latents past L: q and
-// N_0 are 0 there, so Qp, Xq and Kq are the zeros norm_apply writes), each operation norm_apply's:
-// N at token i0 from the chunk's N_0 by N <- a^8 N + z over the earlier warps' segments, then token
-// by token; Xq's a^i from the squares (a^i0, ipow's products) and a running product in the
-// segment; Kq's a^(Cn-1-i) by norm_apply's batch rule (ipow of the segment's last exponent, then a
-// product per token downwards). y(m, e): q of token i0 + m, latent l + e, as a float.
+// N_0 are 0 there, so Qp, Xq and Kq are the zeros norm_apply writes), each operation norm_apply's
+// (norm_read_weight's division included): N at token i0 from the chunk's N_0 by N <- a^8 N + z over
+// the earlier warps' segments, then token by token; Xq's a^i from the squares (a^i0, ipow's
+// products: i0 = 8 warp has bits 3-5 only) and a running product in the segment; Kq's a^(Cn-1-i) by
+// norm_apply's batch rule (ipow of the segment's last exponent, then a product per token
+// downwards). y(m, e): q of token i0 + m, latent l + e, as a float. The powers are formed before
+// the barrier (the squares are dead by the walk: fewer live registers beside the scores' sums).
 template <typename T, typename Y>
 __device__ __forceinline__ void norm_scores_tile(NormScoreSmem& S, PairWord<bf16> (&pc)[8], const float (&a)[2],
                                                  const float (&n0)[2], Y&& y, const Dims& d, int64_t bh, int64_t t0,
                                                  int l, int i0, int Cn, bf16* Xq, bf16* Kq) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float sq[2][6];  // a^(2^j)
+  const int n = Cn - i0;                       // the segment's tokens in the chunk (8 or more: all)
+  const int ex0 = n > 8 ? n - 8 : 0;           // Kq's exponent of token i0 + 7 (0 past the chunk)
+  float a8[2], ap[2], pw[2];                   // a^8; a^i0 (Xq); a^ex0 (Kq)
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
-    sq[e][0] = a[e];
+    float sq[6];  // a^(2^j)
+    sq[0] = a[e];
 #pragma unroll
-    for (int j = 1; j < 6; ++j) sq[e][j] = sq[e][j - 1] * sq[e][j - 1];
+    for (int j = 1; j < 6; ++j) sq[j] = sq[j - 1] * sq[j - 1];
+    a8[e] = sq[3];
+    ap[e] = 1.0f;
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      if (warp >> j & 1) ap[e] *= sq[3 + j];
+    pw[e] = pow_from_squares(sq, ex0);
   }
   {
     float z[2] = {};
@@ -1351,7 +1362,6 @@ __device__ __forceinline__ void norm_scores_tile(NormScoreSmem& S, PairWord<bf16
     *reinterpret_cast<float2*>(&S.red[warp][2 * lane]) = make_float2(z[0], z[1]);
   }
   __syncthreads();  // the segments' z (and, at the item's first tile, its token sums S.s)
-  const int n = Cn - i0;  // the segment's tokens in the chunk (8 or more: all; 0 or less: none)
   if (n <= 0) {
 #pragma unroll
     for (int m = 0; m < 8; ++m) pc[m] = PairWord<bf16>{};
@@ -1360,41 +1370,47 @@ __device__ __forceinline__ void norm_scores_tile(NormScoreSmem& S, PairWord<bf16
   float N[2] = {n0[0], n0[1]};
   for (int v = 0; v < warp; ++v) {
     const float2 zv = *reinterpret_cast<const float2*>(&S.red[v][2 * lane]);
-    N[0] = sq[0][3] * N[0] + zv.x;
-    N[1] = sq[1][3] * N[1] + zv.y;
+    N[0] = a8[0] * N[0] + zv.x;
+    N[1] = a8[1] * N[1] + zv.y;
   }
-  float ap[2] = {pow_from_squares(sq[0], i0), pow_from_squares(sq[1], i0)};  // a^i, i = i0 + m
-  const int64_t row0 = (bh * d.T + t0 + i0) * d.Lp + l;                      // Xq, Kq at token i0
-  bf16* xrow = Xq + row0;
+  const float4 s_lo = *reinterpret_cast<const float4*>(&S.s[i0]), s_hi = *reinterpret_cast<const float4*>(&S.s[i0 + 4]);
+  const float sv[8] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w, s_hi.x, s_hi.y, s_hi.z, s_hi.w};
+  const int64_t row0 = (bh * d.T + t0 + i0) * d.Lp + l;  // Xq, Kq at token i0
+  // The walk and the keys, unpredicated for a whole segment (n >= 8: every warp's but the tail's).
+  auto walk = [&](auto full_type) {
+    constexpr bool kFull = decltype(full_type)::value;
+    bf16* xrow = Xq + row0;
 #pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    if (m < n) {
-      const float sm = S.s[i0 + m];
-      float qp[2];
+    for (int m = 0; m < 8; ++m) {
+      if (kFull || m < n) {
+        float qp[2];
 #pragma unroll
-      for (int e = 0; e < 2; ++e) qp[e] = div_sparse(y(m, e), sm * (N[e] + kEpsF));
-      const __nv_bfloat162 qp16 = __floats2bfloat162_rn(qp[0], qp[1]);
-      memcpy(&pc[m], &qp16, sizeof qp16);
-      *reinterpret_cast<__nv_bfloat162*>(xrow) = __floats2bfloat162_rn(qp[0] * ap[0], qp[1] * ap[1]);
-      xrow += d.Lp;
+        for (int e = 0; e < 2; ++e) qp[e] = norm_read_weight<true>(y(m, e), sv[m], N[e]);
+        const __nv_bfloat162 qp16 = __floats2bfloat162_rn(qp[0], qp[1]);
+        memcpy(&pc[m], &qp16, sizeof qp16);
+        *reinterpret_cast<__nv_bfloat162*>(xrow) = __floats2bfloat162_rn(qp[0] * ap[0], qp[1] * ap[1]);
+        xrow += d.Lp;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) ap[e] *= a[e], N[e] = a[e] * N[e] + y(m, e);
-    } else {
-      pc[m] = PairWord<bf16>{};
+        for (int e = 0; e < 2; ++e) ap[e] *= a[e], N[e] = a[e] * N[e] + y(m, e);
+      } else {
+        pc[m] = PairWord<bf16>{};
+      }
     }
-  }
-  int ex = Cn - 1 - (i0 + 7);  // Kq's exponent of token i0 + 7, then upwards
-  const int ex0 = ex > 0 ? ex : 0;
-  float pw[2] = {pow_from_squares(sq[0], ex0), pow_from_squares(sq[1], ex0)};
-  bf16* krow = Kq + row0 + int64_t{(n < 8 ? n : 8) - 1} * d.Lp;  // the segment's last token
+    int ex = n - 8;  // Kq's exponent of token i0 + m, m from 7 down (negative: past the chunk)
+    bf16* krow = Kq + row0 + int64_t{kFull ? 7 : n - 1} * d.Lp;  // the segment's last token
 #pragma unroll
-  for (int m = 7; m >= 0; --m, ++ex) {
-    if (m < n) {
-      *reinterpret_cast<__nv_bfloat162*>(krow) = __floats2bfloat162_rn(y(m, 0) * pw[0], y(m, 1) * pw[1]);
-      krow -= d.Lp;
+    for (int m = 7; m >= 0; --m, ++ex) {
+      if (kFull || m < n) {
+        *reinterpret_cast<__nv_bfloat162*>(krow) = __floats2bfloat162_rn(y(m, 0) * pw[0], y(m, 1) * pw[1]);
+        krow -= d.Lp;
+      }
+      if (kFull || ex >= 0) pw[0] *= a[0], pw[1] *= a[1];
     }
-    if (ex >= 0) pw[0] *= a[0], pw[1] *= a[1];
-  }
+  };
+  if (n >= 8)
+    walk(std::true_type{});
+  else
+    walk(std::false_type{});
 }
 // kFused (norm_scores_mma_kernel, below): Qp is not read but made here from q, s and the chunk's N_0
 // (Nc), and the tensor-core operands Xq, Kq of the thread's tokens and latents are written on the
