@@ -191,20 +191,20 @@ constexpr int kNormBatch = 8;
 constexpr int kNormVec = 2;
 
 // The read weight Qp = q / (s (N + eps)). kFast (the tensor-core paths, whose operands are rounded to
-// bf16 anyway; norm_apply with Xq and norm_scores_mma, which must agree bitwise): __fdividef (a
-// reciprocal and a product, within 2 ulp) where the denominator is below 2^126 (there
-// __fdividef returns 0; that takes q of order 1e18), else the IEEE division. Not kFast (the float32
-// FFMA path): the IEEE division (div_sparse: a reciprocal, refinement steps and a range check with
-// a slow path, against a reciprocal and a product).
+// bf16 anyway; norm_apply with Xq and norm_scores_mma, which must agree bitwise): __fdividef, a
+// reciprocal and a product (within 2 ulp), of q / 4 and s (N + eps) / 4: __fdividef returns 0 for
+// denominators of magnitude in (2^126, 2^128), and a quarter of any finite float is below 2^126. The
+// quarters are exact where s (N + eps) is a normal float (always for q >= 0: s >= eps, N >= 0) and
+// for q / 4 of any bf16 or float16 q, and the reciprocal scales exactly, so there the result is
+// __fdividef(q, s (N + eps))'s bit for bit. Not kFast
+// (the float32 FFMA path): the IEEE division (div_sparse: a reciprocal, refinement steps and a
+// range check with a slow path).
 template <bool kFast>
 __device__ __forceinline__ float norm_read_weight(float q, float s, float N) {
-  const float den = s * (N + kEpsF);
   if constexpr (kFast) {
-    float r = __fdividef(q, den);
-    if (den >= 0x1p126f) r = q / den;
-    return r;
+    return __fdividef(0.25f * q, 0.25f * s * (N + kEpsF));
   } else {
-    return div_sparse(q, den);
+    return div_sparse(q, s * (N + kEpsF));
   }
 }
 

@@ -1376,9 +1376,20 @@ __device__ __forceinline__ void norm_scores_tile(NormScoreSmem& S, PairWord<bf16
   const float4 s_lo = *reinterpret_cast<const float4*>(&S.s[i0]), s_hi = *reinterpret_cast<const float4*>(&S.s[i0 + 4]);
   const float sv[8] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w, s_hi.x, s_hi.y, s_hi.z, s_hi.w};
   const int64_t row0 = (bh * d.T + t0 + i0) * d.Lp + l;  // Xq, Kq at token i0
-  // The walk and the keys, unpredicated for a whole segment (n >= 8: every warp's but the tail's).
+  // The keys, then the walk (pw dead before it), unpredicated for a whole segment (n >= 8: every
+  // warp's but the tail's).
   auto walk = [&](auto full_type) {
     constexpr bool kFull = decltype(full_type)::value;
+    int ex = n - 8;  // Kq's exponent of token i0 + m, m from 7 down (negative: past the chunk)
+    bf16* krow = Kq + row0 + int64_t{kFull ? 7 : n - 1} * d.Lp;  // the segment's last token
+#pragma unroll
+    for (int m = 7; m >= 0; --m, ++ex) {
+      if (kFull || m < n) {
+        *reinterpret_cast<__nv_bfloat162*>(krow) = __floats2bfloat162_rn(y(m, 0) * pw[0], y(m, 1) * pw[1]);
+        krow -= d.Lp;
+      }
+      if (kFull || ex >= 0) pw[0] *= a[0], pw[1] *= a[1];
+    }
     bf16* xrow = Xq + row0;
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
@@ -1395,16 +1406,6 @@ __device__ __forceinline__ void norm_scores_tile(NormScoreSmem& S, PairWord<bf16
       } else {
         pc[m] = PairWord<bf16>{};
       }
-    }
-    int ex = n - 8;  // Kq's exponent of token i0 + m, m from 7 down (negative: past the chunk)
-    bf16* krow = Kq + row0 + int64_t{kFull ? 7 : n - 1} * d.Lp;  // the segment's last token
-#pragma unroll
-    for (int m = 7; m >= 0; --m, ++ex) {
-      if (kFull || m < n) {
-        *reinterpret_cast<__nv_bfloat162*>(krow) = __floats2bfloat162_rn(y(m, 0) * pw[0], y(m, 1) * pw[1]);
-        krow -= d.Lp;
-      }
-      if (kFull || ex >= 0) pw[0] *= a[0], pw[1] *= a[1];
     }
   };
   if (n >= 8)
