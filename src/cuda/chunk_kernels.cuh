@@ -183,8 +183,12 @@ __global__ void token_sum_kernel(Dims d, Str4 q, float* s) {
 // From the PTX, a full batch of 8 tokens costs ~300 PTX (~480 SASS, estimated) instructions for
 // 16 elements against ~600 (~960) for 8 before: ~30 instead of ~120 per element, under the ~0.25
 // ms of DRAM traffic at the issue rate ncu measured.
-// The arithmetic is the old kernel's, operation for operation (the division, the running a^i, the
-// ipow per batch for a^(Cn-1-i), the N update): the outputs are bitwise the same.
+// The arithmetic was the old kernel's, operation for operation, until norm_scores_mma
+// (chunk_products.cuh) took norm_apply's place in the tensor-core forward: since then N runs over
+// the batches by a^8 N + z (z the batch's q by Horner) instead of token by token, each batch's
+// first a^i comes from the squares, and the tensor-core paths divide by norm_read_weight<true>, so
+// that norm_scores_mma, whose warps each hold one batch of 8 tokens, makes the same Qp, Xq and Kq
+// bit for bit (a backward making its own keys makes the forward's).
 
 // Tokens per batch of loads, and latents per thread where the layout allows pairs.
 constexpr int kNormBatch = 8;

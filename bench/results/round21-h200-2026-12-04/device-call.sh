@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Round 21, call 1: norm_scores_mma (norm_apply + chunk_scores_mma in one pass, the forward's
+# Round 21, call 3 (the division of the quarters, no branch per element; the keys before the walk): norm_scores_mma (norm_apply + chunk_scores_mma in one pass, the forward's
 # default) against the two kernels (RHOSCAN_CUDA_NORM_SCORES=0): CUDA suites, sanitizers of the
 # new test, alternating A/B, durations, bench.
 set -u
@@ -34,8 +34,12 @@ done
 stage durations
 timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv $B/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 1 > $OUT/ncu.csv 2>&1
 echo "rc=$?"; python3 dev/cuda/ncu_summary.py $OUT/ncu.csv | sort -k4 -g -r | tee $OUT/durations.txt | head -16
-timeout 90 ncu --clock-control none --set full -k regex:norm_scores_mma -c 1 $B/tools/rhoscan bench --device cuda --cases BDH-8k --repeats 1 > $OUT/ncu_full.txt 2>&1
+timeout 90 ncu --clock-control none --section SpeedOfLight --section Occupancy --section InstructionStats --section WarpStateStats --section SchedulerStats -k regex:norm_scores_mma -c 1 $B/tools/rhoscan bench --device cuda --cases BDH-8k --repeats 1 > $OUT/ncu_full.txt 2>&1
 echo "ncu full rc=$?"; grep -E "Duration|Throughput|Issue Slots Busy|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|Executed Ipc Active" $OUT/ncu_full.txt | head -20
+echo "-- instructions, norm_scores_mma (default) and the two kernels it replaces (RHOSCAN_CUDA_NORM_SCORES=0)"
+timeout 60 ncu --clock-control none --metrics smsp__inst_executed.sum,gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active -k regex:"norm_scores_mma|chunk_scores_mma|norm_apply" -c 3 $B/tools/rhoscan bench --device cuda --cases BDH-8k --repeats 1 > $OUT/ncu_inst1.txt 2>&1
+RHOSCAN_CUDA_NORM_SCORES=0 timeout 60 ncu --clock-control none --metrics smsp__inst_executed.sum,gpu__time_duration.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active -k regex:"norm_scores_mma|chunk_scores_mma|norm_apply" -c 4 $B/tools/rhoscan bench --device cuda --cases BDH-8k --repeats 1 > $OUT/ncu_inst0.txt 2>&1
+grep -E "norm_scores_mma_kernel|chunk_scores_mma_kernel|norm_apply_kernel|inst_executed|time_duration|warps_active|issue_active" $OUT/ncu_inst1.txt $OUT/ncu_inst0.txt | sed 's/(Dims.*//' | cut -c1-150
 stage bench
 bash scripts/cuda_device_run.sh bench | grep -E "^(case|BDH|long|step)"
 timeout 60 $B/tools/rhoscan bench --device cuda --cases BDH-8k --backward --repeats 5 --save-keys --json $OUT/bench.jsonl --commit "$RHOSCAN_COMMIT+save-keys" | grep -E "^BDH"
