@@ -195,18 +195,19 @@ constexpr int kNormBatch = 8;
 constexpr int kNormVec = 2;
 
 // The read weight Qp = q / (s (N + eps)). kFast (the tensor-core paths, whose operands are rounded to
-// bf16 anyway; norm_apply with Xq and norm_scores_mma, which must agree bitwise): __fdividef, a
-// reciprocal and a product (within 2 ulp), of q / 4 and s (N + eps) / 4: __fdividef returns 0 for
-// denominators of magnitude in (2^126, 2^128), and a quarter of any finite float is below 2^126. The
-// quarters are exact where s (N + eps) is a normal float (always for q >= 0: s >= eps, N >= 0) and
-// for q / 4 of any bf16 or float16 q, and the reciprocal scales exactly, so there the result is
-// __fdividef(q, s (N + eps))'s bit for bit. Not kFast
+// bf16 anyway; norm_apply with Xq and norm_scores_mma, which must agree bitwise): a reciprocal and
+// a product (div_approx_ftz, within 2 ulp; subnormal operands and results flushed to 0, which
+// for q >= 0 can only be a weight below 2^-126) of q / 4 and s (N + eps) / 4: the approximate
+// division returns 0 for denominators of magnitude in (2^126, 2^128), and a quarter of any finite
+// float is below 2^126. The quarters are exact where s (N + eps) is a normal float (always for
+// q >= 0: s >= eps, N >= 0) and for q / 4 of any bf16 or float16 q, and the reciprocal scales
+// exactly, so there the result is the unscaled approximate division's bit for bit. Not kFast
 // (the float32 FFMA path): the IEEE division (div_sparse: a reciprocal, refinement steps and a
 // range check with a slow path).
 template <bool kFast>
 __device__ __forceinline__ float norm_read_weight(float q, float s, float N) {
   if constexpr (kFast) {
-    return __fdividef(0.25f * q, 0.25f * s * (N + kEpsF));
+    return div_approx_ftz(0.25f * q, 0.25f * s * (N + kEpsF));
   } else {
     return div_sparse(q, s * (N + kEpsF));
   }

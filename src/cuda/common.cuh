@@ -81,6 +81,21 @@ __device__ __forceinline__ float div_sparse(float x, float y) {
   return zero ? x * r : r;
 }
 
+// x / y by a reciprocal and a product, subnormals flushed (div.approx.ftz.f32: MUFU.RCP and an
+// FMUL, within 2 ulp where |y| < 2^126; 0 for |y| in (2^126, 2^128), where callers scale). Without
+// ftz (__fdividef) the compiler adds a range test and two scalings for subnormal operands: 8
+// instructions instead of 5 per read weight in norm_scores_mma (Nsight Compute's SASS page, H200).
+// (The host emulation has no __CUDA_ARCH__: the IEEE division there.)
+__device__ __forceinline__ float div_approx_ftz(float x, float y) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(r) : "f"(x), "f"(y));
+  return r;
+#else
+  return x / y;
+#endif
+}
+
 // v to p (global memory, 16-byte aligned) as one 16-byte store. A plain float4 assignment is not
 // always one: in bwd_local's dqp stores NVVM emitted four 4-byte st.global.f32 (the PTX of 6f88d92),
 // so that each warp-wide store touched 16 sectors for 4 bytes each (Nsight Compute on the H200:
