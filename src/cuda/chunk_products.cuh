@@ -1310,9 +1310,13 @@ __device__ __forceinline__ void halving_step(float (&v)[32], int lane) {
 }
 // norm_scores_mma's shared memory: chunk_scores_mma's tiles, the segments' sums z of the tile
 // being read (red[warp][latent]) and the item's token sums s.
+// kStaged (norm_scores_mma_kernel's staged fetch): the next tile's q pairs, decays and N_0 pairs,
+// each thread's own, by cp.async (qst[buf][token][lane], ast / nst[buf][warp][lane]).
 struct NormScoreSmem : ScoreSmem {
   float red[8][kMmaLT];
   float s[64];
+  unsigned qst[2][64][32];  // (PairWord of a 16-bit T)
+  float2 ast[2][8][32], nst[2][8][32];
 };
 // a^n from the squares sq[j] = a^(2^j) (n < 64), bitwise ipow(a, n): the same products in its order.
 __device__ __forceinline__ float pow_from_squares(const float (&sq)[6], int n) {
@@ -1416,10 +1420,18 @@ __device__ __forceinline__ void norm_scores_tile(NormScoreSmem& S, PairWord<bf16
 // kFused (norm_scores_mma_kernel, below): Qp is not read but made here from q, s and the chunk's N_0
 // (Nc), and the tensor-core operands Xq, Kq of the thread's tokens and latents are written on the
 // way (norm_apply's outputs, bitwise: see norm_scores_mma_kernel).
-template <typename T, typename QpT, bool kFused>
+// kStaged (with kFused, where q's latent pairs and L allow: launch_norm_scores): the next tile's
+// operands by 4- and 8-byte cp.async into the thread's own slots of shared memory, issued at this
+// tile's start (a whole tile ahead, no registers held) instead of register loads issued before the
+// tile's last barrier: in the Nsight Compute source profile of the register fetch (round 21, BDH-8k)
+// the first use of q at a tile's start held 10 % of the warps' stall samples (long scoreboard) and
+// the barrier after it 9 %. A thread reads only what it copied itself: its cp.async wait suffices.
+// (after the kernel's grid_dependency_wait)
+template <typename T, typename QpT, bool kFused, bool kStaged = false>
 __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const float* a32, const QpT* Qp, float* P,
                                                       const float* s, const float* Nc, bf16* Xq, bf16* Kq) {
-  grid_dependency_wait();
+  static_assert(kFused || !kStaged, "the staged fetch is norm_scores_mma's");
+  static_assert(!kStaged || sizeof(PairWord<T>) == sizeof(unsigned), "staged q pairs: a 16-bit T");
   constexpr int LT = kMmaLT;
   using Smem = std::conditional_t<kFused, NormScoreSmem, ScoreSmem>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -1454,11 +1466,21 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
     if constexpr (kFused) {  // the item's token sums (read after the first tile's barrier)
       if (threadIdx.x < 64) S.s[threadIdx.x] = threadIdx.x < Cn ? s[bh * d.T + t0 + threadIdx.x] : 1.0f;
     }
-    PairWord<T> qw[8];  // the next tile: tokens i0 + m, the thread's latent pair
+    PairWord<T> qw[8];  // the next tile: tokens i0 + m, the thread's latent pair (kStaged: unused)
     PairWord<QpT> pw[8];  // (kFused: unused)
     float aw[2], nw[2];   // (nw: kFused's N_0 of the pair)
-    auto fetch = [&](int l0) {
+    auto fetch = [&](int l0, int sb) {  // (sb: kStaged's buffer)
       const int l = l0 + 2 * lane;
+      if constexpr (kStaged) {  // (L even: a pair is inside the slice or outside)
+        const bool ok = l < l_end;
+        cp_async_small<8>(&S.ast[sb][warp][lane], arow + l, ok);
+        cp_async_small<8>(&S.nst[sb][warp][lane], nrow + l, ok);
+        const T* qt = qrow + l;  // (unit latent stride)
+#pragma unroll
+        for (int m = 0; m < 8; ++m, qt += q.s[2]) cp_async_small<4>(&S.qst[sb][i0 + m][lane], qt, ok && i0 + m < Cn);
+        cp_async_commit();
+        return;
+      }
       const bool ok0 = l < l_end, ok1 = l + 1 < l_end;
       aw[0] = ok0 ? arow[l] : 0.0f;
       aw[1] = ok1 ? arow[l + 1] : 0.0f;
@@ -1491,14 +1513,24 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
       }
     };
     float mac[2][4] = {}, tri[28] = {};  // tri[m (m-1) / 2 + n]: pair (i0 + m, i0 + n), n < m
-    if (l_begin < l_end) fetch(l_begin);
+    if (l_begin < l_end) fetch(l_begin, buf);
     for (int l0 = l_begin; l0 < l_end; l0 += LT, buf ^= 1) {
       ScoreTiles& W = S.buf[buf];
       PairWord<T> qc[8];  // this tile, as loaded: unpacked where used (fewer live registers)
       PairWord<QpT> pc[8];
-      const float a[2] = {aw[0], aw[1]};
+      float a[2], n0[2];
+      if constexpr (kStaged) {
+        cp_async_wait<0>();
+        const float2 a2 = S.ast[buf][warp][lane], n2 = S.nst[buf][warp][lane];
+        a[0] = a2.x, a[1] = a2.y, n0[0] = n2.x, n0[1] = n2.y;
 #pragma unroll
-      for (int m = 0; m < 8; ++m) qc[m] = qw[m];
+        for (int m = 0; m < 8; ++m) qc[m] = S.qst[buf][i0 + m][lane];
+        if (l0 + LT < l_end) fetch(l0 + LT, buf ^ 1);  // (buf ^ 1 was read at the previous tile's start)
+      } else {
+        a[0] = aw[0], a[1] = aw[1], n0[0] = nw[0], n0[1] = nw[1];
+#pragma unroll
+        for (int m = 0; m < 8; ++m) qc[m] = qw[m];
+      }
       if constexpr (!kFused) {
 #pragma unroll
         for (int m = 0; m < 8; ++m) pc[m] = pw[m];
@@ -1514,8 +1546,8 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
         return e ? y1 : y0;
       };
       if constexpr (kFused)
-        norm_scores_tile<T>(S, pc, a, nw, y, d, bh, t0, static_cast<int>(l0 + 2 * lane), i0, Cn, Xq, Kq);
-      if (kScoresEarlyFetch && l0 + LT < l_end) fetch(l0 + LT);  // in flight during this tile's work
+        norm_scores_tile<T>(S, pc, a, n0, y, d, bh, t0, static_cast<int>(l0 + 2 * lane), i0, Cn, Xq, Kq);
+      if (!kStaged && kScoresEarlyFetch && l0 + LT < l_end) fetch(l0 + LT, 0);  // in flight during this tile's work
       float a8[2];
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
@@ -1585,7 +1617,7 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
             if (m < 7) r *= a[e];
           }
         }
-      if (!kScoresEarlyFetch && l0 + LT < l_end) fetch(l0 + LT);
+      if (!kStaged && !kScoresEarlyFetch && l0 + LT < l_end) fetch(l0 + LT, 0);
       __syncthreads();  // W complete (and, for the next tile, the other buffer consumed)
       if (warp < 6) {
         const bf16* A = W.xs[16 * si];
@@ -1654,6 +1686,7 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
 template <typename T, typename QpT>
 __global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
     chunk_scores_mma_kernel(Dims d, Str4 q, const float* a32, const QpT* Qp, float* P) {
+  grid_dependency_wait();
   chunk_scores_mma_body<T, QpT, false>(d, q, a32, Qp, P, nullptr, nullptr, nullptr, nullptr);
 }
 // ---- norm_apply and the intra-chunk scores in one pass (the tensor-core forward) --------------
@@ -1670,11 +1703,12 @@ __global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
 // norm_apply's Qp, bit for bit), Xq and Kq are norm_apply's bit for bit, and a backward that makes
 // its own keys makes the forward's (the saved-keys test holds that bitwise). s and Nc: the
 // normaliser scan's (launch_norm_scan without norm_apply, `apply` false).
-template <typename T>
+template <typename T, bool kStaged>
 __global__ void __launch_bounds__(kMmaThreads, RHOSCAN_SCORES_MIN_BLOCKS)
     norm_scores_mma_kernel(Dims d, Str4 q, const float* a32, const float* s, const float* Nc, float* P, bf16* Xq,
                            bf16* Kq) {
-  chunk_scores_mma_body<T, bf16, true>(d, q, a32, nullptr, P, s, Nc, Xq, Kq);
+  grid_dependency_wait();
+  chunk_scores_mma_body<T, bf16, true, kStaged>(d, q, a32, nullptr, P, s, Nc, Xq, Kq);
 }
 
 // ---- launchers: the tensor-core kernels (kTC) or the float32 FFMA kernels --------------------
@@ -1835,7 +1869,8 @@ void launch_chunk_scores(const Dims& d, Str4 q, Str4 v, Str4 g, const float* a32
 template <typename T>
 void launch_norm_scores(const Dims& d, Str4 q, const float* a32, const float* s, const float* Nc, float* P,
                         const Operands16& o, cudaStream_t stream) {
-  auto kernel = norm_scores_mma_kernel<T>;
+  // the staged fetch where q's latents pair up (aligned, unit latent stride, even strides and L)
+  auto kernel = norm_pairs_ok<T>(d, q) ? norm_scores_mma_kernel<T, true> : norm_scores_mma_kernel<T, false>;
   constexpr int smem = static_cast<int>(sizeof(NormScoreSmem));
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   launch_kernel("norm_scores_mma_kernel", kernel, grid_for(d.nbh * d.nC * d.nsplit), kMmaThreads, smem, stream, d, q,

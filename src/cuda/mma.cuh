@@ -61,6 +61,14 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
 __device__ __forceinline__ void cp_async16_u32(uint32_t dst, const void* src, uint32_t src_bytes = 16) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+// kBytes (4 or 8) global -> shared copy through L1 (cp.async.ca: .cg copies only 16); zero-filled
+// when !valid (src is then not read). dst and src aligned to kBytes.
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small(void* dst, const void* src, bool valid) {
+  static_assert(kBytes == 4 || kBytes == 8, "cp.async.ca: 4 or 8 bytes here (16: cp_async16)");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src), "n"(kBytes),
+               "r"(valid ? kBytes : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

@@ -381,7 +381,8 @@ bool same_bits(const char* name, const std::vector<X>& x, const std::vector<X>& 
 
 // ---- norm_scores_mma (the tensor-core forward's norm_apply and intra-chunk scores in one pass):
 //      Xq, Kq and every split's P bitwise those of norm_apply_kernel (bf16 Qp, pairs of latents
-//      where launch_norm_scan takes them) followed by chunk_scores_mma_kernel on its Qp, from the
+//      where launch_norm_scan takes them) followed by chunk_scores_mma_kernel on its Qp (with either
+//      fetch: registers, and where q's latents pair up the staged cp.async), from the
 //      same token sums s and chunk-start N (random here, a fifth of N 0: the scan that makes them
 //      is emulate.cpp's); NaN where neither writes (P's rows past Cn and upper triangles are 0s).
 bool norm_scores_case(const Problem& p) {
@@ -391,9 +392,9 @@ bool norm_scores_case(const Problem& p) {
   for (auto& x : s) x = float(0.5 + 40 * U01());
   for (auto& x : Nc) x = U01() < 0.2 ? 0.0f : float(3 * U01());
   const bool pairs = norm_pairs_ok<bf16>(d, p.qs) && d.Lp % 2 == 0;
-  auto Xq = nans<bf16>(d.nbh * d.T * d.Lp), Kq = Xq, Xq_f = Xq, Kq_f = Xq;
+  auto Xq = nans<bf16>(d.nbh * d.T * d.Lp), Kq = Xq;
   auto Qp = nans<bf16>(d.nbh * d.T * d.L);
-  auto P = nans<float>(items * C * C), P_f = P;
+  auto P = nans<float>(items * C * C);
   emu::launch(5, 256, 0, [&] {
     if (pairs)
       norm_apply_kernel<bf16, bf16, kNormVec, true, true>(d, p.qs, p.a32.data(), s.data(), Nc.data(), Qp.data(),
@@ -404,11 +405,26 @@ bool norm_scores_case(const Problem& p) {
   });
   emu::launch(small_grid(items), kMmaThreads, sizeof(ScoreSmem),
               [&] { chunk_scores_mma_kernel<bf16, bf16>(d, p.qs, p.a32.data(), Qp.data(), P.data()); });
-  emu::launch(small_grid(items), kMmaThreads, sizeof(NormScoreSmem), [&] {
-    norm_scores_mma_kernel<bf16>(d, p.qs, p.a32.data(), s.data(), Nc.data(), P_f.data(), Xq_f.data(), Kq_f.data());
-  });
   const char* ref = "norm_apply + chunk_scores_mma's";
-  return same_bits("Xq", Xq_f, Xq, ref) & same_bits("Kq", Kq_f, Kq, ref) & same_bits("P", P_f, P, ref);
+  bool ok = true;
+  // the register fetch always; the staged one (cp.async into the thread's slots) where the launcher
+  // takes it (q's latents pair up)
+  for (bool staged : {false, true}) {
+    if (staged && !norm_pairs_ok<bf16>(d, p.qs)) continue;
+    auto Xq_f = nans<bf16>(Xq.size()), Kq_f = Xq_f;
+    auto P_f = nans<float>(P.size());
+    emu::launch(small_grid(items), kMmaThreads, sizeof(NormScoreSmem), [&] {
+      if (staged)
+        norm_scores_mma_kernel<bf16, true>(d, p.qs, p.a32.data(), s.data(), Nc.data(), P_f.data(), Xq_f.data(),
+                                           Kq_f.data());
+      else
+        norm_scores_mma_kernel<bf16, false>(d, p.qs, p.a32.data(), s.data(), Nc.data(), P_f.data(), Xq_f.data(),
+                                            Kq_f.data());
+    });
+    std::printf("    %s fetch:\n", staged ? "staged" : "register");
+    ok &= same_bits("Xq", Xq_f, Xq, ref) & same_bits("Kq", Kq_f, Kq, ref) & same_bits("P", P_f, P, ref);
+  }
+  return ok;
 }
 bool cross_swizzle_case(const Problem& p, int nsplit) {
   const Dims& d = p.d;

@@ -18,7 +18,7 @@
 //   - ldmatrix .x4 / .x4.trans and mma.sync.m16n8k16.row.col bf16 -> f32 with the fragment
 //     layouts of the PTX ISA; ldmatrix row addresses are checked to lie in shared memory and to be
 //     16-byte aligned;
-//   - cp.async 16 bytes (zero fill when !valid, the source not read), commit_group and
+//   - cp.async 16 bytes, and 4 or 8 (cp_async_small) (zero fill when !valid, the source not read), commit_group and
 //     wait_group<N>: by default the copies are deferred and land only when a cp_async_wait makes
 //     their group complete (the latest moment the GPU allows), so a missing wait or a read of a
 //     stage before its wait shows; EMU_CP_ASYNC=eager copies at issue time instead (the earliest
@@ -174,6 +174,7 @@ struct Copy {
   void* dst;
   const void* src;
   bool valid;
+  size_t bytes = 16;  // (cp_async_small: 4 or 8)
 };
 inline thread_local std::vector<Copy> open_copies;               // issued, not committed
 inline thread_local std::deque<std::vector<Copy>> copy_groups;   // committed, not complete
@@ -194,10 +195,10 @@ inline std::atomic<int> errors{0};
   std::fflush(stderr);
   std::abort();
 }
-inline void check_smem(const void* p, size_t n, const char* what) {
+inline void check_smem(const void* p, size_t n, const char* what, size_t align = 16) {
   const auto* c = static_cast<const unsigned char*>(p);
   if (c < smem || c + n > smem + smem_size) fail(what, p);
-  if (reinterpret_cast<uintptr_t>(p) % 16) fail(what, p);
+  if (reinterpret_cast<uintptr_t>(p) % align) fail(what, p);
 }
 
 // The end of one emulated thread: copies it issued and never waited for are an error.
@@ -366,11 +367,22 @@ inline void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, u
 namespace emu {
 inline void do_copy(const Copy& c) {
   if (c.valid)
-    std::memcpy(c.dst, c.src, 16);
+    std::memcpy(c.dst, c.src, c.bytes);
   else
-    std::memset(c.dst, 0, 16);
+    std::memset(c.dst, 0, c.bytes);
 }
 }  // namespace emu
+// cp.async.ca 4 or 8 bytes (mma.cuh's cp_async_small), deferred like the 16-byte copies.
+template <int kBytes>
+inline void cp_async_small(void* dst, const void* src, bool valid) {
+  emu::check_smem(dst, kBytes, "cp.async destination outside shared memory or not aligned to its size", kBytes);
+  if (valid && reinterpret_cast<uintptr_t>(src) % kBytes) emu::fail("cp.async source not aligned to its size", src);
+  const emu::Copy c{dst, src, valid, size_t{kBytes}};
+  if (emu::cp_async_eager)
+    emu::do_copy(c);
+  else
+    emu::open_copies.push_back(c);
+}
 inline void cp_async16(void* dst, const void* src, bool valid = true) {
   emu::check_smem(dst, 16, "cp.async destination outside shared memory or not 16-byte aligned");
   if (valid && reinterpret_cast<uintptr_t>(src) % 16) emu::fail("cp.async source not 16-byte aligned", src);
