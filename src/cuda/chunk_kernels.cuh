@@ -162,6 +162,9 @@ __global__ void token_sum_kernel(Dims d, Str4 q, float* s) {
 //                     Xq[bh][t][l] = Qp_t[l] a^i          (the read of the chunk-start state)
 //                     Kq[bh][t][l] = q_t[l] a^(Cn-1-i)     (when given: the state keys, and the
 //                                                          backward's dv operand)
+// (The tensor-core forward runs the first two passes only: norm_scores_mma, chunk_products.cuh, does
+// norm_apply's work inside the intra-chunk scores' kernel. The backward and the float32 forward run
+// norm_apply.)
 // N is summed chunk by chunk instead of token by token: the same float32 accuracy, not bitwise the
 // token-by-token order, and a fixed order (independent of the batching): deterministic.
 // Every thread's index is l-fastest, so a warp's loads and stores of one token are contiguous.
