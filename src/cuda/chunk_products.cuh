@@ -1835,6 +1835,13 @@ void launch_chunk_output(const Dims& d, Str4 q, Str4 y, const float* a32, const 
   }
 }
 
+// X's d.nsplit partials over slices of L ([bh][c][split][C][C]) summed into split 0 (none with one split).
+inline void launch_reduce_splits(const Dims& d, float* X, cudaStream_t stream) {
+  if (X == nullptr || d.nsplit == 1) return;
+  launch_kernel("reduce_splits_kernel", reduce_splits_kernel, grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream, d,
+                X);
+}
+
 // Intra-chunk scores P (and, with G, M = G v^T): d.nsplit partials over slices of L, summed into
 // split 0.
 // Qp: float32, or bf16 on the tensor-core forward (the FFMA kernel, which takes M, reads float32).
@@ -1857,11 +1864,7 @@ void launch_chunk_scores(const Dims& d, Str4 q, Str4 v, Str4 g, const float* a32
   } else if (!kTC || M != nullptr) {
     throw Error(ErrorKind::internal, "rhoscan (cuda): bf16 Qp reaches only the tensor-core forward's scores");
   }
-  for (float* X : {P, M}) {
-    if (X == nullptr || d.nsplit == 1) continue;
-    launch_kernel("reduce_splits_kernel", reduce_splits_kernel, grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream,
-                  d, X);
-  }
+  for (float* X : {P, M}) launch_reduce_splits(d, X, stream);
 }
 
 // The tensor-core forward's Qp, Xq, Kq and intra-chunk scores P in one pass (norm_scores_mma_kernel,
@@ -1875,9 +1878,7 @@ void launch_norm_scores(const Dims& d, Str4 q, const float* a32, const float* s,
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   launch_kernel("norm_scores_mma_kernel", kernel, grid_for(d.nbh * d.nC * d.nsplit), kMmaThreads, smem, stream, d, q,
                 a32, s, Nc, P, o.Xq, o.Kq);
-  if (d.nsplit > 1)
-    launch_kernel("reduce_splits_kernel", reduce_splits_kernel, grid_for(d.nbh * d.nC * d.C * d.C, 256), 256, 0, stream,
-                  d, P);
+  launch_reduce_splits(d, P, stream);
 }
 
 // Pairs per batch: as many as the cap allows, then spread evenly over the batches that takes
