@@ -684,6 +684,15 @@ __device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P
   }
 }
 
+// gw = x / (N + eps) on the 16-bit path (version 5's row phase): div.approx.ftz of the quarters, as
+// norm_read_weight<true>. N + eps >= eps is a normal float, so its quarter is exact and so is x's
+// (unless |x| < 2^-124, flushed: a gradient below float32's normal range), and the result is the
+// approximate division's (within 2 ulp) without the IEEE division's refinement and range check
+// (div.rn.f32: ~9 SASS instructions and a slow-path branch per element). 2 ulp is far below the
+// 2^-16 of W's hi + lo products, and gc takes the same gw, so gw - gc sees no second rounding.
+__device__ __forceinline__ float read_gradient(float x, float N) {
+  return div_approx_ftz(0.25f * x, 0.25f * (N + kEpsF));
+}
 // ipow for 0 <= n < 64 (the exponents inside a chunk, kMaxChunk = 64) without the loop's
 // branches: the same multiplications in the same order, so the same result.
 __device__ __forceinline__ float ipow64(float a, int n) {
@@ -1250,9 +1259,11 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     // change 4, above bwd_local_split_m): each segment's z = sum_{i in [s0, e0)} a^(e0-1-i) q_i
     // (Horner) through red, then its start N by Horner in a^8 over the earlier segments from the
     // chunk's N_0 (kept in registers for the N walk after the products), then the walk. Rows past
-    // Cn are zeros (the products read whole 16-row sub-blocks). The division by __fdividef (a
-    // reciprocal and a product, within 2 ulp; the denominator is positive and far below 2^126):
-    // the IEEE division cost bwd_local ~6 % at BDH-8k.
+    // Cn are zeros (the products read whole 16-row sub-blocks). The division is the forward's
+    // norm_read_weight<true> (div.approx.ftz of the quarters: a reciprocal and a product, within 2
+    // ulp), so these read weights are the forward's bit for bit (the same N order, s and q); the
+    // IEEE division cost bwd_local ~6 % at BDH-8k, __fdividef (until round 22) 8 SASS instructions
+    // with its subnormal test and scalings.
     const float2 a2 = *reinterpret_cast<const float2*>(&S.al[x0]);
     const float a[2] = {a2.x, a2.y};
     auto xch = [&](auto& tile, int v) -> float2& { return *reinterpret_cast<float2*>(&tile[v][x0]); };
@@ -1284,7 +1295,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       auto qpstep = [&](int i) {
         const float2 qi = *reinterpret_cast<const float2*>(&qs[i][x0]);
         const float si = ms[i][LT + 1];
-        xch(qps, i) = make_float2(__fdividef(qi.x, si * (N[0] + kEpsF)), __fdividef(qi.y, si * (N[1] + kEpsF)));
+        xch(qps, i) = make_float2(norm_read_weight<true>(qi.x, si, N[0]), norm_read_weight<true>(qi.y, si, N[1]));
         N[0] = a[0] * N[0] + qi.x;
         N[1] = a[1] * N[1] + qi.y;
       };
@@ -1386,7 +1397,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         float dn[2], part[2], gc = 0.0f;
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-          const float gw = (Wv[u] + p[r][u]) / (Nv[u] + kEpsF);
+          const float gw = read_gradient(Wv[u] + p[r][u], Nv[u]);
           const float av = Uv[u] + avs[r][u];
           da[u] += qp[u] * dp[r][u];
           dn[u] = -qp[u] * gw;
