@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "support/device_memory.h"
 #include "support/problem.h"
@@ -370,22 +371,30 @@ Problem forward_forcing(const ForwardCase& c, const Options& o, const char* env,
 // (warpgroup MMA, sm_90a, the default where it runs) and quad_readback_mma (mma.sync), forced by
 // RHOSCAN_CUDA_READBACK on the same problems: each against the float64 reference, against each
 // other (the tensor cores' accumulation order may differ in the last bits of W and U, so not
-// bitwise), and the wgmma one bitwise deterministic.
+// bitwise), and the wgmma one bitwise deterministic; quad_readback_wgmma with its operand from
+// shared memory (RHOSCAN_CUDA_READBACK_REGA=0) against the reference and the default (A from
+// registers).
 TEST_F(Cuda, ReadbackKernelsMmaAndWgmmaAgree) {
   if (const std::string why = wgmma_unavailable(); !why.empty()) GTEST_SKIP() << why;
   ScopedEnv path("RHOSCAN_CUDA_BACKWARD_PATH", "quadratic");
   for (const QuadraticCase& c : quadratic_backward_cases()) {
     SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
     Problem ref = Problem(c.s).reference_solution();
-    Problem mma(c.s), wg(c.s), wg2(c.s);
-    for (auto [p, kernel] : {std::pair{&mma, "mma"}, std::pair{&wg, "wgmma"}, std::pair{&wg2, "wgmma"}}) {
+    Problem mma(c.s), wg(c.s), wg2(c.s), wg_smem(c.s);
+    // wg_smem: quad_readback_wgmma with its operand read by the tensor cores from shared memory
+    // (RHOSCAN_CUDA_READBACK_REGA=0) instead of A from registers (the default)
+    for (auto [p, kernel, rega] : {std::tuple{&mma, "mma", "1"}, std::tuple{&wg, "wgmma", "1"},
+                                   std::tuple{&wg2, "wgmma", "1"}, std::tuple{&wg_smem, "wgmma", "0"}}) {
       ScopedEnv env("RHOSCAN_CUDA_READBACK", kernel);
+      ScopedEnv operand("RHOSCAN_CUDA_READBACK_REGA", rega);
       MirroredProblem m(*p, Device::cuda);
       backward(m.backward_args(), cuda(c.chunk));
       m.copy_outputs_to_host();
     }
     expect_gradients_near(mma, ref, c.s.dtype, "mma");
     expect_gradients_near(wg, ref, c.s.dtype, "wgmma");
+    expect_gradients_near(wg_smem, ref, c.s.dtype, "wgmma, operand from shared memory");
+    EXPECT_LE(rms_rel(wg_smem.grad_q.values(), wg.grad_q.values()), 1e-4) << "grad_q, A from registers vs shared memory";
     // W and U to float32 accuracy either way: the gradients agree far inside the tolerance
     EXPECT_LE(rms_rel(wg.grad_q.values(), mma.grad_q.values()), 1e-4) << "grad_q, wgmma vs mma";
     EXPECT_LE(rms_rel(wg.grad_v.values(), mma.grad_v.values()), 1e-4) << "grad_v, wgmma vs mma";

@@ -480,7 +480,7 @@ constexpr int quad_readback_wgmma_smem() {
 }
 static_assert(2 * (quad_readback_wgmma_smem<false>() + 1024) <= 228 * 1024,
               "quad_readback_wgmma: two blocks per SM (each with the 1 KiB the system reserves)");
-template <bool kKeyLo = false, int kStages = 3>
+template <bool kKeyLo = false, int kStages = 3, bool kRegA = true>
 __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     quad_readback_wgmma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
                                const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
@@ -508,8 +508,11 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
   constexpr uint64_t kAtoms2 = 2 * kWgmmaAtom / 16, kRow32 = 32 / 16;  // a k step: MN-major, K-major
   // the lane's ldmatrix.trans row of xk (HdH'): token 8 ((lane >> 4) & 1) + lane % 8 of a 16-token
   // block, latent chunk 2 (warp % 4) + ((lane >> 3) & 1) of the warpgroup's tile
-  const uint32_t a_xk = xk + wg * kQwTile + (8 * ((lane >> 4) & 1) + (lane & 7)) * 128 +
-                        (((2 * (warp % 4) + ((lane >> 3) & 1)) ^ (lane & 7)) << 4);
+  const uint32_t a_lane = wg * kQwTile + (8 * ((lane >> 4) & 1) + (lane & 7)) * 128 +
+                         (((2 * (warp % 4) + ((lane >> 3) & 1)) ^ (lane & 7)) << 4);
+  const uint32_t a_xk = xk + a_lane;
+  // kRegA: the same lane's rows of the operand's tile in stage 0 (its A fragments, as xk's)
+  const uint32_t a_op = s0 + kOpB + a_lane;
   const int nC = static_cast<int>(d.nC), nsteps = nC > 0 ? nC - 1 : 0, C = static_cast<int>(d.C);
   const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
   const int64_t nlt = (d.Lp + kQrLT - 1) / kQrLT;
@@ -635,25 +638,42 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[4 * j] *= f0, acc[4 * j + 1] *= f0, acc[4 * j + 2] *= f1, acc[4 * j + 3] *= f1;
       const uint64_t so = st * (kStage / 16);
+      // kRegA: the warp's 16 latent rows of the operand for the 4 k steps (and, float16's W steps,
+      // of its remainders), read once by ldmatrix.trans and used by both passes (M hi, M lo), where
+      // the tensor cores would read the tile from shared memory once per pass
+      [[maybe_unused]] uint32_t af[4][4], af_lo[4][4];
+      if constexpr (kRegA) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) ldsm_x4_trans_u32(af[k], a_op + st * kStage + k * 16 * 128);
+        if constexpr (w && kKeyLo) {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) ldsm_x4_trans_u32(af_lo[k], a_op + (kOpLoB - kOpB) + st * kStage + k * 16 * 128);
+        }
+      }
       wgmma_fence_operand(acc);
       wgmma_fence();
+      // one k step: A (k step k of the operand, or of its remainders) times B at desc_b
+      auto product = [&](int k, bool lo_a, uint64_t desc_b) {
+        constexpr int kTransB = w ? 0 : 1;
+        if constexpr (kRegA)
+          wgmma_m64n64k16_bf16_rs<kTransB>(acc, lo_a ? af_lo[k] : af[k], desc_b);
+        else
+          wgmma_m64n64k16_bf16<1, kTransB>(acc, desc_a + so + (lo_a ? (kOpLoB - kOpB) / 16 : 0) + k * kAtoms2, desc_b);
+      };
       if constexpr (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (M-major), B = M^T (K-major)
 #pragma unroll
-        for (int k = 0; k < 4; ++k) wgmma_m64n64k16_bf16<1, 0>(acc, desc_a + so + k * kAtoms2, desc_bw + so + k * kRow32);
+        for (int k = 0; k < 4; ++k) product(k, false, desc_bw + so + k * kRow32);
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          wgmma_m64n64k16_bf16<1, 0>(acc, desc_a + so + k * kAtoms2, desc_bw + so + kLoB / 16 + k * kRow32);
+        for (int k = 0; k < 4; ++k) product(k, false, desc_bw + so + kLoB / 16 + k * kRow32);
         if constexpr (kKeyLo) {
 #pragma unroll
-          for (int k = 0; k < 4; ++k)
-            wgmma_m64n64k16_bf16<1, 0>(acc, desc_a + so + (kOpLoB - kOpB) / 16 + k * kAtoms2, desc_bw + so + k * kRow32);
+          for (int k = 0; k < 4; ++k) product(k, true, desc_bw + so + k * kRow32);
         }
       } else {  // [l][j] += sum_i Xq_I[i][l] M[i][j]: A = Xq^T (M-major), B = M (N-major)
 #pragma unroll
-        for (int k = 0; k < 4; ++k) wgmma_m64n64k16_bf16<1, 1>(acc, desc_a + so + k * kAtoms2, desc_bu + so + k * kAtoms2);
+        for (int k = 0; k < 4; ++k) product(k, false, desc_bu + so + k * kAtoms2);
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          wgmma_m64n64k16_bf16<1, 1>(acc, desc_a + so + k * kAtoms2, desc_bu + so + kLoB / 16 + k * kAtoms2);
+        for (int k = 0; k < 4; ++k) product(k, false, desc_bu + so + kLoB / 16 + k * kAtoms2);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -775,6 +795,19 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 #define RHOSCAN_QR_WGMMA 1
 #endif
 inline bool readback_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_READBACK", RHOSCAN_QR_WGMMA != 0); }
+// quad_readback_wgmma's operand as A from registers (kRegA, the default) or from shared memory
+// through its descriptor: -DRHOSCAN_QR_REGA=0 at build time, RHOSCAN_CUDA_READBACK_REGA=0|1
+// (environment, per call) for the A/B.
+#ifndef RHOSCAN_QR_REGA
+#define RHOSCAN_QR_REGA 1
+#endif
+inline bool readback_rega() {
+  if (const char* v = std::getenv("RHOSCAN_CUDA_READBACK_REGA")) {
+    if (std::strcmp(v, "0") == 0) return false;
+    if (std::strcmp(v, "1") == 0) return true;
+  }
+  return RHOSCAN_QR_REGA != 0;
+}
 
 // The chunked backward's per-chunk M = G v^T (16-bit inputs) on tensor cores: cross_values_mma's
 // diagonal items alone, into M's split 0, after pack_bf16 (o.gb, o.vb; o.glo, o.vlo for float16).
@@ -814,8 +847,10 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     launch_kernel(name, kernel, grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads, smem, stream, d,
                   Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo);
   };
-  if (readback_wgmma())
-    readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo>, quad_readback_wgmma_smem<kLo>());
+  if (readback_wgmma() && readback_rega())
+    readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, true>, quad_readback_wgmma_smem<kLo>());
+  else if (readback_wgmma())
+    readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, false>, quad_readback_wgmma_smem<kLo>());
   else
     readback("quad_readback_mma_kernel", quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>,
              quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>());
