@@ -534,31 +534,6 @@ TEST_F(Cuda, QuadraticBackwardUnderACapIsBitwiseUnchanged) {
   expect_same_gradients(a, b);
 }
 
-// The measurement switches of the quadratic backward (backward.cu, quadratic_backward.cuh): the
-// readback and bwd_local by sub-batches of pairs on two streams (RHOSCAN_CUDA_BWD_OVERLAP), bwd_local's
-// persistent grid at one block per multiprocessor, the readback's shared memory for one block per
-// multiprocessor. Each item's arithmetic is the same whatever the grid and the streams: every
-// gradient bitwise the default's (5 pairs in 3 sub-batches of 1, 2 and 2; float16 and bfloat16).
-TEST_F(Cuda, QuadraticBackwardSubBatchesAndGridsChangeNoBit) {
-  for (DType dtype : {DType::bfloat16, DType::float16}) {
-    SCOPED_TRACE(dtype_name(dtype));
-    ProblemSpec s = spec(5, 1, 1, 200, 130, 72, dtype);
-    s.initial_rho_norm = s.grad_rho_norm_out = true;
-    ScopedEnv forced("RHOSCAN_CUDA_BACKWARD_PATH", "quadratic");
-    Problem base(s), sub(s), grids(s);
-    for (auto [p, overlap, one] : {std::tuple{&base, "1", "0"}, std::tuple{&sub, "3", "0"}, std::tuple{&grids, "3", "1"}}) {
-      ScopedEnv o("RHOSCAN_CUDA_BWD_OVERLAP", overlap);
-      ScopedEnv local("RHOSCAN_CUDA_BWD_LOCAL_PER_SM", one);
-      ScopedEnv readback("RHOSCAN_CUDA_READBACK_ONE_PER_SM", one);
-      MirroredProblem m(*p, Device::cuda);
-      backward(m.backward_args(), cuda(0));
-      m.copy_outputs_to_host();
-    }
-    expect_same_gradients(base, sub);
-    expect_same_gradients(base, grids);
-  }
-}
-
 // Both forward paths of the tensor-core dtypes on the same input (no initial rho, so the
 // quadratic path applies; rho_norm0 does not prevent it): each against the float64 reference, and
 // the quadratic path bitwise the same when a workspace cap batches the pairs (its L splits come

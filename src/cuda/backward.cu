@@ -1777,14 +1777,6 @@ __global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void
 #define RHOSCAN_QUADRATIC_BACKWARD_FLOAT16 1
 #endif
 enum class BackwardPath { chunked, quadratic };
-// RHOSCAN_CUDA_BWD_OVERLAP (see backward_typed): sub-batches of the readback and bwd_local, at
-// most one per pair; 1 (unset, or not a positive count) keeps one launch of each.
-inline int64_t bwd_overlap_batches(int64_t pairs) {
-  const char* env = std::getenv("RHOSCAN_CUDA_BWD_OVERLAP");
-  const int64_t k = env != nullptr ? std::atoll(env) : 1;
-  return std::max<int64_t>(1, std::min<int64_t>(k, pairs));
-}
-
 template <typename T>
 BackwardPath backward_path(const detail::BackwardParams& g, int64_t C, bool quadratic_fits) {
   if constexpr (!kTensorCoreBackward<T> || (std::is_same_v<T, __half> && !RHOSCAN_QUADRATIC_BACKWARD_FLOAT16)) {
@@ -1953,18 +1945,12 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     // forward chunk states beside the reverse ones and dv's products, joined before their readers
     const bool fork = (quadratic ? kTC : true) && side_streams_on();
     cudaStream_t s1 = fork ? side_stream(1) : stream;
-    // RHOSCAN_CUDA_BWD_OVERLAP=S (quadratic path; environment, per call; internal, for measurements):
-    // the readback and bwd_local by S sub-batches of pairs, bwd_local of sub-batch k on side stream
-    // 2 after the readback of k, so that it runs beside the readback of k + 1
-    const int64_t overlap = quadratic && kTC && side_streams_on() ? bwd_overlap_batches(n) : 1;
-    cudaStream_t s2 = overlap > 1 ? side_stream(2) : stream;
-    const SideStreamsJoin join{stream, fork ? s1 : nullptr, overlap > 1 ? s2 : nullptr};
+    const SideStreamsJoin join{stream, fork ? s1 : nullptr, nullptr};
     if (quadratic) {
       if constexpr (kTC) {
         if (!saved_scores) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
         if (fork) stream_wait(s1, stream);
-        launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream, s1,
-                                                   overlap == 1);
+        launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream, s1);
       }
       gate.settle();
       // dR_0 = A_0: the reverse recurrence's final state, no chunk states stored (GR is zero here)
@@ -1997,52 +1983,19 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                       dHs_lo, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
       }
     }
-    int local_per_sm = 0, sms = 0;  // the persistent grid's blocks per multiprocessor, and the multiprocessors
+    unsigned local_grid = grid_for(n * nC * nlt);
     if constexpr (kTC && RHOSCAN_BWD_LOCAL_PERSISTENT) {
-      int dev = 0;
+      int dev = 0, sms = 0, per_sm = 0;
       RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
       RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&local_per_sm, bwd_local_kernel<T, kTC>,
+      RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_local_kernel<T, kTC>,
                                                                        kLocalThreads, local_smem));
-      // RHOSCAN_CUDA_BWD_LOCAL_PER_SM=n (environment, per call; internal, for measurements): at most n
-      // blocks per multiprocessor in the persistent grid (the throughput at lower occupancy, where
-      // another kernel would share the multiprocessors)
-      if (const char* env = std::getenv("RHOSCAN_CUDA_BWD_LOCAL_PER_SM"); env != nullptr && std::atoi(env) > 0)
-        local_per_sm = std::min(local_per_sm, std::atoi(env));
+      local_grid = grid_for(n * nC * nlt, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
     }
-    // bwd_local for the pairs k0 .. k0 + dl.nbh - 1 of the batch (dl: their Dims), on st
-    auto launch_local = [&](const Dims& dl, int64_t k0, cudaStream_t st) {
-      unsigned local_grid = grid_for(dl.nbh * nC * nlt);
-      if (local_per_sm > 0) local_grid = grid_for(dl.nbh * nC * nlt, 1, std::max<int64_t>(1, int64_t{sms} * local_per_sm));
-      const int64_t tl = k0 * nT * L, cl = k0 * nC * L;
-      launch_kernel("bwd_local_kernel", bwd_local_kernel<T, kTC>, local_grid, kLocalThreads, local_smem, st, dl, q, v,
-                    gctx, a32, Qp != nullptr ? Qp + tl : nullptr, s + k0 * nT, Nc + k0 * (nC + 1) * L,
-                    kTC ? nullptr : reinterpret_cast<const float*>(Hs),
-                    kTC ? nullptr : reinterpret_cast<const float*>(dHs), M + k0 * nC * dl.nsplit * C * C,
-                    kTC ? dqp + tl : nullptr, Ur != nullptr ? Ur + tl : nullptr, HdHr != nullptr ? HdHr + cl : nullptr,
-                    gcp + k0 * nT * nlt, dqp + tl, dap + cl, Bsum + cl, Zs + cl);
-    };
-    if (overlap > 1) {
-      if constexpr (kTC) {
-        for (int64_t k = 0; k < overlap; ++k) {
-          const int64_t k0 = n * k / overlap, k1 = n * (k + 1) / overlap;
-          if (k1 == k0) continue;
-          Dims dk = d;
-          dk.bh0 = d.bh0 + k0, dk.nbh = k1 - k0;
-          Operands16 ok = o;
-          ok.Xq += k0 * nT * d.Lp, ok.Kq += k0 * nT * d.Lp;
-          if (ok.Kq_lo != nullptr) ok.Kq_lo += k0 * nT * d.Lp;
-          const int64_t mk = k0 * cross_pairs(nC) * kQB * kQB;
-          launch_quad_readback<kSplitValues<T>>(dk, a32, ok, Mhi + mk, Mlo + mk, dqp + k0 * nT * L, Ur + k0 * nT * L,
-                                                HdHr + k0 * nC * L, stream);
-          stream_wait(s2, stream);
-          launch_local(dk, k0, s2);
-        }
-        stream_wait(stream, s2);
-      }
-    } else {
-      launch_local(d, 0, stream);
-    }
+    launch_kernel("bwd_local_kernel", bwd_local_kernel<T, kTC>, local_grid, kLocalThreads, local_smem, stream, d, q, v,
+                  gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
+                  kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap,
+                  Bsum, Zs);
     gate.settle();
     launch_kernel("gc_reduce_kernel", gc_reduce_kernel, grid_for(n * nT, 8), 256, 0, stream, d, gcp, gc);
     launch_kernel("bscan_kernel", bscan_kernel, grid_for(n * L, 256), 256, 0, stream, d, a32, gn, Bsum, Zs, Bend, daB,

@@ -823,18 +823,26 @@ void launch_diagonal_values(const Dims& d, const Operands16& o, float* M, cudaSt
                 o.vb, nullptr, nullptr, o.glo, o.vlo, M, true);
 }
 
-// The readback of one batch (or of a sub-batch d with the operands, M's planes and the outputs
-// moved to its first pair): W (to dqp), U and HdH'. Grid: an item per block, grid-stride beyond
-// 2^16 blocks.
+// The quadratic backward's products for one batch, after norm_scan (o.Xq, o.Kq), chunk_scores (P)
+// and pack_bf16 (o.vb, o.gb), with the cross scores in Pcross: W (to dqp), U, HdH' and dvp, what
+// bwd_local and dv_accumulate read. Grids: an item per block, grid-stride beyond 2^16 blocks.
+// kLo (float16): the split values' and keys' passes (o.vlo, o.glo, o.Kq_lo).
+// M: bwd_local's per-chunk M = G v^T ([bh][nC][nsplit][C][C], split 0), written here by
+// cross_values_mma's diagonal items. quad_dv_mma runs on dv_stream (the caller's stream, or a
+// side stream that waited for it: side_streams.h), the others on stream.
 template <bool kLo>
-void launch_quad_readback(const Dims& d, const float* a32, const Operands16& o, const bf16* Mhi, const bf16* Mlo,
-                          float* W, float* U, float* HdH, cudaStream_t stream) {
+void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
+                               const float* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
+                               float* dvp, cudaStream_t stream, cudaStream_t dv_stream) {
   if (d.nbh == 0 || d.nC == 0) return;
+  {
+    auto cv = cross_values_mma_kernel<kLo>;
+    constexpr int cv_smem = cross_values_smem<kLo>();
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
+    launch_kernel("cross_values_mma_kernel", cv, grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem,
+                  stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
+  }
   auto readback = [&](const char* name, auto kernel, int smem) {  // both kernels take the same arguments
-    // RHOSCAN_CUDA_READBACK_ONE_PER_SM=1 (environment, per call; internal, for measurements): shared
-    // memory for one block per multiprocessor (the throughput at lower occupancy)
-    if (const char* env = std::getenv("RHOSCAN_CUDA_READBACK_ONE_PER_SM"); env != nullptr && std::strcmp(env, "1") == 0)
-      smem = std::max(smem, 115 * 1024);
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     launch_kernel(name, kernel, grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads, smem, stream, d,
                   Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo);
@@ -846,29 +854,6 @@ void launch_quad_readback(const Dims& d, const float* a32, const Operands16& o, 
   else
     readback("quad_readback_mma_kernel", quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>,
              quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>());
-}
-
-// The quadratic backward's products for one batch, after norm_scan (o.Xq, o.Kq), chunk_scores (P)
-// and pack_bf16 (o.vb, o.gb), with the cross scores in Pcross: W (to dqp), U, HdH' and dvp, what
-// bwd_local and dv_accumulate read. Grids: an item per block, grid-stride beyond 2^16 blocks.
-// kLo (float16): the split values' and keys' passes (o.vlo, o.glo, o.Kq_lo).
-// M: bwd_local's per-chunk M = G v^T ([bh][nC][nsplit][C][C], split 0), written here by
-// cross_values_mma's diagonal items. quad_dv_mma runs on dv_stream (the caller's stream, or a
-// side stream that waited for it: side_streams.h), the others on stream. with_readback = false
-// leaves the readback to the caller (launch_quad_readback, by sub-batches).
-template <bool kLo>
-void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
-                               const float* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
-                               float* dvp, cudaStream_t stream, cudaStream_t dv_stream, bool with_readback = true) {
-  if (d.nbh == 0 || d.nC == 0) return;
-  {
-    auto cv = cross_values_mma_kernel<kLo>;
-    constexpr int cv_smem = cross_values_smem<kLo>();
-    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
-    launch_kernel("cross_values_mma_kernel", cv, grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem,
-                  stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
-  }
-  if (with_readback) launch_quad_readback<kLo>(d, a32, o, Mhi, Mlo, W, U, HdH, stream);
   auto qd = quad_dv_mma_kernel<kLo>;
   constexpr int qd_smem = quad_dv_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));
