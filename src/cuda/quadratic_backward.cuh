@@ -480,14 +480,13 @@ constexpr int quad_readback_wgmma_smem() {
 }
 static_assert(2 * (quad_readback_wgmma_smem<false>() + 1024) <= 228 * 1024,
               "quad_readback_wgmma: two blocks per SM (each with the 1 KiB the system reserves)");
-template <bool kKeyLo = false, int kStages = 3, bool kRegA = true, bool kDeferred = false>
+template <bool kKeyLo = false, int kStages = 3, bool kRegA = true>
 __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     quad_readback_wgmma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
                                const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
   grid_dependency_wait();
   static_assert(kQrThreads == 256 && kQrLT == 128 && kQB == 64, "two warpgroups of 64 latents; 64-token tiles");
   static_assert(kStages == 2 || kStages == 3, "two or three stages");
-  static_assert(!kDeferred || kStages == 3, "the deferred wait: three stages");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   constexpr uint32_t kStage = quad_readback_wgmma_stage<kKeyLo>();
   constexpr uint32_t kLoB = kQwTile, kOpB = 2 * kQwTile, kOpLoB = 4 * kQwTile;  // offsets inside a stage
@@ -568,9 +567,8 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       for (int k = 0; k < 4; ++k)
         cp_async16_u32(xk + (o_off - kOpB) + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
     }
-    // (the first with xk's pieces; kDeferred: one step ahead)
 #pragma unroll
-    for (int s = 0; s < (kDeferred ? 1 : kStages - 1); ++s) fetch(s, s);
+    for (int s = 0; s < kStages - 1; ++s) fetch(s, s);  // (the first with xk's pieces)
     // acc[4 j + 2 hf + c]: latent row lw + g + 8 hf, token 8 j + 2 q + c of chunk K
     float acc[32] = {}, dp[2][2] = {};  // dp[hf][half]: HdH's running dot over tokens 32 half ..
     auto store = [&](float* out) {
@@ -613,23 +611,10 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     auto step = [&](int s, auto kind) {
       constexpr bool w = decltype(kind)::value;
       const int st = s % kStages;
-      if constexpr (kDeferred) {
-        // step s - 1's products still run: its stage stays untouched, the fetch one step ahead goes
-        // into the stage of step s - 2, whose products every warpgroup waited for before issuing
-        // step s - 1's (ahead of this barrier); then the wait for step s - 1's, which the Horner
-        // step below reads
-        cp_async_wait<0>();
-        fence_proxy_async();
-        __syncthreads();
-        fetch(s + 1, (s + 1) % kStages);
-        wgmma_wait<0>();
-        wgmma_fence_operand(acc);
-      } else {
-        cp_async_wait<kStages - 2>();  // step s's pieces (this thread's) have landed
-        fence_proxy_async();           // ... and are visible to the tensor cores' reads
-        __syncthreads();  // everyone's; and every warpgroup has waited for step s - 1's products
-        fetch(s + kStages - 1, (s + kStages - 1) % kStages);  // into the stage step s - 1 read
-      }
+      cp_async_wait<kStages - 2>();  // step s's pieces (this thread's) have landed
+      fence_proxy_async();           // ... and are visible to the tensor cores' reads
+      __syncthreads();  // everyone's; and every warpgroup has waited for step s - 1's products
+      fetch(s + kStages - 1, (s + kStages - 1) % kStages);  // into the stage step s - 1 read
       if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (version 3's terms and order)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -691,22 +676,12 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
         for (int k = 0; k < 4; ++k) product(k, false, desc_bu + so + kLoB / 16 + k * kAtoms2);
       }
       wgmma_commit();
-      if constexpr (!kDeferred) {
-        wgmma_wait<0>();
-        wgmma_fence_operand(acc);
-      }
-    };
-    auto drain = [&]() {  // kDeferred: the last step's products, before acc is read
-      if constexpr (kDeferred) {
-        wgmma_wait<0>();
-        wgmma_fence_operand(acc);
-      }
+      wgmma_wait<0>();
+      wgmma_fence_operand(acc);
     };
     for (int s = 0; s < K; ++s) step(s, std::true_type{});
-    drain();
     finish_w();  // (no step at all, nsteps = 0: K < 2, no xk, every commit group empty)
     for (int s = K; s < nsteps; ++s) step(s, std::false_type{});
-    drain();
     store(U);
   }
 }
@@ -820,18 +795,6 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 #define RHOSCAN_QR_WGMMA 1
 #endif
 inline bool readback_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_READBACK", RHOSCAN_QR_WGMMA != 0); }
-// quad_readback_wgmma's deferred wait (kDeferred): -DRHOSCAN_QR_DEFERRED=0|1 at build time,
-// RHOSCAN_CUDA_READBACK_DEFERRED=0|1 (environment, per call) for the A/B.
-#ifndef RHOSCAN_QR_DEFERRED
-#define RHOSCAN_QR_DEFERRED 0
-#endif
-inline bool readback_deferred() {
-  if (const char* v = std::getenv("RHOSCAN_CUDA_READBACK_DEFERRED")) {
-    if (std::strcmp(v, "0") == 0) return false;
-    if (std::strcmp(v, "1") == 0) return true;
-  }
-  return RHOSCAN_QR_DEFERRED != 0;
-}
 // quad_readback_wgmma's operand as A from registers (kRegA, the default) or from shared memory
 // through its descriptor: -DRHOSCAN_QR_REGA=0 at build time, RHOSCAN_CUDA_READBACK_REGA=0|1
 // (environment, per call) for the A/B.
@@ -884,9 +847,7 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     launch_kernel(name, kernel, grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads, smem, stream, d,
                   Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo);
   };
-  if (readback_wgmma() && readback_rega() && readback_deferred())
-    readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, true, true>, quad_readback_wgmma_smem<kLo>());
-  else if (readback_wgmma() && readback_rega())
+  if (readback_wgmma() && readback_rega())
     readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, true>, quad_readback_wgmma_smem<kLo>());
   else if (readback_wgmma())
     readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, false>, quad_readback_wgmma_smem<kLo>());

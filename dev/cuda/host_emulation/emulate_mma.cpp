@@ -1076,17 +1076,15 @@ bool cross_values_case(const Problem& p) {
 
 // quad_readback_mma_kernel (or, kWgmma, quad_readback_wgmma_kernel), with
 // launch_quadratic_backward's block size and shared memory
-// (kWgmma: its stage count, 2 or 3; kRegA: the operand as A from registers, else from shared memory;
-// kDeferred: the wait for a step's products after the next step's barrier and fetch)
-template <bool kKeyLo, bool kSwizzle = RHOSCAN_QR_SWIZZLE != 0, int kWgmma = 0, bool kRegA = true,
-          bool kDeferred = false>
+// (kWgmma: its stage count, 2 or 3; kRegA: the operand as A from registers, else from shared memory)
+template <bool kKeyLo, bool kSwizzle = RHOSCAN_QR_SWIZZLE != 0, int kWgmma = 0, bool kRegA = true>
 void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W, std::vector<float>& U,
                        std::vector<float>& HdH) {
   const Dims& d = p.d;
   const int64_t items = d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT);
   if constexpr (kWgmma > 0) {
     emu::launch(small_grid(items), kQrThreads, quad_readback_wgmma_smem<kKeyLo, kWgmma>(), [&] {
-      quad_readback_wgmma_kernel<kKeyLo, kWgmma, kRegA, kDeferred>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
+      quad_readback_wgmma_kernel<kKeyLo, kWgmma, kRegA>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
                                          W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
     });
   } else {
@@ -1098,16 +1096,15 @@ void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W,
 }
 // quad_readback_wgmma_kernel (warpgroup MMA from descriptors) against version 3 (mma.sync, its
 // default swizzled tiles): the same k steps in the same order, so W, U and HdH' bit for bit, with
-// the operand as A from registers (kRegA, the default) or from shared memory, with or without the
-// deferred wait.
-template <bool kKeyLo, int kStages = 3, bool kRegA = true, bool kDeferred = false>
+// the operand as A from registers (kRegA, the default) or from shared memory.
+template <bool kKeyLo, int kStages = 3, bool kRegA = true>
 bool quad_readback_wgmma_case(const Problem& p) {
   const Dims& d = p.d;
   const CrossM m = run_cross_values<kKeyLo>(p);
   auto W = nans<float>(d.nbh * d.T * d.L), U = W, HdH = nans<float>(d.nbh * d.nC * d.L);
   auto Ww = W, Uw = W, HdHw = HdH;
   run_quad_readback<kKeyLo>(p, m, W, U, HdH);
-  run_quad_readback<kKeyLo, true, kStages, kRegA, kDeferred>(p, m, Ww, Uw, HdHw);
+  run_quad_readback<kKeyLo, true, kStages, kRegA>(p, m, Ww, Uw, HdHw);
   constexpr const char* v3 = "version 3's (mma.sync)";
   return same_bits("W", W, Ww, v3) & same_bits("U", U, Uw, v3) & same_bits("HdH", HdH, HdHw, v3);
 }
@@ -1598,8 +1595,6 @@ int main(int argc, char** argv) {
       {"quad_readback_wgmma, 2 stages, bitwise version 3", quad_readback_wgmma_case<false, 2>, false, true},
       {"quad_readback_wgmma, operand from shared memory, bitwise version 3", quad_readback_wgmma_case<false, 3, false>,
        false, true},
-      {"quad_readback_wgmma, deferred wait, bitwise version 3", quad_readback_wgmma_case<false, 3, true, true>, true,
-       true},
       {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, false, true},
       {"quad_readback_mma, swizzled tiles", quad_readback_swizzle_case<false>, true, true},
       {"quad_dv_mma", quad_dv_case<false>, true, true},
@@ -1611,8 +1606,6 @@ int main(int argc, char** argv) {
       {"quad_readback_wgmma, split keys, bitwise version 3", quad_readback_wgmma_case<true>, false, true},
       {"quad_readback_wgmma, split keys, operand from shared memory, bitwise version 3",
        quad_readback_wgmma_case<true, 3, false>, false, true},
-      {"quad_readback_wgmma, split keys, deferred wait, bitwise version 3", quad_readback_wgmma_case<true, 3, true, true>,
-       false, true},
       {"quad_dv_mma, split values", quad_dv_case<true>, false, true},
       {"chunk_states_mma reverse, bf16, no chunk states stored (quadratic backward's dR_0)",
        [](const Problem& p) { return states_case<bf16, true>(p, false, false); }, false, true},
