@@ -1602,8 +1602,9 @@ __global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsu
 }
 
 // dq_t[l] = partial - gc_t / s_t + a^(Cn-1-i) Bend_c[l]. A block per (b, h, chunk, 256 V
-// latents), a thread per V adjacent latents (V = 2 where dq's latents pair up: norm_pairs_ok; a
-// float2 load of the partials and one paired store per token) walking the chunk's tokens from the
+// latents), a thread per V adjacent latents (V = 4 where dq's latents go in fours: norm_quads_ok,
+// a float4 load of the partials and one 8-byte store per token (16 for float32), since round 22;
+// V = 2 where they pair up: norm_pairs_ok; else 1) walking the chunk's tokens from the
 // last: the power a^(Cn-1-i) by a running product (every exponent >= 0, exact at a = 0 and 1) and
 // the output index by a step per token. gc_t / s_t of the chunk's tokens once per block, in shared
 // memory. (One latent per thread: 0.29 ms per backward at BDH-8k, 58 % of the DRAM bandwidth; a
@@ -1625,7 +1626,7 @@ __global__ void __launch_bounds__(kDqThreads) dq_final_kernel(Dims d, const floa
     __syncthreads();  // the previous item's gcs are read
     if (threadIdx.x < Cn) gcs[threadIdx.x] = gc[r0 + threadIdx.x] / s[r0 + threadIdx.x];
     __syncthreads();
-    if (l >= d.L) continue;  // (V = 2: L is even, so l + 1 < L too)
+    if (l >= d.L) continue;  // (V = 2, 4: L is a multiple of V, so l + V - 1 < L too)
     float a[V], bend[V], pw[V];  // pw = a^(Cn-1-i)
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -1638,7 +1639,10 @@ __global__ void __launch_bounds__(kDqThreads) dq_final_kernel(Dims d, const floa
 #pragma unroll 8  // loads of later tokens issued ahead
     for (int i = Cn - 1; i >= 0; --i, partial -= d.L, out -= dq.s[2]) {
       float x[V];
-      if constexpr (V == 2) {
+      if constexpr (V == 4) {
+        const float4 p4 = *reinterpret_cast<const float4*>(partial);
+        x[0] = p4.x, x[1] = p4.y, x[2] = p4.z, x[3] = p4.w;
+      } else if constexpr (V == 2) {
         const float2 p2 = *reinterpret_cast<const float2*>(partial);
         x[0] = p2.x, x[1] = p2.y;
       } else {
@@ -2000,7 +2004,11 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     launch_kernel("gc_reduce_kernel", gc_reduce_kernel, grid_for(n * nT, 8), 256, 0, stream, d, gcp, gc);
     launch_kernel("bscan_kernel", bscan_kernel, grid_for(n * L, 256), 256, 0, stream, d, a32, gn, Bsum, Zs, Bend, daB,
                   dn0);
-    if (norm_pairs_ok<T>(d, dq))
+    if (norm_quads_ok<T>(d, dq))
+      launch_kernel("dq_final_kernel", dq_final_kernel<T, 4>,
+                    grid_for(n * nC * ((L + 4 * kDqThreads - 1) / (4 * kDqThreads))), kDqThreads, 0, stream, d, a32,
+                    dqp, gc, s, Bend, dq);
+    else if (norm_pairs_ok<T>(d, dq))
       launch_kernel("dq_final_kernel", dq_final_kernel<T, 2>,
                     grid_for(n * nC * ((L + 2 * kDqThreads - 1) / (2 * kDqThreads))), kDqThreads, 0, stream, d, a32,
                     dqp, gc, s, Bend, dq);

@@ -241,7 +241,12 @@ __device__ __forceinline__ void load_latents(const T* p, float (&out)[V]) {
 // V adjacent latents rounded to X at p (V = 2: p aligned to 2 elements; bf16 pairs by one cvt).
 template <int V, typename X>
 __device__ __forceinline__ void store_latents(X* p, const float (&x)[V]) {
-  if constexpr (V == 2 && std::is_same_v<X, __nv_bfloat16>) {
+  if constexpr (V == 4) {  // (p aligned to 4 elements: one 8- or 16-byte store)
+    struct alignas(4 * sizeof(X)) Quad {
+      X x[4];
+    };
+    *reinterpret_cast<Quad*>(p) = Quad{{from_float<X>(x[0]), from_float<X>(x[1]), from_float<X>(x[2]), from_float<X>(x[3])}};
+  } else if constexpr (V == 2 && std::is_same_v<X, __nv_bfloat16>) {
     *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x[0], x[1]);
   } else if constexpr (V == 2) {
     *reinterpret_cast<Pair<X>*>(p) = Pair<X>{from_float<X>(x[0]), from_float<X>(x[1])};
@@ -271,6 +276,12 @@ template <typename T>
 inline bool norm_pairs_ok(const Dims& d, const Str4& q) {
   return q.s[3] == 1 && q.s[0] % 2 == 0 && q.s[1] % 2 == 0 && q.s[2] % 2 == 0 && d.L % 2 == 0 &&
          reinterpret_cast<uintptr_t>(q.p) % (2 * sizeof(T)) == 0;
+}
+// The same for groups of four latents (L, the strides and the pointer in fours).
+template <typename T>
+inline bool norm_quads_ok(const Dims& d, const Str4& q) {
+  return q.s[3] == 1 && q.s[0] % 4 == 0 && q.s[1] % 4 == 0 && q.s[2] % 4 == 0 && d.L % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(q.p) % (4 * sizeof(T)) == 0;
 }
 
 // One thread per (bh, c, V latents).
@@ -382,7 +393,22 @@ __global__ void __launch_bounds__(kSumsThreads, 3) norm_sums_kernel(Dims d, Str4
       float x[32];  // token k32 + k: this pair's x0 + x1 (0 past Cn, or past L)
 #pragma unroll
       for (int k = 0; k < 32; ++k) x[k] = 0.0f;
-      if (active) {
+      if (active && k32 + 32 <= Cn) {
+        // a full group: 16 tokens' loads in flight at a time (round 22; before, the batches of 8
+        // below), the same Horner steps and pair sums in the same order (the same bits)
+#pragma unroll
+        for (int h16 = 0; h16 < 2; ++h16) {
+          float qv[16][2];
+#pragma unroll
+          for (int k = 0; k < 16; ++k, p += q.s[2]) load_latents<2>(p, qv[k]);
+#pragma unroll
+          for (int k = 0; k < 16; ++k) {
+#pragma unroll
+            for (int v = 0; v < 2; ++v) z[v] = a[v] * z[v] + qv[k][v];
+            x[16 * h16 + k] = qv[k][0] + qv[k][1];
+          }
+        }
+      } else if (active) {
 #pragma unroll
         for (int g = 0; g < 32 / kNormBatch; ++g) {
           const int k0 = k32 + g * kNormBatch;
