@@ -561,14 +561,17 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
     const float* s_tok = s + bh * d.T + t0;
     // One batch of kNormBatch tokens from k0; full (every token < Cn) for all but a chunk's last
     // partial batch, so that the common case runs without a predicate per token.
-    auto batch = [&](int k0, auto full_type) {
-      constexpr bool kFull = decltype(full_type)::value;
-      const int n = kFull ? kNormBatch : Cn - k0;  // the batch's tokens in the chunk
-      float qv[kNormBatch][V], sv[kNormBatch];
+    // (the loads, q's and s's, then the arithmetic; on the tensor-core paths two full batches' loads
+    // are issued together, before the first one's arithmetic: 16 tokens in flight, since round 22)
+    auto load = [&](int n, float (&qv)[kNormBatch][V], float (&sv)[kNormBatch]) {
       load_tokens<V>(qp, q.s[2], n, qv);
 #pragma unroll
       for (int k = 0; k < kNormBatch; ++k) sv[k] = k < n ? s_tok[k] : 1.0f;
       s_tok += kNormBatch;
+    };
+    auto batch = [&](int k0, auto full_type, float (&qv)[kNormBatch][V], const float (&sv)[kNormBatch]) {
+      constexpr bool kFull = decltype(full_type)::value;
+      const int n = kFull ? kNormBatch : Cn - k0;  // the batch's tokens in the chunk
       if (kKq) {  // Kq = q a^(Cn-1-i), i = k0 + k: one ipow per batch, then a product per token,
                   // from the batch's last token down (no array of the batch's powers held)
         int e = Cn - 1 - (k0 + kNormBatch - 1);
@@ -648,8 +651,25 @@ __global__ void __launch_bounds__(256, 3) norm_apply_kernel(Dims d, Str4 q, cons
       }
     };
     int k0 = 0;
-    for (; k0 + kNormBatch <= Cn; k0 += kNormBatch) batch(k0, std::true_type{});
-    if (k0 < Cn) batch(k0, std::false_type{});
+    if constexpr (kXq && sizeof(T) == 2) {  // (the tensor-core paths; elsewhere it would spill)
+      for (; k0 + 2 * kNormBatch <= Cn; k0 += 2 * kNormBatch) {  // two full batches, their loads first
+        float qa[kNormBatch][V], sa[kNormBatch], qb[kNormBatch][V], sb[kNormBatch];
+        load(kNormBatch, qa, sa);
+        load(kNormBatch, qb, sb);
+        batch(k0, std::true_type{}, qa, sa);
+        batch(k0 + kNormBatch, std::true_type{}, qb, sb);
+      }
+    }
+    for (; k0 + kNormBatch <= Cn; k0 += kNormBatch) {
+      float qv[kNormBatch][V], sv[kNormBatch];
+      load(kNormBatch, qv, sv);
+      batch(k0, std::true_type{}, qv, sv);
+    }
+    if (k0 < Cn) {
+      float qv[kNormBatch][V], sv[kNormBatch];
+      load(Cn - k0, qv, sv);
+      batch(k0, std::false_type{}, qv, sv);
+    }
   }
 }
 
