@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -142,6 +144,16 @@ inline unsigned grid_for(int64_t items, int64_t per_block = 1, int64_t max_block
   if (blocks < 1) blocks = 1;
   if (blocks > max_blocks) blocks = max_blocks;
   return static_cast<unsigned>(blocks);
+}
+
+// A build-time default that the environment variable `name` (read per call: tests and A/B runs)
+// overrides with 0 or 1; another value counts as unset.
+inline bool env_switch(const char* name, bool fallback) {
+  if (const char* v = std::getenv(name)) {
+    if (std::strcmp(v, "0") == 0) return false;
+    if (std::strcmp(v, "1") == 0) return true;
+  }
+  return fallback;
 }
 
 // The current device's compute capability as 10 major + minor (0 when unknown), once per device.

@@ -36,13 +36,7 @@ namespace {
 #ifndef RHOSCAN_NORM_SCORES
 #define RHOSCAN_NORM_SCORES 1
 #endif
-inline bool norm_scores_on() {
-  if (const char* env = std::getenv("RHOSCAN_CUDA_NORM_SCORES")) {
-    if (std::strcmp(env, "0") == 0) return false;
-    if (std::strcmp(env, "1") == 0) return true;
-  }
-  return RHOSCAN_NORM_SCORES != 0;
-}
+inline bool norm_scores_on() { return env_switch("RHOSCAN_CUDA_NORM_SCORES", RHOSCAN_NORM_SCORES != 0); }
 
 // Whether the quadratic path applies: tensor-core dtype and no initial rho (rho_norm0 is fine: the
 // normaliser scan takes it); then by default, if built with RHOSCAN_QUADRATIC_FORWARD=1, where

@@ -801,13 +801,7 @@ inline bool readback_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_READBACK", RHOS
 #ifndef RHOSCAN_QR_REGA
 #define RHOSCAN_QR_REGA 1
 #endif
-inline bool readback_rega() {
-  if (const char* v = std::getenv("RHOSCAN_CUDA_READBACK_REGA")) {
-    if (std::strcmp(v, "0") == 0) return false;
-    if (std::strcmp(v, "1") == 0) return true;
-  }
-  return RHOSCAN_QR_REGA != 0;
-}
+inline bool readback_rega() { return env_switch("RHOSCAN_CUDA_READBACK_REGA", RHOSCAN_QR_REGA != 0); }
 
 // The chunked backward's per-chunk M = G v^T (16-bit inputs) on tensor cores: cross_values_mma's
 // diagonal items alone, into M's split 0, after pack_bf16 (o.gb, o.vb; o.glo, o.vlo for float16).
