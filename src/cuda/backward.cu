@@ -684,15 +684,14 @@ __device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P
   }
 }
 
-// gw = x / (N + eps) on the 16-bit path (version 5's row phase): div.approx.ftz of the quarters, as
-// norm_read_weight<true>. N + eps >= eps is a normal float, so its quarter is exact and so is x's
-// (unless |x| < 2^-124, flushed: a gradient below float32's normal range), and the result is the
-// approximate division's (within 2 ulp) without the IEEE division's refinement and range check
-// (div.rn.f32: ~9 SASS instructions and a slow-path branch per element). 2 ulp is far below the
-// 2^-16 of W's hi + lo products, and gc takes the same gw, so gw - gc sees no second rounding.
-__device__ __forceinline__ float read_gradient(float x, float N) {
-  return div_approx_ftz(0.25f * x, 0.25f * (N + kEpsF));
-}
+// gw = x / (N + eps) on the 16-bit path (version 5's row phase): norm_read_weight<true>'s division
+// (div.approx.ftz of the quarters) with s = 1. N + eps >= eps is a normal float, so its quarter is
+// exact and so is x's (unless |x| < 2^-124, flushed: a gradient below float32's normal range), and
+// the result is the approximate division's (within 2 ulp) without the IEEE division's refinement
+// and range check (div.rn.f32: ~9 SASS instructions and a slow-path branch per element). 2 ulp is
+// far below the 2^-16 of W's hi + lo products, and gc takes the same gw, so gw - gc sees no second
+// rounding.
+__device__ __forceinline__ float read_gradient(float x, float N) { return norm_read_weight<true>(x, 1.0f, N); }
 // ipow for 0 <= n < 64 (the exponents inside a chunk, kMaxChunk = 64) without the loop's
 // branches: the same multiplications in the same order, so the same result.
 __device__ __forceinline__ float ipow64(float a, int n) {

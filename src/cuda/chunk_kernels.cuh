@@ -270,18 +270,22 @@ __device__ __forceinline__ void load_tokens(const T*& p, int64_t stride, int n, 
   }
 }
 
-// Whether q's latents can be read in aligned pairs and Qp's rows hold whole pairs: unit latent
-// stride, even strides and L, the pointer aligned to a pair.
+// Whether q's latents can be read (or written) in aligned groups of V: unit latent stride, the
+// other strides, L and the pointer in multiples of V.
+template <typename T, int V>
+inline bool latent_groups_ok(const Dims& d, const Str4& q) {
+  return q.s[3] == 1 && q.s[0] % V == 0 && q.s[1] % V == 0 && q.s[2] % V == 0 && d.L % V == 0 &&
+         reinterpret_cast<uintptr_t>(q.p) % (V * sizeof(T)) == 0;
+}
+// Pairs: q's latents read in aligned pairs, and Qp's rows hold whole pairs.
 template <typename T>
 inline bool norm_pairs_ok(const Dims& d, const Str4& q) {
-  return q.s[3] == 1 && q.s[0] % 2 == 0 && q.s[1] % 2 == 0 && q.s[2] % 2 == 0 && d.L % 2 == 0 &&
-         reinterpret_cast<uintptr_t>(q.p) % (2 * sizeof(T)) == 0;
+  return latent_groups_ok<T, 2>(d, q);
 }
-// The same for groups of four latents (L, the strides and the pointer in fours).
+// The same for groups of four latents (dq_final's float4 partials).
 template <typename T>
 inline bool norm_quads_ok(const Dims& d, const Str4& q) {
-  return q.s[3] == 1 && q.s[0] % 4 == 0 && q.s[1] % 4 == 0 && q.s[2] % 4 == 0 && d.L % 4 == 0 &&
-         reinterpret_cast<uintptr_t>(q.p) % (4 * sizeof(T)) == 0;
+  return latent_groups_ok<T, 4>(d, q);
 }
 
 // One thread per (bh, c, V latents).
