@@ -1190,16 +1190,20 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         }
       }
     };
-    copy_tile(w_dst, S.w, Wr);
-    copy_tile(u_dst, S.u, Ur);
-    if (I == 0) S.hdh[xc] = item_x;
-    // M of the chunk (split 0 holds the sum); at C = 64 the whole slot by the same pieces
+    // M of the chunk (split 0 holds the sum); at C = 64 the whole slot by the same pieces. Two
+    // commit groups, M's first: the scans and M's split wait for M only (cp_async_wait<1> below),
+    // W and U (from DRAM) land under them, waited for before the products' barrier (round 23; until
+    // then one group, whose wait before the scans was ~3 % of the warps' stall samples at BDH-8k).
     const float* Mc = M + (bh * nC + c) * d.nsplit * C * C;
     if (C == 64) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) cp_async16_u32(m_dst + k * kStepMB, Mc + 4 * threadIdx.x + 1024 * k);
     }
     cp_async_commit();
+    copy_tile(w_dst, S.w, Wr);
+    copy_tile(u_dst, S.u, Ur);
+    cp_async_commit();
+    if (I == 0) S.hdh[xc] = item_x;
     {  // the power tables (in ns: the previous item's reads of it are done), as version 4; and N_0, a
       LocalPowTables& P = *reinterpret_cast<LocalPowTables*>(&ns[0][0]);
       const int R = Cn - 16 * (I + 1);
@@ -1250,7 +1254,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       ms[xc][LT] = xc < Cn ? 1.0f / item_s : 0.0f;
       ms[xc][LT + 1] = item_s;
     }
-    cp_async_wait<0>();
+    cp_async_wait<1>();  // M's group (W and U may still be in flight)
     __syncthreads();
     // The read weights Qp_i = q_i / (s_i (N_i + eps)) of the chunk's rows, into qps (until the
     // eleventh round a float32 tile that norm_apply wrote for this kernel alone: 4 bytes per (t, l)
@@ -1302,11 +1306,11 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     }
     for (int i = max(s0, e0); i < s0 + 8; ++i) xch(qps, i) = make_float2(0.0f, 0.0f);  // rows past Cn
     bwd_local_split_m(S, Cn);
-    __syncthreads();  // M's hi / lo tiles and qps complete, red's z read
+    cp_async_wait<0>();  // W and U (read by the products' epilogue)
+    __syncthreads();  // M's hi / lo tiles, W, U and qps complete, red's z read
     bwd_local_cross(S, *reinterpret_cast<const LocalPowTables*>(&ns[0][0]), Cn);
     __syncthreads();  // w, u, red[0] written; the tables (ns) are consumed
     float da[2] = {};
-    float zsum[2] = {}, bsum[2] = {}, ibn[2] = {};
     if (warp == 0) {  // the products' shares of da (red[0])
 #pragma unroll
       for (int u = 0; u < 2; ++u) da[u] = S.red[0][x0 + u];
@@ -1325,7 +1329,13 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     float* gp = gcp + row0 * nlt + lt;  // gcp[bh][t][lt] at the chunk's token 0
 #pragma unroll 1
     for (int gi = 0; gi < 2; ++gi) {
-      const int i0 = 4 * (warp + 8 * gi);
+      // rows i0 .. i0 + 3: warp w's first group at 4 w, its second at 32 + 4 (w ^ 3), so that the
+      // two groups' positions m = i0 % 16 in their sub-block sum to 12 in every warp and each warp
+      // runs 3 four-step iterations of the gw loop (m / 4 per group) and 3 of the avs loop ((12 - m)
+      // / 4). Until round 23 both at 4 w + 32 gi: warps 3 and 7 ran 6 gw iterations, 0 and 4 six avs
+      // iterations, and the others waited for warps 3 and 7 at the row phase's barrier. (Rows past Cn:
+      // the second group's rows are all above the first's, so the first group past Cn ends both.)
+      const int i0 = gi == 0 ? 4 * warp : 32 + 4 * (warp ^ 3);
       if (i0 >= Cn) break;
       float p[4][2] = {}, dp[4][2] = {};
       auto pstep = [&](int r, const float2& qj, float m) {
@@ -1481,10 +1491,13 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         }
         const float2 y = xch(qps, warp), il = xch(qps, 8 + warp);
         xch(qps, 8 + warp) = make_float2(il.x + cy[0] * y.x, il.y + cy[1] * y.y);
-        if (warp == 0) {  // B's share: the continuation past 0 (a^8: segment 0 is full wherever cy != 0)
+        if (warp == 0) {  // B's share: the continuation past 0 (a^8: segment 0 is full wherever cy != 0),
+          // into ns's row 0 (free since the segments' barrier) for the tail's warps 2, 3
           const float2 x = xch(qs, 0);
+          float bsum[2];
           bsum[0] = x.x + a8[0] * cy[0];
           bsum[1] = x.y + a8[1] * cy[1];
+          xch(ns, 0) = make_float2(bsum[0], bsum[1]);
         }
       }
     }
@@ -1508,27 +1521,28 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         if (xok && i < Cn) p[4 * k * L] = S.u[i][xc] + S.w[i][xc];
       }
     }
-    if (warp == 0) {
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        if (l0 + x0 + u >= d.L) continue;
-        float x = dpow(a[u], Cn) * S.hdh[x0 + u];
-        for (int w = 0; w < 8; ++w) x += S.red[w][x0 + u];
-        {  // the segments' shares of ibn (in order) and of zsum (Horner over the segments, as version 4)
-          const int nseg = (Cn + 7) / 8;
-          const float a8 = ipow64(a[u], 8), aT = ipow64(a[u], Cn - 8 * (nseg - 1));
-          float in = 0.0f, z = 0.0f;
-          for (int v = 0; v < nseg; ++v) {
-            const float2 iv = xch(qps, 8 + v), yv = xch(qps, v);
-            in += u ? iv.y : iv.x;
-            z = (v == nseg - 1 ? aT : a8) * z + (u ? yv.y : yv.x);
-          }
-          ibn[u] = in, zsum[u] = z;
+    // The per-latent outputs, over four warps (until round 23 warp 0 alone, both latents and all
+    // three, while the other seven waited at the next item's first barrier: 8 % of the warps' stall
+    // samples at BDH-8k). Warp 2 j + u takes its lanes' latent x0 + u: j = 0 dap, j = 1 Zs and Bsum.
+    // Each value by the same operations in the same order as before.
+    if (warp < 4) {
+      const int u = warp & 1, l = x0 + u, nseg = (Cn + 7) / 8;
+      const float au = u ? a[1] : a[0];  // (a select: a[u] at a runtime u would put a[] on the stack)
+      const int64_t o = cb + l;
+      if (l0 + l < d.L) {
+        if (warp < 2) {  // dap: HdH's share, the warps' shares of da, the segments' shares of ibn (in order)
+          float x = dpow(au, Cn) * S.hdh[l];
+          for (int w = 0; w < 8; ++w) x += S.red[w][l];
+          float in = 0.0f;
+          for (int v = 0; v < nseg; ++v) in += qps[8 + v][l];
+          dap[o] = x + in;
+        } else {  // zsum by Horner over the segments (as version 4); B's share from warp 0 (ns's row 0)
+          const float a8 = ipow64(au, 8), aT = ipow64(au, Cn - 8 * (nseg - 1));
+          float z = 0.0f;
+          for (int v = 0; v < nseg; ++v) z = (v == nseg - 1 ? aT : a8) * z + qps[v][l];
+          Zs[o] = z;
+          Bsum[o] = ns[0][l];
         }
-        const int64_t o = cb + x0 + u;
-        dap[o] = x + ibn[u];
-        Bsum[o] = bsum[u];
-        Zs[o] = zsum[u];
       }
     }
   }
