@@ -459,6 +459,17 @@ static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 war
 // R = Cn - 16 (I + 1) (a^(Cn-1-i) = a^(15-i') a^R) by ipow64. The row phase then runs the FFMA
 // loops over the row's own sub-block only (j from 16 s(i), k up to 16 s(i) + 15) and
 // gw = (w + p) / (N + eps), av = u + avs, da += Qp dp.
+// Since round 23 each diagonal block's quadrant below its diagonal (rows i' = 8..15 × columns
+// j' = 0..7) is on the tensor cores too, as one more Horner step at distance 8 after the
+// sub-blocks': for rows i' >= 8, i-1-j = (i'-8) + (7-j') with j' < 8, so y1 <- a^8 y1 + f(8) y0 +
+// Mq K1d, y0 <- a^8 y0 + Mq K0d (K0d = q a^(7-j'), K1d = q f(7-j')) and the epilogue weighs y by
+// a^(i'-8), f(i'-8); for rows i' < 8 and k' >= 8, k-i-1 = (7-i') + (k'-8), so z <- a^8 z + Mq^T Zd
+// (Zd = Qp a^(k'-8)) weighed by a^(7-i'). With g = i' % 8 both halves of a block take a^g, f(g)
+// for y and a^(7-g) for z. One mma per pass serves both (A's fragments a0 = Mq^T for rows 0-7,
+// a3 = Mq for rows 8-15, B's rows 0-7 Zd and 8-15 K0d; a second for K1d); Mq's bf16 hi / lo goes
+// into the block's own unused quadrant above its diagonal (bwd_local_split_m). The row phase's
+// FFMA loops then cover the 8×8 diagonal blocks only (j from 8 (i / 8), k up to 8 (i / 8) + 7):
+// 224 of the 2016 pairs of a 64-row chunk instead of 480.
 // History: the products alone were version 3 (until a5227ea). Measured on the H200 (2db6e6c,
 // BDH-8k bfloat16, one backward of 32 pairs; Nsight Compute): version 3 2.12 ms against version
 // 2's 2.30, forward+backward 7.21 against 7.41 ms (long-T8192: 5.23 against 5.33). It issued 32.8k
@@ -554,6 +565,21 @@ __device__ __forceinline__ void bwd_local_split_m(Smem& S, int Cn) {
     t[c / 2] = hi;
     t[8 + c / 2] = lo;
   }
+  // The diagonal blocks' quadrants Mq[r][c] = M[16 I + 8 + r][16 I + c] (r, c < 8; round 23), as
+  // bf16 hi + lo into the same block's quadrant above the diagonal: row r at &ms[16 I + r][16 I + 8],
+  // 8 hi then 8 lo values (16 + 16 bytes: ldmatrix rows). Rows past Cn zero (columns are below rows).
+  if (threadIdx.x < 128) {
+    const int I = threadIdx.x / 32, e = threadIdx.x % 32, r = e / 4, c = 2 * (e % 4), i = 16 * I + 8 + r;
+    if (16 * I < Cn) {
+      const float2 x = *reinterpret_cast<const float2*>(&ms[i][16 * I + c]);
+      const bool ok = i < Cn;
+      uint32_t hi, lo;
+      split_pair(ok ? x.x : 0.0f, ok ? x.y : 0.0f, hi, lo);
+      uint32_t* t = reinterpret_cast<uint32_t*>(&ms[16 * I + r][16 * I + 8]);
+      t[c / 2] = hi;
+      t[4 + c / 2] = lo;
+    }
+  }
 }
 
 // Version 5's (from version 4) products between sub-blocks and their epilogue (see above); warp-uniform branches.
@@ -567,8 +593,9 @@ __device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P
   // B operands of every sub-block (rows k' = 2 qq + {0, 1, 8, 9}: m = 0, 1 in b0, m = 2, 3 in b1):
   // Y's K0 = q a^(15-k'), K1 = q f(15-k') of J = 0..2, Z's Q0 = Qp a^(k') of K = 1..3 (index K-1).
   uint32_t k0h[3][2], k0l[3][2], k1h[3][2], k1l[3][2], zh[3][2], zl[3][2];
+  float pZ[4];  // a^(k'), also the quadrants' Zd factors (m = 0, 1)
   {
-    float pY[4], fY[4], pZ[4];
+    float pY[4], fY[4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
       const int kp = 2 * qq + (m & 1) + 8 * (m >> 1);
@@ -613,6 +640,10 @@ __device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P
   };
   auto f2 = [](const float* x) { return *reinterpret_cast<const float2*>(x); };
   const float2 u2 = f2(&P.a16[1][lA]), f16 = f2(&P.f16[1][lA]);  // a^16, f(16) of the accumulators' latents
+  // the quadrants' Horner step (a^8, f(8)) and the epilogue's row powers, the same in every block
+  // and both halves: a^g, f(g) (y's) and a^(7-g) (z's), g the accumulators' row in its half
+  const float2 a8 = f2(&P.pt[8][lA]), f8 = f2(&P.ft[8][lA]);
+  const float2 pg2 = f2(&P.pt[g][lA]), fg2 = f2(&P.ft[g][lA]), pz2 = f2(&P.pt[7 - g][lA]);
   float dacc[2] = {};
 #pragma unroll
   for (int I = 0; I < 4; ++I) {
@@ -645,7 +676,32 @@ __device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P
       a_frag(true, I, K, ah, al);
       mma3(z, ah, al, zh[K - 1], zl[K - 1]);
     }
-    // accumulators 2 hr + u: row i' = g + 8 hr, latent lA + u (float2 accesses)
+    {  // the block's quadrant (see above): z's rows 0-7 and y0's rows 8-15 in one accumulator set,
+      // y1's rows 8-15 in another (its rows 0-7 meet B's zero rows)
+      const bf16* p = reinterpret_cast<const bf16*>(&ms[16 * I + (lane & 7)][16 * I + 8]) + ((lane >> 3) & 1) * 8;
+      uint32_t mq[4], mt[4];  // matrices 0, 1: Mq's hi, lo rows (2, 3: the same again); mt transposed
+      ldsm_x4(mq, p);
+      ldsm_x4_trans(mt, p);
+      const uint32_t ah[4] = {mt[0], 0u, 0u, mq[0]}, al[4] = {mt[1], 0u, 0u, mq[1]};
+      float xz[2], x0[2], x1[2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {  // (rows past Cn are zeros in qs, qps)
+        const int kp = 2 * qq + m;
+        const float qv = qs[16 * I + kp][lB];  // K0d, K1d: a^(7-k'), f(7-k'); Zd: a^(k') (pZ)
+        xz[m] = qps[16 * I + 8 + kp][lB] * pZ[m], x0[m] = qv * P.pt[7 - kp][lB], x1[m] = qv * P.ft[7 - kp][lB];
+      }
+      uint32_t b0h[2], b0l[2], b1h[2] = {0u, 0u}, b1l[2] = {0u, 0u};
+      split_pair(xz[0], xz[1], b0h[0], b0l[0]);
+      split_pair(x0[0], x0[1], b0h[1], b0l[1]);
+      split_pair(x1[0], x1[1], b1h[1], b1l[1]);
+      float t0[4] = {a8.x * z[0], a8.y * z[1], a8.x * y0[2], a8.y * y0[3]};
+      float t1[4] = {0.0f, 0.0f, a8.x * y1[2] + f8.x * y0[2], a8.y * y1[3] + f8.y * y0[3]};
+      mma3(t0, ah, al, b0h, b0l);
+      mma3(t1, ah, al, b1h, b1l);
+      z[0] = t0[0], z[1] = t0[1], y0[2] = t0[2], y0[3] = t0[3], y1[2] = t1[2], y1[3] = t1[3];
+    }
+    // accumulators 2 hr + u: row i' = g + 8 hr, latent lA + u (float2 accesses). y is based at the
+    // row's 8-row half (a^g, f(g)), z at its end (a^(7-g)).
     const int R = Cn - 16 * (I + 1);
     const float2 A2 = f2(&P.a16[I][lA]), F2 = f2(&P.f16[I][lA]), AR2 = f2(&P.ar[I][lA]), FR2 = f2(&P.fr[I][lA]);
 #pragma unroll
@@ -653,17 +709,19 @@ __device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P
       const int ip = g + 8 * hr, i = 16 * I + ip;
       if (i >= Cn) continue;
       const float2 W2 = f2(&S.w[i][lA]), U2 = f2(&S.u[i][lA]), q2 = f2(&qs[i][lA]), qp2 = f2(&qps[i][lA]);
-      const float2 pi2 = f2(&P.pt[ip][lA]), fi2 = f2(&P.ft[ip][lA]), pn2 = f2(&P.pt[15 - ip][lA]);
       // the last sub-block (R < 0): Cn-1-i < 16 from the tables, and no later sub-block (z = 0)
       const int nm = R >= 0 ? 15 - ip : Cn - 1 - i;
       const float2 pm2 = f2(&P.pt[nm][lA]), fm2 = f2(&P.ft[nm][lA]);
       float wo[2], uo[2];
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
-        const float W = u ? W2.y : W2.x, U = u ? U2.y : U2.x, pi = u ? pi2.y : pi2.x, fip = u ? fi2.y : fi2.x;
-        const float pn = u ? pn2.y : pn2.x, pm = u ? pm2.y : pm2.x, fm = u ? fm2.y : fm2.x;
-        const float A = u ? A2.y : A2.x, ar = u ? AR2.y : AR2.x;
-        const float ai = pi * A, fi = fip * A + pi * (u ? F2.y : F2.x);     // a^i, f(i)
+        const float W = u ? W2.y : W2.x, U = u ? U2.y : U2.x, pi = u ? pg2.y : pg2.x, fip = u ? fg2.y : fg2.x;
+        const float pn = u ? pz2.y : pz2.x, pm = u ? pm2.y : pm2.x, fm = u ? fm2.y : fm2.x;
+        const float A0 = u ? A2.y : A2.x, F0 = u ? F2.y : F2.x, ar = u ? AR2.y : AR2.x;
+        // a^b, f(b) of the half's first row b = 16 I + 8 hr (f(16 I + 8) = f(16 I) a^8 + a^(16 I) f(8))
+        const float A = hr ? A0 * (u ? a8.y : a8.x) : A0;
+        const float F = hr ? F0 * (u ? a8.y : a8.x) + A0 * (u ? f8.y : f8.x) : F0;
+        const float ai = pi * A, fi = fip * A + pi * F;                     // a^i, f(i) (i = b + g)
         const float an = R >= 0 ? pm * ar : pm;                             // a^(Cn-1-i)
         const float fn = R >= 0 ? fm * ar + pm * (u ? FR2.y : FR2.x) : fm;  // f(Cn-1-i)
         const float y0v = y0[2 * hr + u], y1v = y1[2 * hr + u], zv = z[2 * hr + u];
@@ -1329,12 +1387,12 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     float* gp = gcp + row0 * nlt + lt;  // gcp[bh][t][lt] at the chunk's token 0
 #pragma unroll 1
     for (int gi = 0; gi < 2; ++gi) {
-      // rows i0 .. i0 + 3: warp w's first group at 4 w, its second at 32 + 4 (w ^ 3), so that the
-      // two groups' positions m = i0 % 16 in their sub-block sum to 12 in every warp and each warp
-      // runs 3 four-step iterations of the gw loop (m / 4 per group) and 3 of the avs loop ((12 - m)
-      // / 4). Until round 23 both at 4 w + 32 gi: warps 3 and 7 ran 6 gw iterations, 0 and 4 six avs
-      // iterations, and the others waited for warps 3 and 7 at the row phase's barrier. (Rows past Cn:
-      // the second group's rows are all above the first's, so the first group past Cn ends both.)
+      // rows i0 .. i0 + 3: warp w's first group at 4 w, its second at 32 + 4 (w ^ 3), so that each
+      // warp has one group at the start of an 8-row block (one four-step iteration of the avs loop)
+      // and one in its second half (one of the gw loop). Until round 23 both at 4 w + 32 gi, with
+      // 16-row blocks: warps 3 and 7 ran 6 gw iterations, 0 and 4 six avs iterations, and the others
+      // waited for warps 3 and 7 at the row phase's barrier. (Rows past Cn: the second group's rows
+      // are all above the first's, so the first group past Cn ends both.)
       const int i0 = gi == 0 ? 4 * warp : 32 + 4 * (warp ^ 3);
       if (i0 >= Cn) break;
       float p[4][2] = {}, dp[4][2] = {};
@@ -1344,7 +1402,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         dp[r][1] = dp[r][1] * a[1] + p[r][1];
         p[r][1] = p[r][1] * a[1] + qj.y * m;
       };
-      for (int j0 = i0 & ~15; j0 < i0; j0 += 4) {  // (the row's own sub-block only, as version 4)
+      for (int j0 = i0 & ~7; j0 < i0; j0 += 4) {  // (the row's own 8-row block only: round 23's quadrants)
         float4 m[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) m[r] = *reinterpret_cast<const float4*>(&ms[i0 + r][j0]);
@@ -1366,7 +1424,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         avs[r][0] = avs[r][0] * a[0] + qk.x * m;
         avs[r][1] = avs[r][1] * a[1] + qk.y * m;
       };
-      int k = min(Cn - 1, i0 | 15);  // (up to the sub-block's end)
+      int k = min(Cn - 1, i0 | 7);  // (up to the 8-row block's end)
       for (; k >= i0 + 7; k -= 4) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
