@@ -526,7 +526,7 @@ template <int kVersion>
 using LocalSmemOf = std::conditional_t<kVersion == 5, LocalSmemV5, LocalSmem>;
 struct LocalPowTables {
   static constexpr int W = kLocalLT + kLocalPadV5;
-  float pt[17][W], ft[17][W];  // a^n, f(n), n = 0..16
+  float pt[16][W], ft[16][W];  // a^n, f(n), n = 0..15 (16 until round 23, unread)
   float a16[4][W], f16[4][W];  // a^(16 I), f(16 I)
   float ar[4][W], fr[4][W];    // a^R, f(R), R = Cn - 16 (I + 1) (0 where R < 0)
 };
@@ -721,13 +721,15 @@ __device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P
         // a^b, f(b) of the half's first row b = 16 I + 8 hr (f(16 I + 8) = f(16 I) a^8 + a^(16 I) f(8))
         const float A = hr ? A0 * (u ? a8.y : a8.x) : A0;
         const float F = hr ? F0 * (u ? a8.y : a8.x) + A0 * (u ? f8.y : f8.x) : F0;
-        const float ai = pi * A, fi = fip * A + pi * F;                     // a^i, f(i) (i = b + g)
+        // a^i W + a^g y0 = a^g X and f(i) W + f(g) y0 + a^g y1 = f(g) X + a^g Y (i = b + g, f(b + g) =
+        // f(b) a^g + a^b f(g)), X = a^b W + y0, Y = f(b) W + y1: 5 operations where a^i and f(i) first
+        // took 8 (round 23)
+        const float X = A * W + y0[2 * hr + u], Y = F * W + y1[2 * hr + u];
         const float an = R >= 0 ? pm * ar : pm;                             // a^(Cn-1-i)
         const float fn = R >= 0 ? fm * ar + pm * (u ? FR2.y : FR2.x) : fm;  // f(Cn-1-i)
-        const float y0v = y0[2 * hr + u], y1v = y1[2 * hr + u], zv = z[2 * hr + u];
-        wo[u] = ai * W + pi * y0v;
-        uo[u] = an * U + pn * zv;
-        dacc[u] += (u ? qp2.y : qp2.x) * (fi * W + fip * y0v + pi * y1v) + (u ? q2.y : q2.x) * U * fn;
+        wo[u] = pi * X;
+        uo[u] = an * U + pn * z[2 * hr + u];
+        dacc[u] += (u ? qp2.y : qp2.x) * (fip * X + pi * Y) + (u ? q2.y : q2.x) * U * fn;
       }
       *reinterpret_cast<float2*>(&S.w[i][lA]) = make_float2(wo[0], wo[1]);
       *reinterpret_cast<float2*>(&S.u[i][lA]) = make_float2(uo[0], uo[1]);
@@ -1265,12 +1267,15 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     {  // the power tables (in ns: the previous item's reads of it are done), as version 4; and N_0, a
       LocalPowTables& P = *reinterpret_cast<LocalPowTables*>(&ns[0][0]);
       const int R = Cn - 16 * (I + 1);
-      if (I == 0) {
-        float x = 1.0f, xp = 0.0f;
+      {  // a^n, f(n) for n = 4 I .. 4 I + 3: from a^(4 I - 1) by ipow64, then running products (until
+        // round 23 all of n = 0..16 by the threads of I = 0 alone, while the others waited)
+        const int n0 = 4 * I;
+        float xp = n0 > 0 ? ipow64(al, n0 - 1) : 0.0f;  // a^(n-1)
+        float x = n0 > 0 ? xp * al : 1.0f;              // a^n
 #pragma unroll
-        for (int n = 0; n <= 16; ++n) {
-          P.pt[n][xc] = x;
-          P.ft[n][xc] = float(n) * xp;  // f(n) = n a^(n-1), f(0) = 0
+        for (int k = 0; k < 4; ++k) {
+          P.pt[n0 + k][xc] = x;
+          P.ft[n0 + k][xc] = float(n0 + k) * xp;  // f(n) = n a^(n-1), f(0) = 0
           xp = x;
           x *= al;
         }
