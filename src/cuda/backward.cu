@@ -1206,7 +1206,6 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     bh += dbh + c2;
     b += db + carry_add(h, dh, c2, d.H);
   };
-  bool m_ahead = false;  // this item's M already fetched by the block's previous item (below)
   for (; bh < d.nbh; advance()) {
     const int Cn = c == nC - 1 ? CnLast : C, l0 = lt * LT;
     const int64_t row0 = bh * d.T + int64_t{c} * C;  // [bh][t] row of the chunk's token 0
@@ -1255,10 +1254,8 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     // commit groups, M's first: the scans and M's split wait for M only (cp_async_wait<1> below),
     // W and U (from DRAM) land under them, waited for before the products' barrier (round 23; until
     // then one group, whose wait before the scans was ~3 % of the warps' stall samples at BDH-8k).
-    // Since round 23 an item's M at C = 64 is fetched by the item before it in the block (m_ahead,
-    // after that item's row phase), and this group is then empty.
     const float* Mc = M + (bh * nC + c) * d.nsplit * C * C;
-    if (C == 64 && !m_ahead) {
+    if (C == 64) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) cp_async16_u32(m_dst + k * kStepMB, Mc + 4 * threadIdx.x + 1024 * k);
     }
@@ -1498,21 +1495,6 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     S.red[warp][x0] = da[0];
     S.red[warp][x0 + 1] = da[1];
     __syncthreads();
-    // The block's next item's M into ms (round 23), free from this barrier on (the row phase was
-    // its last reader; the scans, stores and tail below read no ms), so that its latency runs under
-    // them; its own commit group, the oldest at the next item's cp_async_wait<1>.
-    m_ahead = false;
-    if (C == 64) {
-      int lt_n = lt, c_n = c;
-      const int64_t bh_n = bh + dbh + carry_add(c_n, dc, carry_add(lt_n, dlt, 0, nlt), nC);
-      if (bh_n < d.nbh) {
-        const float* Mn = M + (bh_n * nC + c_n) * d.nsplit * C * C;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) cp_async16_u32(m_dst + k * kStepMB, Mn + 4 * threadIdx.x + 1024 * k);
-        cp_async_commit();
-        m_ahead = true;
-      }
-    }
     {  // the reverse scan over the segments (version 4's change 4, above bwd_local_split_m)
       const int s0 = 8 * warp, e0 = min(s0 + 8, Cn), nseg = (Cn + 7) / 8;
       if (s0 < Cn) {

@@ -246,8 +246,6 @@ mutants=(
   "bwd_local v5: the avs loop from the next 8-row block's end (the next block's pairs too)|src/cuda/backward.cu|int k = min(Cn - 1, i0 |int k = min(Cn - 1, 8 + i0 |deferred|caught||bwd_local v5"
   "bwd_local v5: the power tables' f(n) with a^n for a^(n-1)|src/cuda/backward.cu|P.ft[n0 + k][xc] = float(n0 + k) * xp;|P.ft[n0 + k][xc] = float(n0 + k) * x;|deferred|caught||bwd_local v5"
   "bwd_local v5: the power tables' a^n of group I from a^(4 I - 2)|src/cuda/backward.cu|float xp = n0 > 0 ? ipow64(al, n0 - 1) : 0.0f;|float xp = n0 > 0 ? ipow64(al, n0 - 2) : 0.0f;|deferred|caught||bwd_local v5"
-  "bwd_local v5: the next item's M fetched ahead from this item's chunk|src/cuda/backward.cu|const float* Mn = M + (bh_n * nC + c_n)|const float* Mn = M + (bh_n * nC + c)|deferred|caught||bwd_local v5"
-  "bwd_local v5: the block's first item taken as fetched ahead (its M never fetched)|src/cuda/backward.cu|bool m_ahead = false;  // this item's M|bool m_ahead = true;  // this item's M|deferred|caught||bwd_local v5"
   "bwd_local v5: the quadrant's Horner step without a^8 on z|src/cuda/backward.cu|float t0[4] = {a8.x * z[0], a8.y * z[1],|float t0[4] = {z[0], z[1],|deferred|caught||bwd_local v5"
   "bwd_local v5: the quadrant's y1 step without f(8) y0 (da's term)|src/cuda/backward.cu|a8.x * y1[2] + f8.x * y0[2]|a8.x * y1[2]|deferred|caught||bwd_local v5"
   "bwd_local v5: the quadrant's z fragment not transposed|src/cuda/backward.cu|const uint32_t ah[4] = {mt[0], 0u, 0u, mq[0]}|const uint32_t ah[4] = {mq[0], 0u, 0u, mq[0]}|deferred|caught||bwd_local v5"
