@@ -709,7 +709,7 @@ __device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P
       const int ip = g + 8 * hr, i = 16 * I + ip;
       if (i >= Cn) continue;
       const float2 W2 = f2(&S.w[i][lA]), U2 = f2(&S.u[i][lA]), q2 = f2(&qs[i][lA]), qp2 = f2(&qps[i][lA]);
-      // the last sub-block (R < 0): Cn-1-i < 16 from the tables, and no later sub-block (z = 0)
+      // the last sub-block (R < 0): Cn-1-i < 16 from the tables (z then holds the quadrant's terms only)
       const int nm = R >= 0 ? 15 - ip : Cn - 1 - i;
       const float2 pm2 = f2(&P.pt[nm][lA]), fm2 = f2(&P.ft[nm][lA]);
       float wo[2], uo[2];
@@ -797,11 +797,7 @@ __device__ __forceinline__ void bwd_local_v2(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, x0 = 2 * lane;
   const int64_t nlt = (d.L + LT - 1) / LT;
   // q: 4 latents a load where the rows are contiguous and aligned (BDH's case), else one.
-  const bool four = d.L % 4 == 0 && q.s[3] == 1 && q.s[2] % 4 == 0 && q.s[1] % 4 == 0 && q.s[0] % 4 == 0 &&
-                    reinterpret_cast<uintptr_t>(q.p) % (4 * sizeof(T)) == 0;
-  struct alignas(4 * sizeof(T)) Four {
-    T x[4];
-  };
+  const bool four = latent_groups_ok<T, 4>(d, q);
   auto four_at = [&](int k, int64_t l0, int Cn, int& i, int& x) {  // the k-th piece of the thread: row i, latent x
     const int idx = threadIdx.x + kLocalThreads * k;
     i = idx / (LT / 4), x = 4 * (idx % (LT / 4));
@@ -913,7 +909,7 @@ __device__ __forceinline__ void bwd_local_v2(
         int i, x;
         float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (four_at(k, l0, Cn, i, x)) {
-          const Four v4 = *reinterpret_cast<const Four*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
+          const Quad<T> v4 = *reinterpret_cast<const Quad<T>*>(static_cast<const T*>(q.p) + q.at(b, h, t0 + i, l0 + x));
           f = make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
         }
         *reinterpret_cast<float4*>(&qs[i][x]) = f;
@@ -1161,11 +1157,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
   const int CnLast = static_cast<int>(d.chunk_len(nC - 1));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, x0 = 2 * lane;
   // q: 4 latents a load where the rows are contiguous and aligned (BDH's case), else one.
-  const bool four = d.L % 4 == 0 && q.s[3] == 1 && q.s[2] % 4 == 0 && q.s[1] % 4 == 0 && q.s[0] % 4 == 0 &&
-                    reinterpret_cast<uintptr_t>(q.p) % (4 * sizeof(T)) == 0;
-  struct alignas(4 * sizeof(T)) Four {
-    T x[4];
-  };
+  const bool four = latent_groups_ok<T, 4>(d, q);
   const bool vec = d.L % 4 == 0;  // the float32 tiles by 16-byte pieces (else scalar)
   // The thread's pieces of a [64 tokens][64 latents] tile: rows pr + 16 k (k < 4), latents px .. px
   // + 3 (version 4's idx = tid + 256 k: i = idx / 16, x = 4 (idx % 16)); scalar path: latent xc,
@@ -1295,7 +1287,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
           f = make_float4(__uint_as_float(qr[k].x << 16), __uint_as_float(qr[k].x & 0xffff0000u),
                           __uint_as_float(qr[k].y << 16), __uint_as_float(qr[k].y & 0xffff0000u));
         } else {
-          const Four v4 = *reinterpret_cast<const Four*>(&qr[k]);
+          const Quad<T> v4 = *reinterpret_cast<const Quad<T>*>(&qr[k]);
           f = make_float4(to_float(v4.x[0]), to_float(v4.x[1]), to_float(v4.x[2]), to_float(v4.x[3]));
         }
         *reinterpret_cast<float4*>(&qs[pr + 16 * k][px]) = f;
@@ -2080,17 +2072,18 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     launch_kernel("gc_reduce_kernel", gc_reduce_kernel, grid_for(n * nT, 8), 256, 0, stream, d, gcp, gc);
     launch_kernel("bscan_kernel", bscan_kernel, grid_for(n * L, 256), 256, 0, stream, d, a32, gn, Bsum, Zs, Bend, daB,
                   dn0);
+    auto dq_final = [&](auto latents) {  // V latents per thread
+      constexpr int V = decltype(latents)::value;
+      launch_kernel("dq_final_kernel", dq_final_kernel<T, V>,
+                    grid_for(n * nC * ((L + V * kDqThreads - 1) / (V * kDqThreads))), kDqThreads, 0, stream, d, a32,
+                    dqp, gc, s, Bend, dq);
+    };
     if (norm_quads_ok<T>(d, dq))
-      launch_kernel("dq_final_kernel", dq_final_kernel<T, 4>,
-                    grid_for(n * nC * ((L + 4 * kDqThreads - 1) / (4 * kDqThreads))), kDqThreads, 0, stream, d, a32,
-                    dqp, gc, s, Bend, dq);
+      dq_final(std::integral_constant<int, 4>{});
     else if (norm_pairs_ok<T>(d, dq))
-      launch_kernel("dq_final_kernel", dq_final_kernel<T, 2>,
-                    grid_for(n * nC * ((L + 2 * kDqThreads - 1) / (2 * kDqThreads))), kDqThreads, 0, stream, d, a32,
-                    dqp, gc, s, Bend, dq);
+      dq_final(std::integral_constant<int, 2>{});
     else
-      launch_kernel("dq_final_kernel", dq_final_kernel<T, 1>, grid_for(n * nC * ((L + kDqThreads - 1) / kDqThreads)),
-                    kDqThreads, 0, stream, d, a32, dqp, gc, s, Bend, dq);
+      dq_final(std::integral_constant<int, 1>{});
     if (fork && quadratic) stream_wait(stream, s1);  // dvp
     {
       const int64_t rows = ((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT;

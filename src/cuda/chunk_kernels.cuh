@@ -221,6 +221,11 @@ template <typename X>
 struct alignas(2 * sizeof(X)) Pair {
   X x, y;
 };
+// Four adjacent elements, aligned to their size (one 8- or 16-byte access).
+template <typename X>
+struct alignas(4 * sizeof(X)) Quad {
+  X x[4];
+};
 
 // V adjacent latents of one token from p (V = 2: p aligned to 2 elements).
 template <int V, typename T>
@@ -242,10 +247,7 @@ __device__ __forceinline__ void load_latents(const T* p, float (&out)[V]) {
 template <int V, typename X>
 __device__ __forceinline__ void store_latents(X* p, const float (&x)[V]) {
   if constexpr (V == 4) {  // (p aligned to 4 elements: one 8- or 16-byte store)
-    struct alignas(4 * sizeof(X)) Quad {
-      X x[4];
-    };
-    *reinterpret_cast<Quad*>(p) = Quad{{from_float<X>(x[0]), from_float<X>(x[1]), from_float<X>(x[2]), from_float<X>(x[3])}};
+    *reinterpret_cast<Quad<X>*>(p) = Quad<X>{{from_float<X>(x[0]), from_float<X>(x[1]), from_float<X>(x[2]), from_float<X>(x[3])}};
   } else if constexpr (V == 2 && std::is_same_v<X, __nv_bfloat16>) {
     *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x[0], x[1]);
   } else if constexpr (V == 2) {
@@ -273,7 +275,7 @@ __device__ __forceinline__ void load_tokens(const T*& p, int64_t stride, int n, 
 // Whether q's latents can be read (or written) in aligned groups of V: unit latent stride, the
 // other strides, L and the pointer in multiples of V.
 template <typename T, int V>
-inline bool latent_groups_ok(const Dims& d, const Str4& q) {
+__host__ __device__ inline bool latent_groups_ok(const Dims& d, const Str4& q) {
   return q.s[3] == 1 && q.s[0] % V == 0 && q.s[1] % V == 0 && q.s[2] % V == 0 && d.L % V == 0 &&
          reinterpret_cast<uintptr_t>(q.p) % (V * sizeof(T)) == 0;
 }
