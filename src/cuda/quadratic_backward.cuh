@@ -515,60 +515,102 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
   const uint32_t a_op = s0 + kOpB + a_lane;
   const int nC = static_cast<int>(d.nC), nsteps = nC > 0 ? nC - 1 : 0, C = static_cast<int>(d.C);
   const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
-  const int64_t nlt = (d.Lp + kQrLT - 1) / kQrLT;
+  const int64_t nlt = (d.Lp + kQrLT - 1) / kQrLT, nitems = d.nbh * d.nC * nlt;
   auto src_bytes = [](int lim, int k) { return 16 * k < lim ? 16u : 0u; };
-  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlt; item += gridDim.x) {
-    const int64_t bh = item / (d.nC * nlt), l0 = (item % nlt) * kQrLT;
-    const int K = static_cast<int>((item / nlt) % d.nC);
-    const int64_t h = d.h_of(bh), tK = int64_t{K} * d.C;
-    const int CnK = static_cast<int>(d.chunk_len(K));
-    const bool col_ok = l0 + 8 * oc < d.Lp;
-    const int lim_full = col_ok ? C - orow : 0, lim_last = col_ok ? CnLast - orow : 0;
-    const int64_t tile0 = bh * d.T * d.Lp + l0 + o_src;
-    const int64_t mb = bh * cross_pairs(d.nC) * (kQB * kQB) + mr * kQB + 8 * mc;
-    auto fetch = [&](int s, int st) {  // step s's tiles into stage st; past the last step an empty group
-      if (s >= nsteps) {
-        cp_async_commit();
-        return;
-      }
-      const bool w = s < K;
-      const int I = w ? K : nC - 1 - (s - K), J = w ? s : K;
-      const int64_t blk = mb + static_cast<int64_t>(I * (I - 1) / 2 + J) * (kQB * kQB);
-      const uint32_t so = st * kStage;
-      cp_async16_u32(m_dst + so, Mhi + blk);
-      cp_async16_u32(m_dst + so + 32 * 128, Mhi + blk + 32 * kQB);
-      cp_async16_u32(m_dst + so + kLoB, Mlo + blk);
-      cp_async16_u32(m_dst + so + kLoB + 32 * 128, Mlo + blk + 32 * kQB);
-      const int c = w ? J : I;
-      const int lim = c == nC - 1 ? lim_last : lim_full;
-      const int64_t oo = tile0 + c * cstride;
+  if (nitems == 0) return;
+  // An item's place (bh, K, 128-latent tile lt), item = (bh nC + K) nlt + lt, and h of bh. A
+  // block's items are blockIdx.x + n gridDim.x (a persistent grid: launch_quadratic_backward),
+  // walked by carries (carry_add) instead of 64-bit divisions per item.
+  struct Place {
+    int64_t bh;
+    int h, K, lt;
+  };
+  const int nlt32 = static_cast<int>(nlt), H = static_cast<int>(d.H);
+  auto place_of = [&](int64_t item) {
+    Place p;
+    p.bh = item / (d.nC * nlt), p.K = static_cast<int>(item / nlt % d.nC), p.lt = static_cast<int>(item % nlt);
+    p.h = static_cast<int>(d.h_of(p.bh));
+    return p;
+  };
+  const Place stride = place_of(gridDim.x);
+  const int dh = static_cast<int>(stride.bh % H);
+  auto advance = [&](Place& p) {
+    const int c = carry_add(p.K, stride.K, carry_add(p.lt, stride.lt, 0, nlt32), nC);
+    p.bh += stride.bh + c;
+    carry_add(p.h, dh, c, H);
+  };
+  // the thread's operand pieces of an item at tile0 + c cstride; lim: the rows inside chunk c (piece
+  // k holds a token where 16 k < lim)
+  auto tile0_of = [&](const Place& p) { return p.bh * d.T * d.Lp + p.lt * kQrLT + o_src; };
+  auto lim_of = [&](const Place& p, int c) {
+    return p.lt * kQrLT + 8 * oc < d.Lp ? (c == nC - 1 ? CnLast : C) - orow : 0;
+  };
+  // The fetch cursor (place fp, step fs; fi counts the items) runs kStages - 1 steps ahead of the
+  // products across the block's items, so that an item's first steps find their tiles fetched
+  // under the previous item's last ones instead of waiting for them at its start. Every item has
+  // nsteps steps (whatever its K); one commit group per step, empty past the block's last item.
+  // fso: the stage it fills next.
+  int64_t fi = blockIdx.x;
+  Place fp = place_of(fi);
+  int fs = 0;
+  uint32_t fso = 0;
+  auto fetch_next = [&]() {
+    if (fi < nitems && nsteps > 0) {
+      const bool w = fs < fp.K;
+      const int I = w ? fp.K : nC - 1 - (fs - fp.K), J = w ? fs : fp.K;
+      const int64_t blk = (fp.bh * cross_pairs(d.nC) + I * (I - 1) / 2 + J) * (kQB * kQB) + mr * kQB + 8 * mc;
+      cp_async16_u32(m_dst + fso, Mhi + blk);
+      cp_async16_u32(m_dst + fso + 32 * 128, Mhi + blk + 32 * kQB);
+      cp_async16_u32(m_dst + fso + kLoB, Mlo + blk);
+      cp_async16_u32(m_dst + fso + kLoB + 32 * 128, Mlo + blk + 32 * kQB);
+      const int c = w ? J : I, lim = lim_of(fp, c);
+      const int64_t oo = tile0_of(fp) + c * cstride;
       const bf16* o = (w ? Kq : Xq) + oo;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) cp_async16_u32(s0 + so + o_off + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
+      for (int k = 0; k < 4; ++k) cp_async16_u32(s0 + fso + o_off + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
       if constexpr (kKeyLo) {
         if (w) {
           const bf16* ol = Kq_lo + oo;
 #pragma unroll
           for (int k = 0; k < 4; ++k)
-            cp_async16_u32(s0 + so + o_off + (kOpLoB - kOpB) + 16 * 128 * k, ol + k * o_step, src_bytes(lim, k));
+            cp_async16_u32(s0 + fso + o_off + (kOpLoB - kOpB) + 16 * 128 * k, ol + k * o_step, src_bytes(lim, k));
         }
       }
-      cp_async_commit();
-    };
-    __syncthreads();  // the previous item's shared memory is consumed
-    // a^C of the thread's accumulator rows lw + g, lw + g + 8 (version 3's aC values)
-    const int64_t la = l0 + lw + g;
-    const float f0 = la < d.L ? ipow(a32[h * d.L + la], C) : 0.0f;
-    const float f1 = la + 8 < d.L ? ipow(a32[h * d.L + la + 8], C) : 0.0f;
-    if (K >= 2) {  // the chunk's own Xq rows (HdH'), in the first step's commit group
-      const int lim = K == nC - 1 ? lim_last : lim_full;
-      const bf16* o = Xq + tile0 + K * cstride;
-#pragma unroll
-      for (int k = 0; k < 4; ++k)
-        cp_async16_u32(xk + (o_off - kOpB) + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
+      if (++fs == nsteps) {
+        fs = 0;
+        fi += gridDim.x;
+        advance(fp);
+      }
     }
+    cp_async_commit();
+    fso = fso + kStage == kStages * kStage ? 0u : fso + kStage;
+  };
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) fetch(s, s);  // (the first with xk's pieces)
+  for (int s = 0; s < kStages - 1; ++s) fetch_next();
+  uint32_t so = 0;  // the current step's stage (byte offset)
+  // a of the thread's accumulator rows for the block's next item, loaded an item ahead (at the
+  // item's start its a^C waited for these loads: 4.5 % of the stall samples at c347514)
+  auto load_a = [&](const Place& p, float (&a)[2]) {
+    const int64_t la = p.lt * kQrLT + lw + g;
+    a[0] = la < d.L ? __ldg(a32 + p.h * d.L + la) : 0.0f;
+    a[1] = la + 8 < d.L ? __ldg(a32 + p.h * d.L + la + 8) : 0.0f;
+  };
+  Place pl = place_of(blockIdx.x);  // the item's
+  float a_next[2] = {};
+  load_a(pl, a_next);
+  for (int64_t item = blockIdx.x; item < nitems; item += gridDim.x, advance(pl)) {
+    const int K = pl.K;
+    const int64_t bh = pl.bh, l0 = pl.lt * kQrLT, tK = int64_t{K} * d.C;
+    const int CnK = static_cast<int>(d.chunk_len(K));
+    // a^C of the thread's accumulator rows lw + g, lw + g + 8 (version 3's aC values; 0 past L)
+    const int64_t la = l0 + lw + g;
+    const float f0 = la < d.L ? ipow(a_next[0], C) : 0.0f;
+    const float f1 = la + 8 < d.L ? ipow(a_next[1], C) : 0.0f;
+    if (item + gridDim.x < nitems) {
+      Place next = pl;
+      advance(next);
+      load_a(next, a_next);
+    }
     // acc[4 j + 2 hf + c]: latent row lw + g + 8 hf, token 8 j + 2 q + c of chunk K
     float acc[32] = {}, dp[2][2] = {};  // dp[hf][half]: HdH's running dot over tokens 32 half ..
     auto store = [&](float* out) {
@@ -610,11 +652,21 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     };
     auto step = [&](int s, auto kind) {
       constexpr bool w = decltype(kind)::value;
-      const int st = s % kStages;
-      cp_async_wait<kStages - 2>();  // step s's pieces (this thread's) have landed
+      cp_async_wait<kStages - 2>();  // step s's pieces (this thread's) have landed (at s = 1, xk's too)
       fence_proxy_async();           // ... and are visible to the tensor cores' reads
-      __syncthreads();  // everyone's; and every warpgroup has waited for step s - 1's products
-      fetch(s + kStages - 1, (s + kStages - 1) % kStages);  // into the stage step s - 1 read
+      __syncthreads();  // everyone's; and every warpgroup has waited for the previous step's products
+      if (s == 0) {  // the chunk's own Xq rows (HdH', read from step 1 on: every warp is past the
+                     // previous item's last read of them), in a commit group of their own
+        if (K >= 2) {
+          const int lim = lim_of(pl, K);
+          const bf16* o = Xq + tile0_of(pl) + K * cstride;
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            cp_async16_u32(xk + (o_off - kOpB) + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
+        }
+        cp_async_commit();
+      }
+      fetch_next();  // into the stage the previous step read
       if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (version 3's terms and order)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -637,17 +689,17 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       }
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[4 * j] *= f0, acc[4 * j + 1] *= f0, acc[4 * j + 2] *= f1, acc[4 * j + 3] *= f1;
-      const uint64_t so = st * (kStage / 16);
+      const uint64_t sd = so / 16;
       // kRegA: the warp's 16 latent rows of the operand for the 4 k steps (and, float16's W steps,
       // of its remainders), read once by ldmatrix.trans and used by both passes (M hi, M lo), where
       // the tensor cores would read the tile from shared memory once per pass
       [[maybe_unused]] uint32_t af[4][4], af_lo[4][4];
       if constexpr (kRegA) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) ldsm_x4_trans_u32(af[k], a_op + st * kStage + k * 16 * 128);
+        for (int k = 0; k < 4; ++k) ldsm_x4_trans_u32(af[k], a_op + so + k * 16 * 128);
         if constexpr (w && kKeyLo) {
 #pragma unroll
-          for (int k = 0; k < 4; ++k) ldsm_x4_trans_u32(af_lo[k], a_op + (kOpLoB - kOpB) + st * kStage + k * 16 * 128);
+          for (int k = 0; k < 4; ++k) ldsm_x4_trans_u32(af_lo[k], a_op + (kOpLoB - kOpB) + so + k * 16 * 128);
         }
       }
       wgmma_fence_operand(acc);
@@ -658,32 +710,34 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
         if constexpr (kRegA)
           wgmma_m64n64k16_bf16_rs<kTransB>(acc, lo_a ? af_lo[k] : af[k], desc_b);
         else
-          wgmma_m64n64k16_bf16<1, kTransB>(acc, desc_a + so + (lo_a ? (kOpLoB - kOpB) / 16 : 0) + k * kAtoms2, desc_b);
+          wgmma_m64n64k16_bf16<1, kTransB>(acc, desc_a + sd + (lo_a ? (kOpLoB - kOpB) / 16 : 0) + k * kAtoms2, desc_b);
       };
       if constexpr (w) {  // [l][i] += sum_j Kq_J[j][l] M[i][j]: A = Kq^T (M-major), B = M^T (K-major)
 #pragma unroll
-        for (int k = 0; k < 4; ++k) product(k, false, desc_bw + so + k * kRow32);
+        for (int k = 0; k < 4; ++k) product(k, false, desc_bw + sd + k * kRow32);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) product(k, false, desc_bw + so + kLoB / 16 + k * kRow32);
+        for (int k = 0; k < 4; ++k) product(k, false, desc_bw + sd + kLoB / 16 + k * kRow32);
         if constexpr (kKeyLo) {
 #pragma unroll
-          for (int k = 0; k < 4; ++k) product(k, true, desc_bw + so + k * kRow32);
+          for (int k = 0; k < 4; ++k) product(k, true, desc_bw + sd + k * kRow32);
         }
       } else {  // [l][j] += sum_i Xq_I[i][l] M[i][j]: A = Xq^T (M-major), B = M (N-major)
 #pragma unroll
-        for (int k = 0; k < 4; ++k) product(k, false, desc_bu + so + k * kAtoms2);
+        for (int k = 0; k < 4; ++k) product(k, false, desc_bu + sd + k * kAtoms2);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) product(k, false, desc_bu + so + kLoB / 16 + k * kAtoms2);
+        for (int k = 0; k < 4; ++k) product(k, false, desc_bu + sd + kLoB / 16 + k * kAtoms2);
       }
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
+      so = so + kStage == kStages * kStage ? 0u : so + kStage;
     };
     for (int s = 0; s < K; ++s) step(s, std::true_type{});
     finish_w();  // (no step at all, nsteps = 0: K < 2, no xk, every commit group empty)
     for (int s = K; s < nsteps; ++s) step(s, std::false_type{});
     store(U);
   }
+  cp_async_wait<0>();  // (only empty groups are left)
 }
 
 // ---- dv: dv_J = sum_{I>J} P_IJ^T G_I + sum_{k>j in J} P[k][j] G_k, per (bh, J, 128 columns) ----
@@ -836,18 +890,30 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     launch_kernel("cross_values_mma_kernel", cv, grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem,
                   stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
   }
-  auto readback = [&](const char* name, auto kernel, int smem) {  // both kernels take the same arguments
+  // (persistent: quad_readback_wgmma's grid is as many blocks as fit at once, at most one per item,
+  // so that each block's fetch cursor runs on across its items)
+  auto readback = [&](const char* name, auto kernel, int smem, bool persistent) {  // the same arguments
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    launch_kernel(name, kernel, grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT)), kQrThreads, smem, stream, d,
-                  Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo);
+    int64_t max_blocks = 1 << 16;
+    if (persistent) {
+      int dev = 0, sms = 0, per_sm = 0;
+      RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+      RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kQrThreads, smem));
+      max_blocks = std::max<int64_t>(1, int64_t{sms} * per_sm);
+    }
+    launch_kernel(name, kernel, grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT), 1, max_blocks), kQrThreads,
+                  smem, stream, d, Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo);
   };
   if (readback_wgmma() && readback_rega())
-    readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, true>, quad_readback_wgmma_smem<kLo>());
+    readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, true>, quad_readback_wgmma_smem<kLo>(),
+             true);
   else if (readback_wgmma())
-    readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, false>, quad_readback_wgmma_smem<kLo>());
+    readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, false>, quad_readback_wgmma_smem<kLo>(),
+             true);
   else
     readback("quad_readback_mma_kernel", quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>,
-             quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>());
+             quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>(), false);
   auto qd = quad_dv_mma_kernel<kLo>;
   constexpr int qd_smem = quad_dv_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));
