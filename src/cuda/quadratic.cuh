@@ -403,12 +403,16 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
       cp_async_wait<NS - 2>();  // this thread's copies of tile kt have landed ...
       fence_proxy_async();      // ... and are visible to the tensor cores
       __syncthreads();          // ... and everyone's; the stage refilled next was last read before this
-      if (kt + NS - 1 < kt1) fetch(kt + NS - 1);
-      cp_async_commit();
-      if (kt + 1 < kt1) {  // fs[(kt + 1 - kt0) & 1] was last read before the barrier
-        factor(kt + 1);
-        if (kt + 2 < kt1) load_a(kt + 2);
-      }
+      // the next tiles' fetch and factors, issued under the first group's products (their
+      // instructions off the path from the barrier to the tensor cores)
+      auto refill = [&]() {
+        if (kt + NS - 1 < kt1) fetch(kt + NS - 1);
+        cp_async_commit();
+        if (kt + 1 < kt1) {  // fs[(kt + 1 - kt0) & 1] was last read before the barrier
+          factor(kt + 1);
+          if (kt + 2 < kt1) load_a(kt + 2);
+        }
+      };
       const int so = (kt - kt0) % NS;
       const float* f = fs + ((kt - kt0) & 1) * 4 * LT + 2 * wr * LT;  // the warpgroup's two combinations' factors
       const uint32_t xs = xa + so * kCwStage;
@@ -443,6 +447,7 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
           for (int wk = 0; wk < 2; ++wk)
             wgmma_m64n64k16_bf16_rs<0>(acc[wk], a[kk][wk], desc_k + sd + wk * (kCwTile / 16) + (KP * part + kk) * 2);
         wgmma_commit();
+        if (part == 0) refill();
         wgmma_wait<0>();
         wgmma_fence_operand(acc[0]);
         wgmma_fence_operand(acc[1]);
@@ -1061,7 +1066,6 @@ __global__ void __launch_bounds__(kFwThreads, 2)
       cp_async_wait<kDist - 1>();  // this step's pieces (this thread's) have landed ...
       fence_proxy_async();          // ... and are visible to the tensor cores' reads
       __syncthreads();  // everyone's; and every warpgroup has waited for the products that read fso
-      fetch_next();
       if (c > 0) {  // S <- a^Cn_c S before chunk c's first tokens (chunk 0 starts from S = 0)
         const float f0 = c == nC - 1 ? fLast[0] : fC[0], f1 = c == nC - 1 ? fLast[1] : fC[1];
 #pragma unroll
@@ -1076,6 +1080,7 @@ __global__ void __launch_bounds__(kFwThreads, 2)
         if constexpr (kLo) wgmma_m64k16_bf16<kN, 1, 1>(acc, desc_a + st + k * kKStep, desc_b + st + kLoStep + k * kKStep);
       }
       wgmma_commit();
+      fetch_next();  // under the products (its instructions off the path from the barrier to them)
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
       so = next_stage(so);
