@@ -879,7 +879,8 @@ void launch_diagonal_values(const Dims& d, const Operands16& o, float* M, cudaSt
 
 // The quadratic backward's products for one batch, after norm_scan (o.Xq, o.Kq), chunk_scores (P)
 // and pack_bf16 (o.vb, o.gb), with the cross scores in Pcross: W (to dqp), U, HdH' and dvp, what
-// bwd_local and dv_accumulate read. Grids: an item per block, grid-stride beyond 2^16 blocks.
+// bwd_local and dv_accumulate read. Grids: an item per block, grid-stride beyond 2^16 blocks
+// (quad_readback_wgmma: as many blocks as fit at once, a persistent grid).
 // kLo (float16): the split values' and keys' passes (o.vlo, o.glo, o.Kq_lo).
 // M: bwd_local's per-chunk M = G v^T ([bh][nC][nsplit][C][C], split 0), written here by
 // cross_values_mma's diagonal items. quad_dv_mma runs on dv_stream (the caller's stream, or a
