@@ -45,6 +45,8 @@ mutants=(
   "norm scores: warp 6's Kd_3 rows from the next 8 tokens' q|src/cuda/chunk_products.cuh|pair_floats<T>(staged_q(m), q0, q1);|pair_floats<T>(staged_q(8 + m), q0, q1);|deferred|caught||norm_scores"
   "norm scores: Kd_3 of tokens 8-15 not written in the staged fetch|src/cuda/chunk_products.cuh|          } else if (kKd3Moved \&\& warp == 7) {|          } else if (false) {|deferred|caught||norm_scores"
   "scores: the Kd rows of token k, not 7 - k, with a^k|src/cuda/chunk_products.cuh|          const int m = 7 - k, i = i0 + m;\n          const float v0 = y(m, 0) * p[0], v1 = y(m, 1) * p[1];\n          put_pair(W.kd8|          const int m = k, i = i0 + m;\n          const float v0 = y(m, 0) * p[0], v1 = y(m, 1) * p[1];\n          put_pair(W.kd8|deferred|caught||chunk_scores_mma"
+  "scores: the slot's zeros on every other row group|src/cuda/chunk_products.cuh|for (int i = threadIdx.x / 64; i < C; i += 4, pz += 4 * C)|for (int i = threadIdx.x / 64; i < C; i += 8, pz += 8 * C)|deferred|caught||chunk_scores_mma"
+  "scores: the slot's diagonal not zeroed|src/cuda/chunk_products.cuh|j >= i) *pz = 0.0f;|j > i) *pz = 0.0f;|deferred|caught||chunk_scores_mma"
   "norm scores: Xq's first power from the wrong squares|src/cuda/chunk_products.cuh|if (warp >> j \& 1) ap[e] *= sq[3 + j];|if (warp >> j \& 1) ap[e] *= sq[2 + j];|deferred|caught||norm_scores"
   "norm scores: the scores' Qp is Xq|src/cuda/chunk_products.cuh|const __nv_bfloat162 qp16 = __floats2bfloat162_rn(qp[0], qp[1]);|const __nv_bfloat162 qp16 = __floats2bfloat162_rn(qp[0] * ap[0], qp[1] * ap[1]);|deferred|caught||norm_scores"
   "norm scores: Kq rows not stepped|src/cuda/chunk_products.cuh|      krow -= d.Lp;\n|\n|deferred|caught||norm_scores"
