@@ -1667,8 +1667,8 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
     }
     // Every entry of the slot is written once: here the zeros (rows past Cn, the diagonal and
     // above), below the products'. Thread t takes column t % 64 of rows t / 64 + 4 k (C <= 64): no
-    // division by the runtime C, which cost ~20 instructions an entry, 16 entries a thread and item
-    // (about 5 % of norm_scores_mma's instructions at BDH-8k by that count).
+    // division by the runtime C for each of a thread's 16 entries an item (an integer division is
+    // some 20 instructions: by that estimate, not a profile, ~5 % of norm_scores_mma's at BDH-8k).
     static_assert(kMmaThreads == 256, "a column per thread, 4 rows apart (the slot is at most 64 × 64)");
     if (const int j = threadIdx.x % 64; j < C) {
       float* pz = Pc + threadIdx.x / 64 * C + j;
