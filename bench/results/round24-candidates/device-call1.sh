@@ -2,7 +2,8 @@
 # Round 24's candidates on the H200 (prepared in a session without a device; run from a checkout of
 # branch r24-candidates, .gpucarry/COMMIT its commit): quad_readback_wgmma's persistent grid and
 # cross-item fetch cursor, the refill under the products in quad_readback_wgmma, final_state_wgmma
-# and cross_scores_wgmma, norm_scores_mma's Kd_3 rows on warps 6 and 7. Builds this tree (/tmp/b,
+# and cross_scores_wgmma, norm_scores_mma's Kd_3 rows on warps 6 and 7, its shared running power and
+# P slot zeros without a division. Builds this tree (/tmp/b,
 # with tests) and main's sources (.gpucarry/base24/src = 55f4a1f's kernels, /tmp/bb, CLI only);
 # CUDA suites and sanitizers on the candidates, A/B, Nsight durations per kernel (each change is
 # in its own kernels, so the durations separate them), counters of the changed kernels.
