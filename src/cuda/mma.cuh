@@ -122,6 +122,14 @@ __device__ __forceinline__ void wgmma_fence_operand(float (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The same for A's registers of a wgmma from registers (..._rs): used after its wait, they stay
+// live (and theirs) until the products that read them are done, also where other code runs between
+// the commit and the wait (the refills issued under the products).
+template <int kN>
+__device__ __forceinline__ void wgmma_fence_operand(uint32_t (&a)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
 // D (64 × N) += A · B, bf16 operands, N = 64, 128 or 256 (N / 2 accumulators per thread). kTransA:
 // A stored M-major (each k's 64 m contiguous), else K-major; kTransB: B stored N-major, else K-major
 // (PTX's imm-trans-a / imm-trans-b). An N-major B wider than 64 is 64-wide tiles LBO bytes apart

@@ -451,6 +451,10 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
         wgmma_wait<0>();
         wgmma_fence_operand(acc[0]);
         wgmma_fence_operand(acc[1]);
+#pragma unroll
+        for (int kk = 0; kk < KP; ++kk)  // (live through the refill: see wgmma_fence_operand)
+#pragma unroll
+          for (int wk = 0; wk < 2; ++wk) wgmma_fence_operand(a[kk][wk]);
       }
     }
     cp_async_wait<0>();  // (only empty groups are left)

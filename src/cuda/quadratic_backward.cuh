@@ -736,6 +736,13 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       refill();
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
+      if constexpr (kRegA) {  // (live through the refill: see wgmma_fence_operand)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          wgmma_fence_operand(af[k]);
+          if constexpr (w && kKeyLo) wgmma_fence_operand(af_lo[k]);
+        }
+      }
       so = so + kStage == kStages * kStage ? 0u : so + kStage;
     };
     for (int s = 0; s < K; ++s) step(s, std::true_type{});

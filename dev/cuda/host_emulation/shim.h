@@ -458,6 +458,8 @@ inline void wgmma_fence() {}
 inline void fence_proxy_async() {}
 template <int kN>
 inline void wgmma_fence_operand(float (&)[kN]) {}
+template <int kN>
+inline void wgmma_fence_operand(uint32_t (&)[kN]) {}
 template <int kN, int kTransA, int kTransB>
 inline void wgmma_m64k16_bf16(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b) {
   emu::open_wgmma.push_back({d, desc_a, desc_b, kTransA, kTransB, kN});
