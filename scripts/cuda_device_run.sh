@@ -65,6 +65,8 @@ for s in $stages; do
       # AB_TREES other source trees (directories carried beside this one, each with a COMMIT file:
       # e.g. the base of a round); each gets its own build of the CLI, and AB_CASES are benchmarked
       # in every build in turn, AB_ROUNDS times (default 1), so that a drift of the clocks shows.
+      # AB_NCU_CASES (e.g. BDH-8k): then each build's kernel durations per case (Nsight Compute,
+      # one forward and one forward+backward, ncu_summary.py), sorted, to $OUT/ab-durations.txt.
       IFS=';' read -ra variants <<< "${AB_VARIANTS:-}"
       builds=("$B") labels=("$commit")
       for i in "${!variants[@]}"; do
@@ -90,6 +92,16 @@ for s in $stages; do
           echo "-- ${labels[$k]} (round $round)"
           timeout 120 ${builds[$k]}/tools/rhoscan bench --device cuda --cases ${AB_CASES:-BDH-8k,long-T8192} --backward \
             --repeats 5 --json $OUT/bench-ab.jsonl --commit "${labels[$k]}" 2>&1 | grep -E "^(BDH|long|step)"
+        done
+      done
+      ncu_cases=${AB_NCU_CASES:-}
+      for cs in ${ncu_cases//,/ }; do
+        for k in "${!builds[@]}"; do
+          csv=$OUT/ab-ncu-$k-$cs.csv
+          timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum --csv ${builds[$k]}/tools/rhoscan bench \
+            --device cuda --cases "$cs" --backward --repeats 1 > "$csv" 2>&1
+          { echo "-- ${labels[$k]} $cs"; python3 dev/cuda/ncu_summary.py "$csv" | sort -k4 -g -r | head -12; } |
+            tee -a $OUT/ab-durations.txt
         done
       done ;;
     source)

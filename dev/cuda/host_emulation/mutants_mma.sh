@@ -287,9 +287,6 @@ mutants=(
   "final state: sub-batches (past 2^30 pairs) with the decay of the batch's first head|src/cuda/quadratic.cuh|f(s, first, a32 + h0 * d.L, o);|f(s, first, a32, o);|deferred|caught||final_state_mma, sub-batches"
 )
 missed=0
-# --check-texts: only that every mutant's text is still in its file (a mutant whose text has gone
-# with a code change counts as missed in a full run, hours later; this takes a second: ctest's
-# emulation.mutant_texts)
 # --check-texts: only that every mutant's text is still in its file (a mutant whose text went with a
 # code change counts as missed in a full run, an hour later; eleven had gone stale that way before
 # round 23). It takes a fraction of a second: ctest's emulation.mutant_texts.
