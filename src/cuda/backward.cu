@@ -774,6 +774,26 @@ __device__ __forceinline__ void pow_run(float a, int n0, float (&pw)[5]) {
     pw[k] = x;
   }
 }
+// Version 5's power tables, the share of the threads of latent xc and quarter I (threadIdx.x / 64):
+// a^n, f(n) for n = 4 I .. 4 I + 3 from a^(4 I - 1) by ipow64, then running products (until round 23
+// all of n = 0..16 by the threads of I = 0 alone, while the others waited); a^(16 I), f(16 I); a^R,
+// f(R) for R = Cn - 16 (I + 1) (0 where R < 0).
+__device__ __forceinline__ void local_pow_tables(LocalPowTables& P, int xc, float al, int I, int R) {
+  const int n0 = 4 * I;
+  float xp = n0 > 0 ? ipow64(al, n0 - 1) : 0.0f;  // a^(n-1)
+  float x = n0 > 0 ? xp * al : 1.0f;              // a^n
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    P.pt[n0 + k][xc] = x;
+    P.ft[n0 + k][xc] = float(n0 + k) * xp;  // f(n) = n a^(n-1), f(0) = 0
+    xp = x;
+    x *= al;
+  }
+  P.a16[I][xc] = ipow64(al, 16 * I);
+  P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
+  P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
+  P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
+}
 __device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
 // Wr, Ur, HdHr (kReadback): W, U and <H, A_end> precomputed by chunk_readback_mma_kernel; Wr may
@@ -1258,24 +1278,19 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     if (I == 0) S.hdh[xc] = item_x;
     {  // the power tables (in ns: the previous item's reads of it are done), as version 4; and N_0, a
       LocalPowTables& P = *reinterpret_cast<LocalPowTables*>(&ns[0][0]);
-      const int R = Cn - 16 * (I + 1);
-      {  // a^n, f(n) for n = 4 I .. 4 I + 3: from a^(4 I - 1) by ipow64, then running products (until
-        // round 23 all of n = 0..16 by the threads of I = 0 alone, while the others waited)
-        const int n0 = 4 * I;
-        float xp = n0 > 0 ? ipow64(al, n0 - 1) : 0.0f;  // a^(n-1)
-        float x = n0 > 0 ? xp * al : 1.0f;              // a^n
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          P.pt[n0 + k][xc] = x;
-          P.ft[n0 + k][xc] = float(n0 + k) * xp;  // f(n) = n a^(n-1), f(0) = 0
-          xp = x;
-          x *= al;
+      // (Full chunks: I's exponents as constants, so that each ipow64 folds to its few products, the
+      // squares shared between them: the same multiplications in the same order, the same tables. A
+      // runtime exponent costs ipow64 its six predicated steps: ~100 instructions a thread per item.)
+      if (Cn == 64) {
+        switch (I) {
+          case 0: local_pow_tables(P, xc, al, 0, 48); break;
+          case 1: local_pow_tables(P, xc, al, 1, 32); break;
+          case 2: local_pow_tables(P, xc, al, 2, 16); break;
+          default: local_pow_tables(P, xc, al, 3, 0); break;
         }
+      } else {
+        local_pow_tables(P, xc, al, I, Cn - 16 * (I + 1));
       }
-      P.a16[I][xc] = ipow64(al, 16 * I);
-      P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
-      P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
-      P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
       if (I == 1) S.n0[xc] = item_x;
       if (I == 2) S.al[xc] = al;
     }
