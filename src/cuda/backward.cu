@@ -528,7 +528,7 @@ struct LocalPowTables {
   static constexpr int W = kLocalLT + kLocalPadV5;
   float pt[16][W], ft[16][W];  // a^n, f(n), n = 0..15 (16 until round 23, unread)
   float a16[4][W], f16[4][W];  // a^(16 I), f(16 I)
-  float ar[4][W], fr[4][W];    // a^R, f(R), R = Cn - 16 (I + 1) (0 where R < 0)
+  float ar[4][W], fr[4][W];    // a^R, f(R), R = Cn - 16 (I + 1) (1 and 0 where R < 0)
 };
 static_assert(sizeof(LocalPowTables) <= sizeof(LocalRowTiles<kLocalPadV5>::ns), "version 5's tables live in ns");
 
@@ -725,8 +725,9 @@ __device__ __forceinline__ void bwd_local_cross(Smem& S, const LocalPowTables& P
         // f(b) a^g + a^b f(g)), X = a^b W + y0, Y = f(b) W + y1: 5 operations where a^i and f(i) first
         // took 8 (round 23)
         const float X = A * W + y0[2 * hr + u], Y = F * W + y1[2 * hr + u];
-        const float an = R >= 0 ? pm * ar : pm;                             // a^(Cn-1-i)
-        const float fn = R >= 0 ? fm * ar + pm * (u ? FR2.y : FR2.x) : fm;  // f(Cn-1-i)
+        // a^(Cn-1-i), f(Cn-1-i); in the last sub-block (R < 0) the tables' a^R = 1 and f(R) = 0 make
+        // them pm and fm exactly (fm · 1 + pm · 0 = fm: all are >= 0), without a select per element
+        const float an = pm * ar, fn = fm * ar + pm * (u ? FR2.y : FR2.x);
         wo[u] = pi * X;
         uo[u] = an * U + pn * z[2 * hr + u];
         dacc[u] += (u ? qp2.y : qp2.x) * (fip * X + pi * Y) + (u ? q2.y : q2.x) * U * fn;
@@ -777,7 +778,7 @@ __device__ __forceinline__ void pow_run(float a, int n0, float (&pw)[5]) {
 // Version 5's power tables, the share of the threads of latent xc and quarter I (threadIdx.x / 64):
 // a^n, f(n) for n = 4 I .. 4 I + 3 from a^(4 I - 1) by ipow64, then running products (until round 23
 // all of n = 0..16 by the threads of I = 0 alone, while the others waited); a^(16 I), f(16 I); a^R,
-// f(R) for R = Cn - 16 (I + 1) (0 where R < 0).
+// f(R) for R = Cn - 16 (I + 1) (1 and 0 where R < 0).
 __device__ __forceinline__ void local_pow_tables(LocalPowTables& P, int xc, float al, int I, int R) {
   const int n0 = 4 * I;
   float xp = n0 > 0 ? ipow64(al, n0 - 1) : 0.0f;  // a^(n-1)
@@ -791,7 +792,7 @@ __device__ __forceinline__ void local_pow_tables(LocalPowTables& P, int xc, floa
   }
   P.a16[I][xc] = ipow64(al, 16 * I);
   P.f16[I][xc] = I > 0 ? float(16 * I) * ipow64(al, 16 * I - 1) : 0.0f;
-  P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 0.0f;
+  P.ar[I][xc] = R >= 0 ? ipow64(al, R) : 1.0f;  // (1, f(R) 0: what the products' epilogue needs there)
   P.fr[I][xc] = R > 0 ? float(R) * ipow64(al, R - 1) : 0.0f;
 }
 __device__ __forceinline__ float f4(const float4& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
