@@ -1357,9 +1357,13 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
     if (s0 < Cn) {
       const float2 n02 = *reinterpret_cast<const float2*>(&S.n0[x0]);
       Ns[0] = n02.x, Ns[1] = n02.y;
-      if (warp > 0) {
-        const float a8[2] = {ipow64(a[0], 8), ipow64(a[1], 8)};
-        for (int v = 0; v < warp; ++v) {
+      // the earlier segments by Horner in a^8, v ascending, unrolled with each step under v < warp:
+      // the loads of z issue together, where a loop of the warp's trip count waited for each in turn
+      // (warp 7's seven load latencies, before its walk, which the products' barrier waits for)
+      const float a8[2] = {ipow64(a[0], 8), ipow64(a[1], 8)};
+#pragma unroll
+      for (int v = 0; v < 7; ++v) {
+        if (v < warp) {  // (warp-uniform)
           const float2 zv = xch(S.red, v);
           Ns[0] = a8[0] * Ns[0] + zv.x;
           Ns[1] = a8[1] * Ns[1] + zv.y;
@@ -1538,10 +1542,15 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       if (s0 < Cn) {
         const float a8[2] = {ipow64(a[0], 8), ipow64(a[1], 8)};
         float cy[2] = {};
-        for (int v = nseg - 1; v > warp; --v) {
-          const float2 xv = xch(qs, v);
-          cy[0] = xv.x + a8[0] * cy[0];
-          cy[1] = xv.y + a8[1] * cy[1];
+        // the later segments, v descending, unrolled under v < nseg and v > warp (as the N walk's
+        // starts: warp 0 waited for six load latencies here, and everyone for warp 0 at the barrier)
+#pragma unroll
+        for (int v = 7; v > 0; --v) {
+          if (v < nseg && v > warp) {  // (warp-uniform)
+            const float2 xv = xch(qs, v);
+            cy[0] = xv.x + a8[0] * cy[0];
+            cy[1] = xv.y + a8[1] * cy[1];
+          }
         }
         float pw[2] = {1.0f, 1.0f};  // a^(e0-1-i)
         auto cstep = [&](int i) {
@@ -1602,15 +1611,22 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       const int64_t o = cb + l;
       if (l0 + l < d.L) {
         if (warp < 2) {  // dap: HdH's share, the warps' shares of da, the segments' shares of ibn (in order)
-          float x = dpow(au, Cn) * S.hdh[l];
+          // (f(Cn) by ipow64, branch-free: dpow's ipow loop has the same products; the segments'
+          // loops unrolled under v < nseg, their loads issued together: the other four warps wait for
+          // these at the next item's first barrier)
+          float x = float(Cn) * ipow64(au, Cn - 1) * S.hdh[l];  // (Cn >= 1)
           for (int w = 0; w < 8; ++w) x += S.red[w][l];
           float in = 0.0f;
-          for (int v = 0; v < nseg; ++v) in += qps[8 + v][l];
+#pragma unroll
+          for (int v = 0; v < 8; ++v)
+            if (v < nseg) in += qps[8 + v][l];
           dap[o] = x + in;
         } else {  // zsum by Horner over the segments (as version 4); B's share from warp 0 (ns's row 0)
           const float a8 = ipow64(au, 8), aT = ipow64(au, Cn - 8 * (nseg - 1));
           float z = 0.0f;
-          for (int v = 0; v < nseg; ++v) z = (v == nseg - 1 ? aT : a8) * z + qps[v][l];
+#pragma unroll
+          for (int v = 0; v < 8; ++v)
+            if (v < nseg) z = (v == nseg - 1 ? aT : a8) * z + qps[v][l];
           Zs[o] = z;
           Bsum[o] = ns[0][l];
         }
