@@ -1318,14 +1318,6 @@ struct NormScoreSmem : ScoreSmem {
   unsigned qst[2][64][32];  // (PairWord of a 16-bit T)
   float2 ast[2][8][32], nst[2][8][32];
 };
-// a^n from the squares sq[j] = a^(2^j) (n < 64), bitwise ipow(a, n): the same products in its order.
-__device__ __forceinline__ float pow_from_squares(const float (&sq)[6], int n) {
-  float r = 1.0f;
-#pragma unroll
-  for (int j = 0; j < 6; ++j)
-    if (n >> j & 1) r *= sq[j];
-  return r;
-}
 // norm_scores_mma's normaliser step for one tile (every thread of the block: it holds a barrier):
 // Qp of the thread's tokens i0 + m (m < 8, inside the chunk) and latents l, l + 1 into pc as bf16
 // pairs (norm_apply's bf16 Qp), and their Xq and Kq into the operands' rows (latents past L: q and
@@ -1344,19 +1336,34 @@ __device__ __forceinline__ void norm_scores_tile(NormScoreSmem& S, PairWord<bf16
   const int n = Cn - i0;                       // the segment's tokens in the chunk (8 or more: all)
   const int ex0 = n > 8 ? n - 8 : 0;           // Kq's exponent of token i0 + 7 (0 past the chunk)
   float a8[2], ap[2], pw[2];                   // a^8; a^i0 (Xq); a^ex0 (Kq)
+  float sq[2][6];                              // a^(2^j)
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
-    float sq[6];  // a^(2^j)
-    sq[0] = a[e];
+    sq[e][0] = a[e];
 #pragma unroll
-    for (int j = 1; j < 6; ++j) sq[j] = sq[j - 1] * sq[j - 1];
-    a8[e] = sq[3];
+    for (int j = 1; j < 6; ++j) sq[e][j] = sq[e][j - 1] * sq[e][j - 1];
+    a8[e] = sq[e][3];
     ap[e] = 1.0f;
 #pragma unroll
     for (int j = 0; j < 3; ++j)
-      if (warp >> j & 1) ap[e] *= sq[3 + j];
-    pw[e] = pow_from_squares(sq, ex0);
+      if (warp >> j & 1) ap[e] *= sq[e][3 + j];
+    pw[e] = 1.0f;
   }
+  // a^ex0 from the squares, bitwise ipow(a, ex0) (its products in its order), the low three bits
+  // under one warp-uniform branch: ex0 = Cn - 8 (warp + 1) has them of Cn alone, so every warp skips
+  // their three predicated products (and selects) a latent in full chunks
+  if (ex0 & 7) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int j = 0; j < 3; ++j)
+        if (ex0 >> j & 1) pw[e] *= sq[e][j];
+  }
+#pragma unroll
+  for (int e = 0; e < 2; ++e)
+#pragma unroll
+    for (int j = 3; j < 6; ++j)
+      if (ex0 >> j & 1) pw[e] *= sq[e][j];
   {
     float z[2] = {};
 #pragma unroll

@@ -37,6 +37,7 @@ mutants=(
   "scores: diagonal quadrant A rows 8-15 from the next block|src/cuda/chunk_products.cuh|ldsm_x4(af, A + (lane \\& 7) * kScS + k0 + 16 * kk|ldsm_x4(af, A + (lane \\& 15) * kScS + k0 + 16 * kk|deferred|caught"
   "scores: triangle sums to the wrong lanes|src/cuda/chunk_products.cuh|halving_step<2>(v, lane), halving_step<1>(v, lane);|halving_step<1>(v, lane), halving_step<2>(v, lane);|deferred|caught"
   "norm scores: N carried over a segment by a^4, not a^8|src/cuda/chunk_products.cuh|    a8[e] = sq[3];|    a8[e] = sq[2];|deferred|caught||norm_scores"
+  "norm scores: Kq's a^ex0 without its low three bits (their branch never taken)|src/cuda/chunk_products.cuh|  if (ex0 \& 7) {|  if (ex0 \& 0) {|deferred|caught||norm_scores"
   "norm scores: N at the segment's start from its own z too|src/cuda/chunk_products.cuh|for (int v = 0; v < warp; ++v) {|for (int v = 0; v <= warp; ++v) {|deferred|caught||norm_scores"
   "norm scores: no barrier before the segments' z are read|src/cuda/chunk_products.cuh|  __syncthreads();  // the segments' z (and|  // the segments' z (and|deferred|caught||norm_scores"
   "norm scores: N_0 of the next chunk|src/cuda/chunk_products.cuh|Nc + (bh * (d.nC + 1) + c) * d.L : nullptr;|Nc + (bh * (d.nC + 1) + c + 1) * d.L : nullptr;|deferred|caught||norm_scores"
