@@ -542,11 +542,15 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
   const uint32_t a_p = s0 + warp_mma_lane_a_tile<kSwizzle, false>(lane, wm, PS);
   const uint32_t b_v = s0 + kV + warp_mma_lane_b_tile<kSwizzle, false>(lane, wn, VS);
   const int C = static_cast<int>(d.C);
-  const int64_t net = d.Ep / ET, items = d.nbh * d.nC * net;
+  const int64_t net = d.Ep / ET, per_row = d.nbh * net, items = d.nC * per_row;
+  // Items in decreasing row block: item k has I = nC - 1 - k / (nbh net), so the blocks dispatched
+  // first (in blockIdx order) take the longest items (I + 1 steps each) and the short ones fill the
+  // multiprocessors as they free up. In (bh, I, columns) order (until round 25) the last blocks
+  // dispatched held a pair's I = nC - 1 items too, whose nC steps then ran after the others'.
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t bh = item / (d.nC * net), e0 = item % net * ET;
+    const int64_t rest = item % per_row, bh = rest / net, e0 = rest % net * ET;
     const int64_t vr = d.v_row(bh);  // V's row: bh, or its batch row (d.v_rows: Hv = 1)
-    const int I = static_cast<int>(item / net % d.nC), CnI = static_cast<int>(d.chunk_len(I));
+    const int I = static_cast<int>(d.nC - 1 - item / per_row), CnI = static_cast<int>(d.chunk_len(I));
     const int64_t t0 = int64_t{I} * C;
     float preg[4][4];  // this thread's P pieces of the next block: row (tid + 256 r) / 16, columns p .. p+3
     const int p = 4 * (tid % 16);
