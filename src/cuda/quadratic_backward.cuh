@@ -802,9 +802,11 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
   const uint32_t a_p = s0 + warp_mma_lane_a_tile<kSwizzle, true>(lane, wm, PS);
   const uint32_t b_g = s0 + kG + warp_mma_lane_b_tile<kSwizzle, false>(lane, wn, GS);
   const int C = static_cast<int>(d.C);
-  const int64_t net = d.Ep / kMmaET;
-  for (int64_t item = blockIdx.x; item < d.nbh * d.nC * net; item += gridDim.x) {
-    const int64_t bh = item / (d.nC * net), J = (item / net) % d.nC, e0 = (item % net) * kMmaET;
+  const int64_t net = d.Ep / kMmaET, per_col = d.nbh * net;
+  // Items in increasing column block J (nC - J steps each): the blocks dispatched first take the
+  // longest, as quadratic_output_mma's (until round 25 in (bh, J, columns) order).
+  for (int64_t item = blockIdx.x; item < d.nC * per_col; item += gridDim.x) {
+    const int64_t rest = item % per_col, bh = rest / net, J = item / per_col, e0 = (rest % net) * kMmaET;
     const int CnJ = static_cast<int>(d.chunk_len(J));
     const int64_t nsteps = d.nC - J;
     auto fetch = [&](int64_t s, int st) {
