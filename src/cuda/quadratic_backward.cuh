@@ -823,11 +823,42 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
       }
       cp_async_commit();
       const float* Pb = s == 0 ? P + (bh * d.nC + J) * d.nsplit * C * C : Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
-      for (int idx = threadIdx.x; idx < 64 * 64; idx += blockDim.x) {
-        const int i = idx / 64, j = idx % 64;
-        const bool ok = i < CnI && j < C && (s > 0 || j < i);
-        *reinterpret_cast<bf16*>(pt + tile_offset<kSwizzle>(i, j / 8, PS) + 2 * (j % 8)) =
-            __float2bfloat16_rn(ok ? Pb[i * C + j] : 0.0f);
+      // P's tile rounded to bf16, four pieces of 4 columns a thread (row idx / 16, columns 4 (idx %
+      // 16)), all four loaded before any is stored, by float4 where C is a multiple of 4. Until round
+      // 25 a blockDim-strided loop of one element per trip whose store waited for its load: sixteen
+      // load latencies in turn per step. The same values.
+      static_assert(kQdThreads == 256, "P's 64 × 64 tile: four pieces of 4 a thread");
+      float x[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) x[r][k] = 0.0f;
+        if (i < CnI && j < C) {
+          if (C % 4 == 0) {  // (j + 3 < C; blocks and rows 16-byte aligned)
+            const float4 w = *reinterpret_cast<const float4*>(Pb + i * C + j);
+            x[r][0] = w.x, x[r][1] = w.y, x[r][2] = w.z, x[r][3] = w.w;
+          } else {
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+              if (j + k < C) x[r][k] = Pb[i * C + j + k];
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
+        float y[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {  // (select, not multiply: a stray value outside never enters)
+          const bool ok = i < CnI && j + k < C && (s > 0 || j + k < i);
+          y[k] = ok ? x[r][k] : 0.0f;
+        }
+        const __nv_bfloat162 h01 = __floats2bfloat162_rn(y[0], y[1]), h23 = __floats2bfloat162_rn(y[2], y[3]);
+        uint2 w;
+        memcpy(&w.x, &h01, sizeof h01);
+        memcpy(&w.y, &h23, sizeof h23);
+        *reinterpret_cast<uint2*>(pt + tile_offset<kSwizzle>(i, j / 8, PS) + 2 * (j % 8)) = w;  // (8-byte aligned)
       }
     };
     float acc[2][4][4] = {};

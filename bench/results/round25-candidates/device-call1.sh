@@ -6,7 +6,8 @@
 # warps 6 and 7, its shared running power and P slot zeros without a division. Round 25: bwd_local's
 # power tables with constant exponents in full chunks, its epilogue without the last sub-block's
 # selects, its segment loops unrolled under their bounds; norm_scores_mma's a^ex0 without the low
-# bits' products in full chunks. Builds this tree (/tmp/b, with tests) and main's sources
+# bits' products in full chunks; quadratic_output_mma's and quad_dv_mma's longest items first and
+# quad_dv_mma's P tile loaded before it is stored. Builds this tree (/tmp/b, with tests) and main's sources
 # (.gpucarry/base24/src = 55f4a1f's kernels, main's since; /tmp/bb, CLI only); CUDA suites and
 # sanitizers on the candidates, A/B, Nsight durations per kernel (each change is in its own kernels,
 # norm_scores_mma's of both rounds together), counters of the changed kernels.

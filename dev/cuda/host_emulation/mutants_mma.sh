@@ -127,6 +127,8 @@ mutants=(
   "quadratic output: the V block of the next chunk|src/cuda/quadratic.cuh|const bf16* Vj = V + (vr * d.T + int64_t{J} * C) * d.Ep + e0;|const bf16* Vj = V + (vr * d.T + int64_t{J + (J < I)} * C) * d.Ep + e0;|deferred|caught"
   "quadratic output: the longest-first order's pair from the wrong digit of its remainder|src/cuda/quadratic.cuh|const int64_t rest = item % per_row, bh = rest / net,|const int64_t rest = item % per_row, bh = rest % d.nbh,|deferred|caught||quadratic_output_mma"
   "quad dv: the longest-first order's pair from the wrong digit of its remainder|src/cuda/quadratic_backward.cuh|const int64_t rest = item % per_col, bh = rest / net,|const int64_t rest = item % per_col, bh = rest % d.nbh,|deferred|caught||quad_dv"
+  "quad dv: P's float4 piece with its first two columns swapped|src/cuda/quadratic_backward.cuh|x[r][0] = w.x, x[r][1] = w.y,|x[r][0] = w.y, x[r][1] = w.x,|deferred|caught||quad_dv"
+  "quad dv: P's scalar pieces (C not a multiple of 4) all from the piece's first column|src/cuda/quadratic_backward.cuh|if (j + k < C) x[r][k] = Pb[i * C + j + k];|if (j + k < C) x[r][k] = Pb[i * C + j];|deferred|caught||quad_dv"
   "quadratic output: no wait for the next stage|src/cuda/quadratic.cuh|        cp_async_wait<1>();\n|\n|deferred|caught"
   "states: split stores' lo plane dropped|src/cuda/chunk_products.cuh|if (lo) hi = __floats2bfloat162_rn(|if (false) hi = __floats2bfloat162_rn(|deferred|caught"
   "cross values: the diagonal items dropped|src/cuda/quadratic_backward.cuh|const int64_t per_pair = npairs + (Mdiag != nullptr ? d.nC : 0);|const int64_t per_pair = npairs;|deferred|caught"
