@@ -3,7 +3,8 @@
 # kernels of src/cuda against float64 loops, on the CPU (see emulate_mma.cpp).
 #   dev/cuda/host_emulation/run_mma.sh [KERNEL_SUBSTRING]      (from anywhere)
 # EMU_CP_ASYNC=eager makes cp.async copy at issue time instead of at the wait (shim.h);
-# EMU_BOTH=1 runs both modes.
+# EMU_BOTH=1 runs both modes. EMU_DIGEST=1 prints a hash of each checked output's bits: two source
+# trees' runs, diffed, show whether a change meant to keep every output bit for bit does.
 set -eu
 cd "$(dirname "$0")/../../.."
 dir=$(mktemp -d)
