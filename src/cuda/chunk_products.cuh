@@ -1569,7 +1569,8 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
       }
       // The operand rows of tokens i = i0 + m: u = Qp a^m, v = q a^(7-m); Kd's exponent is
       // 16 (d-1) + 15 - (i mod 16), i.e. v times a^(16 (d-1)) (upper half) or a^(16 (d-1) + 8).
-      // The powers as a running product (a table of a^k cost 14 registers more).
+      // The powers as running products, Xs rows upwards and Kd rows downwards (a table of a^k
+      // cost 14 registers more).
       // kStaged: Kd_3's rows (tokens 0-15, warps 0 and 1's) are built by warps 6 and 7 from q in
       // shared memory (qst: every thread's copies have landed, the barrier in norm_scores_tile
       // after each thread's wait), by warps 0 and 1's operations in their order, so that the
@@ -1577,54 +1578,77 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
       // source profile of c347514 (round 23) 8 % of the stall samples waited at the barrier after
       // this phase, for warps 0 and 1. (qst[buf] is refilled only after the next tile's start.)
       constexpr bool kKd3Moved = kStaged;
-      // One running power p = a^k serves token k's Xs rows (u = Qp a^k) and token 7 - k's Kd rows
-      // (v = q a^k): the products of the two running powers that they had, one upwards and one
-      // downwards (the same values: 16 multiplications a tile less for every warp with Kd rows).
       if (upper8) {  // i mod 16 = 8 + m: Xs8 = u, Xs = u a^8, Kd_d = v a^(16 (d-1))
-        float f16[2], f32[2], p[2] = {1.0f, 1.0f};  // a^16, a^32, a^k
+        float pu[2] = {1.0f, 1.0f};  // a^m
 #pragma unroll
-        for (int e = 0; e < 2; ++e) f16[e] = a8[e] * a8[e], f32[e] = f16[e] * f16[e];
+        for (int m = 0; m < 8; ++m) {
+          const float u0 = x(m, 0) * pu[0], u1 = x(m, 1) * pu[1];
+          put_pair(W.xs8[8 * s16 + m], lane, u0, u1);
+          put_pair(W.xs[i0 + m], lane, u0 * a8[0], u1 * a8[1]);
+          pu[0] *= a[0], pu[1] *= a[1];
+        }
+        if (warp < 6) {  // Kd rows j < 48 (d = 1), < 32 (d = 2), < 16 (d = 3)
+          float f16[2], f32[2], pv[2] = {1.0f, 1.0f};  // a^16, a^32, a^(7-m)
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const float u0 = x(k, 0) * p[0], u1 = x(k, 1) * p[1];
-          put_pair(W.xs8[8 * s16 + k], lane, u0, u1);
-          put_pair(W.xs[i0 + k], lane, u0 * a8[0], u1 * a8[1]);
-          const int m = 7 - k, i = i0 + m;
-          if (warp < 6) {  // Kd rows j < 48 (d = 1), < 32 (d = 2), < 16 (d = 3)
-            const float v0 = y(m, 0) * p[0], v1 = y(m, 1) * p[1];
+          for (int e = 0; e < 2; ++e) f16[e] = a8[e] * a8[e], f32[e] = f16[e] * f16[e];
+#pragma unroll
+          for (int m = 7; m >= 0; --m) {
+            const int i = i0 + m;
+            const float v0 = y(m, 0) * pv[0], v1 = y(m, 1) * pv[1];
             put_pair(W.kd[score_kd_row(1) + i], lane, v0, v1);
             if (warp < 4) put_pair(W.kd[score_kd_row(2) + i], lane, v0 * f16[0], v1 * f16[1]);
             if (!kKd3Moved && warp < 2) put_pair(W.kd[score_kd_row(3) + i], lane, v0 * f32[0], v1 * f32[1]);
-          } else if (kKd3Moved && warp == 7) {  // Kd_3 of token 8 + m (warp 1's rows: v a^32)
+            pv[0] *= a[0], pv[1] *= a[1];
+          }
+        } else if (kKd3Moved && warp == 7) {  // Kd_3 of tokens 8 + m (warp 1's rows: v a^32)
+          float f32[2], pv[2] = {1.0f, 1.0f};
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float f16 = a8[e] * a8[e];
+            f32[e] = f16 * f16;
+          }
+#pragma unroll
+          for (int m = 7; m >= 0; --m) {
             float q0, q1;
             pair_floats<T>(staged_q(8 + m), q0, q1);
-            const float v0 = q0 * p[0], v1 = q1 * p[1];
+            const float v0 = q0 * pv[0], v1 = q1 * pv[1];
             put_pair(W.kd[score_kd_row(3) + 8 + m], lane, v0 * f32[0], v1 * f32[1]);
+            pv[0] *= a[0], pv[1] *= a[1];
           }
-          p[0] *= a[0], p[1] *= a[1];
         }
       } else {  // i mod 16 = m: Xs = u, Kd8 = v, Kd_d = v a^(16 (d-1) + 8)
-        float f24[2], f40[2], p[2] = {1.0f, 1.0f};  // a^24, a^40, a^k
+        float pu[2] = {1.0f, 1.0f};
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          put_pair(W.xs[i0 + m], lane, x(m, 0) * pu[0], x(m, 1) * pu[1]);
+          pu[0] *= a[0], pu[1] *= a[1];
+        }
+        float f24[2], f40[2], pv[2] = {1.0f, 1.0f};  // a^24, a^40, a^(7-m)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float f16 = a8[e] * a8[e];
           f24[e] = f16 * a8[e], f40[e] = f16 * f16 * a8[e];
         }
 #pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          put_pair(W.xs[i0 + k], lane, x(k, 0) * p[0], x(k, 1) * p[1]);
-          const int m = 7 - k, i = i0 + m;
-          const float v0 = y(m, 0) * p[0], v1 = y(m, 1) * p[1];
+        for (int m = 7; m >= 0; --m) {
+          const int i = i0 + m;
+          const float v0 = y(m, 0) * pv[0], v1 = y(m, 1) * pv[1];
           put_pair(W.kd8[8 * s16 + m], lane, v0, v1);
           if (warp < 6) put_pair(W.kd[score_kd_row(1) + i], lane, v0 * a8[0], v1 * a8[1]);
           if (warp < 4) put_pair(W.kd[score_kd_row(2) + i], lane, v0 * f24[0], v1 * f24[1]);
           if (!kKd3Moved && warp < 2) put_pair(W.kd[score_kd_row(3) + i], lane, v0 * f40[0], v1 * f40[1]);
-          if (kKd3Moved && warp == 6) {  // Kd_3 of token m (warp 0's rows: v a^40)
+          pv[0] *= a[0], pv[1] *= a[1];
+        }
+        if (kKd3Moved && warp == 6) {  // Kd_3 of tokens m (warp 0's rows: v a^40)
+          float pw[2] = {1.0f, 1.0f};
+#pragma unroll
+          for (int m = 7; m >= 0; --m) {
             float q0, q1;
             pair_floats<T>(staged_q(m), q0, q1);
-            put_pair(W.kd[score_kd_row(3) + m], lane, q0 * p[0] * f40[0], q1 * p[1] * f40[1]);
+            const float v0 = q0 * pw[0], v1 = q1 * pw[1];
+            put_pair(W.kd[score_kd_row(3) + m], lane, v0 * f40[0], v1 * f40[1]);
+            pw[0] *= a[0], pw[1] *= a[1];
           }
-          p[0] *= a[0], p[1] *= a[1];
         }
       }
       // the 8×8 triangle: pair (m, n) += Qp_m a^(m-1-n) q_n, the power by a running product
