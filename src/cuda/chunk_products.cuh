@@ -1552,12 +1552,6 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
         pair_floats<T>(qc[m], y0, y1);
         return e ? y1 : y0;
       };
-      // kStaged: the q pair of token i (any warp's) and this lane's latents, from this tile's stage
-      [[maybe_unused]] auto staged_q = [&](int i) {
-        PairWord<T> w{};
-        if constexpr (kStaged) memcpy(&w, &S.qst[buf][i][lane], sizeof w);
-        return w;
-      };
       if constexpr (kFused)
         norm_scores_tile<T>(S, pc, a, n0, y, d, bh, t0, static_cast<int>(l0 + 2 * lane), i0, Cn, Xq, Kq);
       if (!kStaged && kScoresEarlyFetch && l0 + LT < l_end) fetch(l0 + LT, 0);  // in flight during this tile's work
@@ -1571,13 +1565,6 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
       // 16 (d-1) + 15 - (i mod 16), i.e. v times a^(16 (d-1)) (upper half) or a^(16 (d-1) + 8).
       // The powers as running products, Xs rows upwards and Kd rows downwards (a table of a^k
       // cost 14 registers more).
-      // kStaged: Kd_3's rows (tokens 0-15, warps 0 and 1's) are built by warps 6 and 7 from q in
-      // shared memory (qst: every thread's copies have landed, the barrier in norm_scores_tile
-      // after each thread's wait), by warps 0 and 1's operations in their order, so that the
-      // heaviest warps build 4 rows a token instead of 5 and warps 6 and 7 their 2 plus 1: in the
-      // source profile of c347514 (round 23) 8 % of the stall samples waited at the barrier after
-      // this phase, for warps 0 and 1. (qst[buf] is refilled only after the next tile's start.)
-      constexpr bool kKd3Moved = kStaged;
       if (upper8) {  // i mod 16 = 8 + m: Xs8 = u, Xs = u a^8, Kd_d = v a^(16 (d-1))
         float pu[2] = {1.0f, 1.0f};  // a^m
 #pragma unroll
@@ -1597,22 +1584,7 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
             const float v0 = y(m, 0) * pv[0], v1 = y(m, 1) * pv[1];
             put_pair(W.kd[score_kd_row(1) + i], lane, v0, v1);
             if (warp < 4) put_pair(W.kd[score_kd_row(2) + i], lane, v0 * f16[0], v1 * f16[1]);
-            if (!kKd3Moved && warp < 2) put_pair(W.kd[score_kd_row(3) + i], lane, v0 * f32[0], v1 * f32[1]);
-            pv[0] *= a[0], pv[1] *= a[1];
-          }
-        } else if (kKd3Moved && warp == 7) {  // Kd_3 of tokens 8 + m (warp 1's rows: v a^32)
-          float f32[2], pv[2] = {1.0f, 1.0f};
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float f16 = a8[e] * a8[e];
-            f32[e] = f16 * f16;
-          }
-#pragma unroll
-          for (int m = 7; m >= 0; --m) {
-            float q0, q1;
-            pair_floats<T>(staged_q(8 + m), q0, q1);
-            const float v0 = q0 * pv[0], v1 = q1 * pv[1];
-            put_pair(W.kd[score_kd_row(3) + 8 + m], lane, v0 * f32[0], v1 * f32[1]);
+            if (warp < 2) put_pair(W.kd[score_kd_row(3) + i], lane, v0 * f32[0], v1 * f32[1]);
             pv[0] *= a[0], pv[1] *= a[1];
           }
         }
@@ -1636,19 +1608,8 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
           put_pair(W.kd8[8 * s16 + m], lane, v0, v1);
           if (warp < 6) put_pair(W.kd[score_kd_row(1) + i], lane, v0 * a8[0], v1 * a8[1]);
           if (warp < 4) put_pair(W.kd[score_kd_row(2) + i], lane, v0 * f24[0], v1 * f24[1]);
-          if (!kKd3Moved && warp < 2) put_pair(W.kd[score_kd_row(3) + i], lane, v0 * f40[0], v1 * f40[1]);
+          if (warp < 2) put_pair(W.kd[score_kd_row(3) + i], lane, v0 * f40[0], v1 * f40[1]);
           pv[0] *= a[0], pv[1] *= a[1];
-        }
-        if (kKd3Moved && warp == 6) {  // Kd_3 of tokens m (warp 0's rows: v a^40)
-          float pw[2] = {1.0f, 1.0f};
-#pragma unroll
-          for (int m = 7; m >= 0; --m) {
-            float q0, q1;
-            pair_floats<T>(staged_q(m), q0, q1);
-            const float v0 = q0 * pw[0], v1 = q1 * pw[1];
-            put_pair(W.kd[score_kd_row(3) + m], lane, v0 * f40[0], v1 * f40[1]);
-            pw[0] *= a[0], pw[1] *= a[1];
-          }
         }
       }
       // the 8×8 triangle: pair (m, n) += Qp_m a^(m-1-n) q_n, the power by a running product
