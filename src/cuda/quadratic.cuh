@@ -1074,6 +1074,7 @@ __global__ void __launch_bounds__(kFwThreads, 2)
       cp_async_wait<kDist - 1>();  // this step's pieces (this thread's) have landed ...
       fence_proxy_async();          // ... and are visible to the tensor cores' reads
       __syncthreads();  // everyone's; and every warpgroup has waited for the products that read fso
+      fetch_next();
       if (c > 0) {  // S <- a^Cn_c S before chunk c's first tokens (chunk 0 starts from S = 0)
         const float f0 = c == nC - 1 ? fLast[0] : fC[0], f1 = c == nC - 1 ? fLast[1] : fC[1];
 #pragma unroll
@@ -1088,7 +1089,6 @@ __global__ void __launch_bounds__(kFwThreads, 2)
         if constexpr (kLo) wgmma_m64k16_bf16<kN, 1, 1>(acc, desc_a + st + k * kKStep, desc_b + st + kLoStep + k * kKStep);
       }
       wgmma_commit();
-      fetch_next();  // under the products (its instructions off the path from the barrier to them)
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
       so = next_stage(so);

@@ -655,23 +655,18 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       cp_async_wait<kStages - 2>();  // step s's pieces (this thread's) have landed (at s = 1, xk's too)
       fence_proxy_async();           // ... and are visible to the tensor cores' reads
       __syncthreads();  // everyone's; and every warpgroup has waited for the previous step's products
-      // The refill, issued under this step's products (after them in issue order: its ~50
-      // instructions a thread are off the path from the barrier to the tensor cores): at s = 0 the
-      // chunk's own Xq rows (HdH', read from step 1 on: every warp is past the previous item's last
-      // read of them) in a commit group of their own, then the stage the previous step read.
-      auto refill = [&]() {
-        if (s == 0) {
-          if (K >= 2) {
-            const int lim = lim_of(pl, K);
-            const bf16* o = Xq + tile0_of(pl) + K * cstride;
+      if (s == 0) {  // the chunk's own Xq rows (HdH', read from step 1 on: every warp is past the
+                     // previous item's last read of them), in a commit group of their own
+        if (K >= 2) {
+          const int lim = lim_of(pl, K);
+          const bf16* o = Xq + tile0_of(pl) + K * cstride;
 #pragma unroll
-            for (int k = 0; k < 4; ++k)
-              cp_async16_u32(xk + (o_off - kOpB) + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
-          }
-          cp_async_commit();
+          for (int k = 0; k < 4; ++k)
+            cp_async16_u32(xk + (o_off - kOpB) + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
         }
-        fetch_next();
-      };
+        cp_async_commit();
+      }
+      fetch_next();  // into the stage the previous step read
       if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (version 3's terms and order)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -733,16 +728,8 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
         for (int k = 0; k < 4; ++k) product(k, false, desc_bu + sd + kLoB / 16 + k * kAtoms2);
       }
       wgmma_commit();
-      refill();
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
-      if constexpr (kRegA) {  // (live through the refill: see wgmma_fence_operand)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          wgmma_fence_operand(af[k]);
-          if constexpr (w && kKeyLo) wgmma_fence_operand(af_lo[k]);
-        }
-      }
       so = so + kStage == kStages * kStage ? 0u : so + kStage;
     };
     for (int s = 0; s < K; ++s) step(s, std::true_type{});
