@@ -6,7 +6,7 @@
 //             (scan_applies): chunk_scan_mma instead of the states and outputs, no chunk-state
 //             workspace (RHOSCAN_FORWARD_SCAN=0 at build time: the two kernels).
 //   quadratic (quadratic.cuh) the tensor-core dtypes with no initial rho, T <= kQuadraticMaxT,
-//             L >= 8 T and chunks of 64 (the measurements are at quadratic_shape): the whole lower
+//             L >= 2 T and chunks of 64 (the measurements are at quadratic_shape): the whole lower
 //             block-triangular score matrix instead of chunk-start states; the final state from
 //             final_state_mma.
 // RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic (environment, read per call) forces a path where it
@@ -40,7 +40,7 @@ inline bool norm_scores_on() { return env_switch("RHOSCAN_CUDA_NORM_SCORES", RHO
 
 // Whether the quadratic path applies: tensor-core dtype and no initial rho (rho_norm0 is fine: the
 // normaliser scan takes it); then by default, if built with RHOSCAN_QUADRATIC_FORWARD=1, where
-// quadratic_shape allows (quadratic.cuh: T, L >= 8 T, chunks of 64), or whatever
+// quadratic_shape allows (quadratic.cuh: T, L >= 2 T, chunks of 64), or whatever
 // RHOSCAN_CUDA_FORWARD_PATH says (chunked, or quadratic at any T and chunk; an unknown
 // value counts as unset).
 inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T, int64_t L, int64_t C) {

@@ -38,14 +38,22 @@ constexpr int64_t kQuadraticMaxT = RHOSCAN_QUADRATIC_MAX_T;
 //   backward, quadratic   1.56      2.03    2.05    1.84    5.54                    minus forward
 //   forward, chunked      0.40      0.58    0.68    0.63    2.03
 //   forward, quadratic    0.45      0.60    0.66    0.65    1.85
-// so the backward takes the quadratic path from L = T (RHOSCAN_QUADRATIC_MIN_L_PER_T, default 1)
-// and the forward from L = 8 T (RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T, default 8: within the spread
-// up to 4 T, 9 % faster at 16 T).
+// so the backward took the quadratic path from L = T and the forward from L = 8 T. Re-measured on
+// the H200 in round 26 with that round's kernels (849aaf1, the same shapes plus T = 1024, both paths
+// forced per call, bench/results/cuda-h200-2026-12-05.jsonl):
+//   L / T (B)                      1/2 (24)  1 (24)  2 (16)  4 (8)   16 (8)  1/2 at T = 1024 (12)
+//   forward, chunked               0.21      0.35    0.45    0.42    1.42    0.35     ms
+//   forward, quadratic             0.27      0.35    0.36    0.31    0.91    0.44
+//   forward+backward, chunked      0.92      1.46    1.82    1.83    6.59    1.44
+//   forward+backward, quadratic    0.93      1.25    1.37    1.18    3.73    1.60
+// so the backward keeps L = T (RHOSCAN_QUADRATIC_MIN_L_PER_T, default 1) and the forward now takes
+// the quadratic path from L = 2 T (RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T, default 2: equal at L = T,
+// 20-35 % faster from 2 T).
 #ifndef RHOSCAN_QUADRATIC_MIN_L_PER_T
 #define RHOSCAN_QUADRATIC_MIN_L_PER_T 1
 #endif
 #ifndef RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T
-#define RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T 8
+#define RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T 2
 #endif
 // The forward's quadratic path by default (0: only when RHOSCAN_CUDA_FORWARD_PATH=quadratic
 // forces it). On since final_state_mma made it faster than the chunked forward at BDH-8k (above).
