@@ -704,7 +704,7 @@ TEST_F(Cuda, SavedBufferReplacesTheRecomputation) {
   add(spec(1, 2, 1, 70, 200, 36, DType::bfloat16), 1, true, [](ProblemSpec& s) {
     s.initial_rho = s.initial_rho_norm = s.grad_rho_out = true;
   });
-  // chunk_scan_mma's forward (L = 256 < 8 T) saves P; the chunked backward reads it
+  // chunk_scan_mma's forward (L = 256 < 2 T) saves P; the chunked backward reads it
   add(spec(2, 2, 1, 200, 256, 40, DType::bfloat16), 3, false, [](ProblemSpec& s) { s.initial_rho_norm = true; });
   // 16 pairs × 33 chunks: P has one L split, so the forward writes it into the buffer directly
   add(spec(4, 4, 1, 2112, 256, 16, DType::bfloat16), 3, false, [](ProblemSpec&) {});
