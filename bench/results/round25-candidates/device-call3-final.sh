@@ -29,7 +29,7 @@ timeout 100 compute-sanitizer --tool racecheck --error-exitcode 9 $B/tests/test_
   --gtest_filter='Cuda.ReadbackKernelsMmaAndWgmmaAgree:Cuda.FinalStateKernelsMmaAndWgmmaAgree:Cuda.NormScoresMatchesNormApplyAndScores' > $OUT/racecheck.log 2>&1
 echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|PASSED|FAILED" $OUT/racecheck.log | head -3
 stage ab
-for r in 1 2; do
+for r in $(seq ${AB_ROUNDS:-2}); do
   for v in bb:55f4a1f b:$RHOSCAN_COMMIT; do
     echo "-- ${v#*:} round $r"
     timeout 70 /tmp/${v%%:*}/tools/rhoscan bench --device cuda --cases BDH-8k,BDH-base,long-T8192 \
