@@ -5,7 +5,7 @@
 # L = 2 T. Builds this tree (with tests) and main's sources (.gpucarry/base24/src, CLI only); the CUDA
 # suites, racecheck on the changed kernels' tests, two A/B rounds at BDH-8k, BDH-base,
 # long-T8192 and T = 512 with L = 2 T and 4 T (where the path rule changed). Carry .gpucarry (COMMIT,
-# gtest-src, base24/src); run as `bash bench/results/round25-candidates/device-call3-final.sh`.
+# gtest-src, base24/src); run as `bash bench/results/round26-h200-2026-12-05/device-call3-final.sh`.
 set -u
 export RHOSCAN_COMMIT=$(cat .gpucarry/COMMIT)
 B=/tmp/b

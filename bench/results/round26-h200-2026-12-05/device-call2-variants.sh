@@ -8,7 +8,7 @@
 # Variants: ns_lowbits (90d63d0), ns_pzeros (9f98147), ns_power (0d24e9a), ns_kd3 (cc77a53), refill
 # (5b97ec4 + 84820e0: the readback, final_state_wgmma, cross_scores_wgmma without the refill under
 # the products). Then one round of the quadratic paths' crossover on the branch's build while time
-# is left. Carry .gpucarry (COMMIT, var/); run as `bash bench/results/round25-candidates/device-call2-variants.sh`.
+# is left. Carry .gpucarry (COMMIT, var/); run as `bash bench/results/round26-h200-2026-12-05/device-call2-variants.sh`.
 set -u
 export RHOSCAN_COMMIT=$(cat .gpucarry/COMMIT)
 S=$OUT/summary.txt
