@@ -5,7 +5,8 @@
 
 Writes three PNG files (matplotlib; Debian's python3-matplotlib):
   cuda_builds.png      CUDA bfloat16 time of each benchmark case, build after build (log scale),
-                       with the issues' targets where they are given in milliseconds;
+                       with the issues' targets where they are given in milliseconds, about 30
+                       commits named and each measurement day's start marked;
   bdh8k_backends.png   BDH-8k (B8 H4 T512 L8192 E256) forward and forward+backward on every
                        backend and dtype, latest build of each, with the flash-linear-attention
                        composition of PERFORMANCE-NOTES.md for scale;
@@ -16,6 +17,7 @@ Only what the files hold is drawn: a case missing from a build is a gap, not a z
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -95,8 +97,23 @@ def plot_cuda_builds(rows, out):
                 ax.axhline(CUDA_TARGET_MS[(name[shape], direction)], color=colour, linestyle=style, linewidth=0.8,
                            alpha=0.6, label=f"target: {name[shape]} {direction}")
     ax.set_yscale("log")
-    ax.set_xticks(range(len(commits)), commits, rotation=45, ha="right")
-    ax.set_xlabel("build on the main line (commit, in the order measured)")
+    # over a hundred builds: every build a minor tick, about 30 of them named, and a dotted line with
+    # the date where a day's file (cuda-<machine>-<date>.jsonl) begins
+    step = max(1, -(-len(commits) // 30))
+    last = len(commits) - 1
+    named = [i for i in range(len(commits)) if (i % step == 0 and last - i >= step / 2) or i == last]
+    ax.set_xticks(range(len(commits)), minor=True)
+    ax.set_xticks(named, [commits[i] for i in named], rotation=45, ha="right", fontsize=8)
+    day = {}
+    for r in rows:
+        day.setdefault(r["commit"], r.get("_day"))
+    for i, c in enumerate(commits):
+        if day[c] and (i == 0 or day[c] != day[commits[i - 1]]):
+            ax.axvline(i - 0.5, color="grey", linestyle=":", linewidth=0.8)
+            ax.text(i - 0.3, 0.99, day[c][5:], transform=ax.get_xaxis_transform(), fontsize=7, va="top",
+                    color="grey")
+    ax.set_xlabel("build on the main line, in the order measured (every " +
+                  (f"{step}th " if step > 1 else "") + "commit named; dotted: a new day's measurements, MM-DD)")
     ax.set_ylabel("median time, ms (log)")
     ax.set_title("CUDA backend, bfloat16, H200: time per build (solid: forward or step, dashed: forward+backward)")
     ax.grid(True, which="both", alpha=0.3)
@@ -189,7 +206,10 @@ def main():
         rows = []
         for name in sorted(os.listdir(args.results)):
             if name.startswith(prefix) and name.endswith(".jsonl"):
-                rows += read_jsonl(os.path.join(args.results, name))
+                day = re.search(r"\d{4}-\d{2}-\d{2}", name)  # the files are one per measurement day
+                for r in read_jsonl(os.path.join(args.results, name)):
+                    r["_day"] = day.group(0) if day else None
+                    rows.append(r)
         return rows
 
     cuda, vulkan, cpu = load("cuda-"), load("vulkan-"), load("cpu-")

@@ -67,5 +67,21 @@ with tempfile.TemporaryDirectory() as tmp:
     check(done.returncode == 0, f"CPU-only results exited {done.returncode}: {done.stderr}")
     check(sorted(os.listdir(out)) == ["cpu_ratios.png"], f"CPU-only results wrote {sorted(os.listdir(out))}")
 
+    # 4. CUDA files with and without a date in their names (the build plot marks where each day's
+    #    file begins; a file without a date gets no mark): both plotted, builds from both drawn.
+    days = os.path.join(tmp, "days")
+    os.makedirs(days)
+    def row(commit, ms):
+        return json.dumps({"case": "BDH-8k", "B": 8, "H": 4, "T": 512, "L": 8192, "E": 256, "dtype": "bfloat16",
+                           "direction": "forward", "median_ms": ms, "commit": commit}) + "\n"
+    with open(os.path.join(days, "cuda-h200-2026-12-01.jsonl"), "w") as f:
+        f.write(row("aaaaaaa", 2.0) + row("bbbbbbb", 1.5))
+    with open(os.path.join(days, "cuda-undated.jsonl"), "w") as f:
+        f.write(row("ccccccc", 1.0))
+    out = os.path.join(tmp, "days-plots")
+    done = run(days, out)
+    check(done.returncode == 0, f"dated and undated CUDA files exited {done.returncode}: {done.stderr}")
+    check(os.path.exists(os.path.join(out, "cuda_builds.png")), "cuda_builds.png not written for dated and undated files")
+
 print("ok" if not failures else f"{len(failures)} check(s) failed")
 sys.exit(1 if failures else 0)
