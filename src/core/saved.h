@@ -20,10 +20,11 @@
 // default and L >= 8 T (16-bit inputs, no initial rho, C = 64, T <= 1024): there they are at most a
 // quarter of q's bytes, and the backward's cross_scores (about 0.3 ms at BDH-8k) need not run
 // again. (The forward takes that path from L = 2 T, where the scores would be up to q's bytes: from
-// 2 T to 8 T it does not save them and the backward computes them.) The intra-chunk scores (T C floats per pair) are reserved there and wherever the inputs
-// are 16-bit and L >= 4 C, where they are at most half of q's bytes: the backward's chunk_scores
-// (0.14 ms at B=1, H=4, T=8192, L=2048 and 0.04 ms at B=24, H=4, T=512, L=256 on the H200) need
-// not run either. s and Nc are always reserved (T + (nC + 1) L floats per pair, about 1/60 of q).
+// 2 T to 8 T it does not save them and the backward computes them.) The intra-chunk scores (T C
+// floats per pair) are reserved there and wherever the inputs are 16-bit and L >= 4 C, where they
+// are at most half of q's bytes: the backward's chunk_scores (0.14 ms at B=1, H=4, T=8192, L=2048
+// and 0.04 ms at B=24, H=4, T=512, L=256 on the H200) need not run either. s and Nc are always
+// reserved (T + (nC + 1) L floats per pair, about 1/60 of q).
 #pragma once
 
 #include <cstdint>

@@ -124,7 +124,7 @@ __device__ __forceinline__ void wgmma_fence_operand(float (&d)[kN]) {
 }
 // The same for A's registers of a wgmma from registers (..._rs): used after its wait, they stay
 // live (and theirs) until the products that read them are done, also where other code runs between
-// the commit and the wait (the refills issued under the products).
+// the commit and the wait (cross_scores_wgmma's refill, issued under its products).
 template <int kN>
 __device__ __forceinline__ void wgmma_fence_operand(uint32_t (&a)[kN]) {
 #pragma unroll
