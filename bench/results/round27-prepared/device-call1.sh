@@ -5,8 +5,9 @@
 # of two runs put the quadratic backward at ~0.66 against 0.71 ms at T = 512, L = T/2, while it lost
 # at T = 1024. (2) The figures not re-run in round 26: --save-keys, float16, the step. (3) Nsight
 # durations per kernel of main's kernels at BDH-8k and long-T8192 (round 26's kept combination has
-# none of its own). CLI only, about 5 minutes. Carry .gpucarry with COMMIT; run as
-# `bash bench/results/round27-prepared/device-call1.sh`.
+# none of its own), each with its DRAM bytes and warp instructions (round 27: how far each kernel is
+# from its own traffic floor, and what a fusion of two passes would save). CLI only, about 6 minutes.
+# Carry .gpucarry with COMMIT; run as `bash bench/results/round27-prepared/device-call1.sh`.
 set -u
 export RHOSCAN_COMMIT=$(cat .gpucarry/COMMIT)
 S=$OUT/summary.txt
@@ -33,8 +34,10 @@ timeout 60 $R bench --device cuda --cases BDH-8k --backward --repeats 5 --dtype 
 timeout 60 $R bench --device cuda --cases BDH-8k,BDH-base,long-T8192,step-8k --backward --repeats 5 --json $OUT/bench.jsonl --commit "$RHOSCAN_COMMIT" | grep -E "^(BDH|long|step)"
 stage ncu
 for cs in BDH-8k long-T8192; do
-  timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum --csv $R bench --device cuda --cases $cs --backward --repeats 1 > $OUT/ncu_$cs.csv 2>&1
-  echo "-- $cs"; python3 dev/cuda/ncu_summary.py $OUT/ncu_$cs.csv | sort -k4 -g -r | head -10
+  timeout 180 ncu --clock-control none --csv \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum \
+    $R bench --device cuda --cases $cs --backward --repeats 1 > $OUT/ncu_$cs.csv 2>&1
+  echo "-- $cs"; python3 dev/cuda/ncu_summary.py $OUT/ncu_$cs.csv | sort -k4 -g -r | head -14
 done
 stage end
 } 2>&1 | tee $S
