@@ -4,9 +4,10 @@
 # default (chunked below L = T): round 26's crossover forced both paths together, and the difference
 # of two runs put the quadratic backward at ~0.66 against 0.71 ms at T = 512, L = T/2, while it lost
 # at T = 1024. (2) The figures not re-run in round 26: --save-keys, float16, the step. (3) Nsight
-# durations per kernel of main's kernels at BDH-8k and long-T8192 (round 26's kept combination has
-# none of its own), each with its DRAM bytes and warp instructions (round 27: how far each kernel is
-# from its own traffic floor, and what a fusion of two passes would save). CLI only, about 6 minutes.
+# durations per kernel of main's kernels at BDH-8k, long-T8192 and BDH-base (round 26's kept
+# combination has none of its own), each with its DRAM bytes and warp instructions (round 27: how
+# far each kernel is from its own traffic floor, dev/cuda/traffic_floor.py, and what a fusion of two
+# passes would save). CLI only, about 6 minutes.
 # Carry .gpucarry with COMMIT; run as `bash bench/results/round27-prepared/device-call1.sh`.
 set -u
 export RHOSCAN_COMMIT=$(cat .gpucarry/COMMIT)
@@ -33,7 +34,7 @@ timeout 60 $R bench --device cuda --cases BDH-8k --backward --repeats 5 --save-k
 timeout 60 $R bench --device cuda --cases BDH-8k --backward --repeats 5 --dtype float16 --json $OUT/bench.jsonl --commit "$RHOSCAN_COMMIT" | grep -E "^BDH"
 timeout 60 $R bench --device cuda --cases BDH-8k,BDH-base,long-T8192,step-8k --backward --repeats 5 --json $OUT/bench.jsonl --commit "$RHOSCAN_COMMIT" | grep -E "^(BDH|long|step)"
 stage ncu
-for cs in BDH-8k long-T8192; do
+for cs in BDH-8k long-T8192 BDH-base; do
   timeout 180 ncu --clock-control none --csv \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum \
     $R bench --device cuda --cases $cs --backward --repeats 1 > $OUT/ncu_$cs.csv 2>&1
