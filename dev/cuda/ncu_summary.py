@@ -65,7 +65,7 @@ def lines(total, launches):
             moved = m[DRAM_READ] + m[DRAM_WRITE]
             rate = moved / m[DURATION] if m[DURATION] > 0 else 0.0
             line += (f"  DRAM {m[DRAM_READ] / 1e9:7.3f} GB read {m[DRAM_WRITE] / 1e9:7.3f} GB written"
-                     f" {rate / 1e12:5.2f} TB/s ({100 * rate / DRAM_PEAK:3.0f} % of 4.3)")
+                     f" {rate / 1e12:5.2f} TB/s ({100 * rate / DRAM_PEAK:3.0f} % of {DRAM_PEAK / 1e12:.1f})")
         for metric in INSTRUCTIONS:
             if metric in m:
                 line += f"  {m[metric] / 1e6:9.1f} M warp instructions"

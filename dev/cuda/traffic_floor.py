@@ -33,12 +33,17 @@ def paths(T, L):
     return FORCED.get("forward", forward), FORCED.get("backward", backward)
 
 
+def planes(B, H, T, L, E):
+    """Bytes of the [pairs][T][L] bf16 and float32 arrays and of a plane of bf16 chunk-start states."""
+    pairs, nC = B * H, (T + C - 1) // C
+    return pairs * T * L * 2, pairs * T * L * 4, pairs * nC * L * E * 2
+
+
 def passes(B, H, T, L, E, keys_saved=False):
     """[(direction, kernel, bytes read, bytes written)] of the forward and the backward, Hv = 1."""
     pairs, nC = B * H, (T + C - 1) // C
-    plane16 = pairs * T * L * 2           # q, Xq, Kq, dq: [pairs][T][L] bf16
-    plane32 = pairs * T * L * 4           # W (in dqp), U: [pairs][T][L] float32
-    states = pairs * nC * L * E * 2       # a plane of chunk-start states, bf16
+    # q, Xq, Kq, dq (bf16); W (in dqp), U (float32); a plane of chunk-start states (bf16)
+    plane16, plane32, states = planes(B, H, T, L, E)
     rho = pairs * L * E * 4               # the final state, float32
     ctx = pairs * T * E * 2               # the context (and G)
     Nc = pairs * (nC + 1) * L * 4         # the chunk-start normalisers
@@ -103,15 +108,15 @@ def fusions(B, H, T, L, E):
     any more, whatever the kernels' efficiency."""
     rows = passes(B, H, T, L, E)
     moved = lambda prefix: sum(r + w for _, name, r, w in rows if name.startswith(prefix))
-    pairs, nC = B * H, (T + C - 1) // C
-    plane16, plane32 = pairs * T * L * 2, pairs * T * L * 4
+    plane16, plane32, states = planes(B, H, T, L, E)
     out = [("the readback and bwd_local in one kernel (W, U on chip)", 4 * plane32),
            ("the forward's keys kept for the backward (no norm_apply)", moved("norm_apply")),
            ("norm_sums folded into norm_scores (q read once)", plane16)]
     forward, backward = paths(T, L)
     if forward == "quadratic":
         out.append(("cross_scores and final_state reading Kq once", plane16))
-    states = pairs * nC * L * E * 2
+    # the state planes of passes()' rows: the chunked forward writes one and reads it; the chunked
+    # backward writes two hi + lo pairs, reads one plane for dv and four for the readback
     state_traffic = (2 * states if forward == "chunked" else 0) + (9 * states if backward == "chunked" else 0)
     if state_traffic:
         # chunk-start states kept per window of 512 tokens (an eighth of the planes), the products
