@@ -506,6 +506,21 @@ static __global__ void cross_reduce_kernel(Dims d, float* Pcross, const float* p
   }
 }
 
+// Row i, columns p .. p + 3 of a C × C float32 block of scores at src, zeros at rows i >= n and
+// columns past C: one aligned float4 where C % 4 == 0 (blocks start at multiples of C C, rows of C).
+__device__ __forceinline__ void load_block_row4(const float* src, int i, int p, int C, int n, float (&x)[4]) {
+  x[0] = x[1] = x[2] = x[3] = 0.0f;
+  if (i < n && p < C) {
+    if (C % 4 == 0) {
+      const float4 w = *reinterpret_cast<const float4*>(src + i * C + p);
+      x[0] = w.x, x[1] = w.y, x[2] = w.z, x[3] = w.w;
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (p + k < C) x[k] = src[i * C + p + k];
+    }
+  }
+}
 // ---- quadratic output: c_I = sum_{J <= I} P_IJ V_J on tensor cores ---------------------------
 // A block's item is (bh, row block I, 128 columns of E): a 64 × 128 output tile (a 32×32 warp tile
 // per warp) contracted over the tokens of the column blocks J = 0 .. I, one C-token block per step:
@@ -569,17 +584,8 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i = (tid + kMmaThreads * r) / 16;
-        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (i < CnI && p < C) {
-          if (C % 4 == 0) {  // an aligned float4 (blocks start at multiples of C C, rows of C)
-            const float4 w = *reinterpret_cast<const float4*>(src + i * C + p);
-            x[0] = w.x, x[1] = w.y, x[2] = w.z, x[3] = w.w;
-          } else {
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-              if (p + k < C) x[k] = src[i * C + p + k];
-          }
-        }
+        float x[4];
+        load_block_row4(src, i, p, C, CnI, x);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {  // select, not multiply: what lies outside is never used
           const int j = p + k;
@@ -623,6 +629,160 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
       __syncthreads();
     }
     const int64_t b = d.b_of(bh), h = d.h_of(bh);
+    for_each_acc(acc, wm, wn, [&](int i, int ec, float& x) {
+      const int64_t e = e0 + ec;
+      if (i < CnI && e < d.E) store<OutT>(const_cast<void*>(out.p), out.at(b, h, t0 + i, e), x);
+    });
+  }
+}
+
+// ---- quadratic rows: a row block's cross scores and context in one kernel (short latent rows) ----
+// cross_scores (Pcross to global memory in float32, with L-split partials and their reduction) and
+// quadratic_output (Pcross read back) as one kernel where a pair's latent rows are short (Lp <=
+// kRowsMaxLp): a block's item is (bh, row block I, 128 columns of E), and it makes each P_IJ,
+// J < I, on chip,
+//   P_IJ = Xq_I · diag(a^((I-J-1) C)) · Kq_J^T    (contraction over Lp),
+// with the keys scaled in float32 and rounded to bf16 once (as cross_scores_mma scales them), rounds
+// it to bf16 (as quadratic_output rounds Pcross) and multiplies it into V_J at once; the diagonal
+// block is chunk_scores' P (split 0), as in quadratic_output. Pcross never reaches global memory, and
+// the forward's context takes one launch instead of three. Aimed at BDH-base (L = 256 = T / 2),
+// where the chunked forward's chunk_scan_mma (0.126 of 0.22 ms, a chain of 8 dependent chunk steps
+// per item) and the quadratic forward's small kernels are bound by latency, not by work: here an
+// item depends on no other, and a row block's steps are as many as its earlier chunks.
+// Costs: each of a pair's Ep / 128 column tiles makes its row's P_IJ again (twice at E = 256: the
+// scores' products 1.5 times the quadratic forward's at L = E), and Xq_I stays in shared memory for
+// the item (hence the bound on Lp).
+// Shared memory: Xq_I and Kq_J [64][Lp + 8] (rows padded by 8 bf16: conflict-free ldmatrix), V_J
+// [64][136], P_IJ [64][72] bf16, the factors a^((I-J-1) C) and a^C [Lp] float32: 94 KiB at Lp =
+// 256, two blocks per SM. One stage (the other block hides the fetches; a second stage of Kq_J and
+// V_J would leave one block per SM). Warps: the scores in 16 × 32 blocks (rows 16 (w % 4), columns
+// 32 (w / 4)) over all of Lp, the product with V in quadratic_output's 32 × 32 warp tiles.
+// Steps in decreasing J from the diagonal (d = I - J - 1 = 0, 1, ...: the factor a^(d C) by one
+// product per step from a^C, exponents >= 0, exact at a = 0 and 1), items in decreasing I (the
+// longest first, as quadratic_output). Rows past the chunk's tokens (the last chunk's tail, or C <
+// 64) enter as zeros, so no padding is read as an operand. Any chunk C <= 64; bfloat16 values only
+// (float16's lo pass would take the shared memory past two blocks per SM).
+constexpr int kRowsMaxLp = 256, kRowsPS = 64 + 8, kRowsVS = kMmaET + 8;
+// the dynamic shared memory of an item at Lp latents
+__host__ __device__ constexpr int quadratic_rows_smem(int64_t Lp) {
+  return static_cast<int>(2 * 64 * (Lp + 8) * 2 + 64 * kRowsVS * 2 + 64 * kRowsPS * 2 + 2 * Lp * 4);
+}
+static_assert(2 * (quadratic_rows_smem(kRowsMaxLp) + 1024) <= 228 * 1024, "quadratic_rows_mma: two blocks per SM");
+// where the kernel takes a batch (the launcher's caller checks the dtype)
+inline bool quadratic_rows_applies(const Dims& d) { return d.Lp <= kRowsMaxLp && d.C <= 64; }
+template <typename OutT>
+static __global__ void __launch_bounds__(kMmaThreads, 2)
+    quadratic_rows_mma_kernel(Dims d, const float* P, const bf16* Xq, const bf16* Kq, const bf16* V, const float* a32,
+                              Str4 out) {
+  grid_dependency_wait();
+  constexpr int ET = kMmaET, PS = kRowsPS, VS = kRowsVS;
+  const int Lp = static_cast<int>(d.Lp), XS = Lp + 8, C = static_cast<int>(d.C), cpr = Lp / 8;
+  // byte offsets: Xs [64][XS], Ks [64][XS], Vs [64][VS], Ps [64][PS] (bf16), then fpow, aC [Lp] float
+  const uint32_t kKs = 2 * 64 * XS, kVs = 2 * kKs, kPs = kVs + 2 * 64 * VS, kF = kPs + 2 * 64 * PS;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  float* fpow = reinterpret_cast<float*>(smem_raw + kF);  // a^(d C) of the step's d
+  float* aC = fpow + Lp;                                  // a^C
+  const uint32_t s0 = smem_addr(smem_raw);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;      // the output's warp tile
+  const int sm0 = 16 * (warp % 4), sn0 = 32 * (warp / 4);     // the scores' warp block
+  const uint32_t a_p = s0 + kPs + warp_mma_lane_a_tile<false, false>(lane, wm, PS);
+  const uint32_t b_v = s0 + kVs + warp_mma_lane_b_tile<false, false>(lane, wn, VS);
+  // the scores' ldmatrix rows at k0 = 0: A = Xs rows sm0 .., B = Ks rows (key tokens) sn0 ..
+  const uint32_t x_a = s0 + 2 * ((sm0 + (lane & 15)) * XS + (lane >> 4) * 8);
+  const uint32_t k_b = s0 + kKs + 2 * ((sn0 + (lane >> 4) * 8 + (lane & 7)) * XS + ((lane >> 3) & 1) * 8);
+  const int64_t net = d.Ep / ET, per_row = d.nbh * net, items = d.nC * per_row;
+  // rows r < n of a [64][Lp] operand tile from src's rows (Lp apart), the rest zero-filled
+  auto fetch_rows = [&](uint32_t dst, const bf16* src, int n) {
+    for (int idx = tid; idx < 64 * cpr; idx += kMmaThreads) {
+      const int r = idx / cpr, c8 = idx % cpr;
+      cp_async16_u32(dst + 2 * (r * XS + 8 * c8), src + int64_t{r < n ? r : n - 1} * Lp + 8 * c8, r < n ? 16u : 0u);
+    }
+  };
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t rest = item % per_row, bh = rest / net, e0 = rest % net * ET;
+    const int64_t vr = d.v_row(bh), h = d.h_of(bh);
+    const int I = static_cast<int>(d.nC - 1 - item / per_row), CnI = static_cast<int>(d.chunk_len(I));
+    const int64_t t0 = int64_t{I} * C;
+    // V_J's rows j < n at column tile e0 (the rest zero-filled)
+    auto fetch_v = [&](int J, int n) {
+      const bf16* Vj = V + (vr * d.T + int64_t{J} * C) * d.Ep + e0;
+      for (int idx = tid; idx < 64 * (ET / 8); idx += kMmaThreads) {
+        const int j = idx / (ET / 8), q8 = 8 * (idx % (ET / 8));
+        cp_async16_u32(s0 + kVs + 2 * (j * VS + q8), Vj + int64_t{j < n ? j : n - 1} * d.Ep + q8, j < n ? 16u : 0u);
+      }
+    };
+    float acc[2][4][4] = {};
+    __syncthreads();  // the previous item's tiles are consumed
+    fetch_rows(s0, Xq + (bh * d.T + t0) * Lp, CnI);
+    fetch_v(I, CnI);
+    cp_async_commit();
+    // a^C of the item's latents by ipow's squares (latents past L: a = 0, their keys are 0 anyway)
+    for (int l = tid; l < Lp; l += kMmaThreads) aC[l] = ipow(l < d.L ? a32[h * d.L + l] : 0.0f, C);
+    // the diagonal block: P_II[i'][j'] (split 0) for j' < i' < CnI into Ps as bf16, zeros elsewhere
+    // (quadratic_output's fetch and rounding of its J = I step)
+    {
+      const float* src = P + (bh * d.nC + I) * d.nsplit * C * C;
+      const int p = 4 * (tid % 16);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = (tid + kMmaThreads * r) / 16;
+        float x[4];
+        load_block_row4(src, i, p, C, CnI, x);
+        float y[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) y[k] = i < CnI && p + k < i ? x[k] : 0.0f;  // select: the rest is never used
+        const __nv_bfloat162 w[2] = {__floats2bfloat162_rn(y[0], y[1]), __floats2bfloat162_rn(y[2], y[3])};
+        memcpy(smem_raw + kPs + 2 * (i * PS + p), w, sizeof w);
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // Xs, V_I, P_II, aC
+    warp_mma_32x32_tile<false, false, false, PS, VS, 64>(acc, a_p, b_v);
+    for (int J = I - 1; J >= 0; --J) {
+      const int dist = I - 1 - J;
+      __syncthreads();  // Ks, Vs, Ps consumed (the previous step's products)
+      fetch_rows(s0 + kKs, Kq + (bh * d.T + int64_t{J} * C) * Lp, C);
+      fetch_v(J, C);
+      cp_async_commit();
+      if (dist > 0)  // (d = 0: no factor)
+        for (int l = tid; l < Lp; l += kMmaThreads) fpow[l] = dist == 1 ? aC[l] : fpow[l] * aC[l];
+      cp_async_wait<0>();
+      __syncthreads();  // Ks, Vs and the factors
+      if (dist > 0) {   // the keys times a^(d C), rounded to bf16 once
+        for (int idx = tid; idx < 64 * cpr; idx += kMmaThreads) {
+          const int r = idx / cpr, c8 = idx % cpr;
+          uint4* kp = reinterpret_cast<uint4*>(smem_raw + kKs + 2 * (r * XS + 8 * c8));
+          const float4 f0 = *reinterpret_cast<const float4*>(fpow + 8 * c8);
+          const float4 f1 = *reinterpret_cast<const float4*>(fpow + 8 * c8 + 4);
+          uint4 k = *kp;
+          k.x = scale_bf16x2(k.x, make_float2(f0.x, f0.y)), k.y = scale_bf16x2(k.y, make_float2(f0.z, f0.w));
+          k.z = scale_bf16x2(k.z, make_float2(f1.x, f1.y)), k.w = scale_bf16x2(k.w, make_float2(f1.z, f1.w));
+          *kp = k;
+        }
+        __syncthreads();  // the scaled keys
+      }
+      // P_IJ: the warp's 16 × 32 block over Lp
+      float pacc[4][4] = {};
+      for (int k0 = 0; k0 < Lp; k0 += 16) {
+        uint32_t af[4], bfr[2][4];
+        ldsm_x4_u32(af, x_a + 2 * k0);
+        ldsm_x4_u32(bfr[0], k_b + 2 * k0);
+        ldsm_x4_u32(bfr[1], k_b + 2 * (16 * XS + k0));
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) mma_bf16_16816(pacc[nt], af, bfr[nt / 2][2 * (nt % 2)], bfr[nt / 2][2 * (nt % 2) + 1]);
+      }
+      // rounded to bf16 into Ps (rows past CnI and columns past C are zeros: their operands were)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+          *reinterpret_cast<__nv_bfloat162*>(smem_raw + kPs + 2 * ((sm0 + g + 8 * hf) * PS + sn0 + 8 * nt + 2 * tq)) =
+              __floats2bfloat162_rn(pacc[nt][2 * hf], pacc[nt][2 * hf + 1]);
+      __syncthreads();  // Ps
+      warp_mma_32x32_tile<false, false, false, PS, VS, 64>(acc, a_p, b_v);
+    }
+    const int64_t b = d.b_of(bh);
     for_each_acc(acc, wm, wn, [&](int i, int ec, float& x) {
       const int64_t e = e0 + ec;
       if (i < CnI && e < d.E) store<OutT>(const_cast<void*>(out.p), out.at(b, h, t0 + i, e), x);
@@ -1239,6 +1399,18 @@ void launch_quadratic_output(const Dims& d, const float* P, const float* Pcross,
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   launch_kernel("quadratic_output_mma_kernel", kernel, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, smem,
                 stream, d, P, Pcross, o.vb, o.vlo, ctx);
+}
+
+// The context of one batch by quadratic_rows_mma (bfloat16 values; where quadratic_rows_applies).
+template <typename T>
+void launch_quadratic_rows(const Dims& d, const float* P, const Operands16& o, const float* a32, Str4 ctx,
+                           cudaStream_t stream) {
+  static_assert(!kSplitValues<T>, "quadratic_rows_mma: no lo pass for split values");
+  auto kernel = quadratic_rows_mma_kernel<T>;
+  RHOSCAN_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, quadratic_rows_smem(kRowsMaxLp)));
+  launch_kernel("quadratic_rows_mma_kernel", kernel, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads,
+                quadratic_rows_smem(d.Lp), stream, d, P, o.Xq, o.Kq, o.vb, a32, ctx);
 }
 
 // The final state's kernel: final_state_wgmma_kernel where wgmma_runs, unless built with

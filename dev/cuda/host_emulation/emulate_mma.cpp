@@ -8,7 +8,8 @@
 // chunk_states_mma + chunk_output_mma on the same inputs), chunk_readback_mma_kernel (version 2, bitwise against version 1,
 // chunk_readback_mma_v1_kernel), the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel (and launch_final_state's
-// sub-batches) and quadratic_output_mma_kernel,
+// sub-batches), quadratic_output_mma_kernel and quadratic_rows_mma_kernel (its cross scores and
+// context in one kernel),
 // the quadratic backward's kernels, and bwd_local_kernel's versions 2 and 5 (readback path), cut out
 // of src/cuda by extract.py --mma and run on the CPU through shim.h (ldmatrix, mma.sync, cp.async
 // emulated with their PTX fragment layouts; see the top of shim.h for what is and is not emulated).
@@ -499,14 +500,12 @@ bool quadratic_output_case(const Problem& p) {
   return check("context", doubles(out), ref, 1e-2) && same;
 }
 
-// ---- the quadratic forward's chain: chunk_scores_mma (bf16 Qp; its splits summed here, in order,
-//      as reduce_splits does), cross_scores_mma (2 splits) and quadratic_output_mma, against
-//      c_i = sum_{j<i} (sum_l Qp_i a^(i-1-j) q_j) v_j in float64 from Qp, q and v.
-bool quadratic_chain_case(const Problem& p) {
+// The diagonal blocks as the quadratic forward makes them: chunk_scores_mma on bf16 Qp, its splits
+// summed here, in order, as reduce_splits does (split 0 holds the sum; the others stay as written).
+std::vector<float> quadratic_diag_scores(const Problem& p) {
   const Dims& d = p.d;
-  const int64_t C = d.C, nC = d.nC, S = d.nsplit, plane = d.nbh * nC * nC * C * C;
-  auto P = nans<float>(d.nbh * nC * S * C * C), Pc = nans<float>(plane);
-  auto parts = nans<float>(std::max<int64_t>(1, plane));
+  const int64_t C = d.C, nC = d.nC, S = d.nsplit;
+  auto P = nans<float>(d.nbh * nC * S * C * C);
   std::vector<bf16> Qp(p.Qp.size());
   for (size_t i = 0; i < Qp.size(); ++i) Qp[i] = __float2bfloat16_rn(p.Qp[i]);
   emu::launch(small_grid(d.nbh * nC * S), kMmaThreads, sizeof(ScoreSmem),
@@ -514,17 +513,13 @@ bool quadratic_chain_case(const Problem& p) {
   for (int64_t bc = 0; bc < d.nbh * nC; ++bc)
     for (int64_t x = 0; x < C * C; ++x)
       for (int64_t sp = 1; sp < S; ++sp) P[bc * S * C * C + x] += P[(bc * S + sp) * C * C + x];
-  emu::launch(small_grid(d.nbh * cross_items(nC) * 2), kCrossThreads, kCrossSmem, [&] {
-    cross_scores_mma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), Pc.data(), parts.data(), 2);
-  });
-  emu::launch(2, 64, 0, [&] { cross_reduce_kernel(d, Pc.data(), parts.data(), 2); });
-  auto out = nans<bf16>(p.g.size());  // the context [B,H,T,E]: G's layout (v's may have Hv = 1)
-  Str4 outs = p.gs;
-  outs.p = out.data();
-  emu::launch(small_grid(d.nbh * nC * (d.Ep / kMmaET)), kMmaThreads, quadratic_output_smem<false>(), [&] {
-    quadratic_output_mma_kernel<bf16, false>(d, P.data(), Pc.data(), p.vb.data(), nullptr, outs);
-  });
-  std::vector<Acc> ref(out.size(), kUnwritten);
+  return P;
+}
+// The context c_i = sum_{j<i} (sum_l Qp_i a^(i-1-j) q_j) v_j in float64 from Qp, q and v, at its
+// place in the layout `outs` (n elements; the rest must stay unwritten).
+std::vector<Acc> quadratic_context_ref(const Problem& p, const Str4& outs, size_t n) {
+  const Dims& d = p.d;
+  std::vector<Acc> ref(n, kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t h = p.h_of(bh);
     for (int64_t i = 0; i < d.T; ++i)
@@ -538,8 +533,66 @@ bool quadratic_chain_case(const Problem& p) {
         ref[outs.at(p.b_of(bh), h, i, e)] = x;
       }
   }
+  return ref;
+}
+
+// ---- the quadratic forward's chain: chunk_scores_mma (bf16 Qp; its splits summed here, in order,
+//      as reduce_splits does), cross_scores_mma (2 splits) and quadratic_output_mma, against
+//      c_i = sum_{j<i} (sum_l Qp_i a^(i-1-j) q_j) v_j in float64 from Qp, q and v.
+bool quadratic_chain_case(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t C = d.C, nC = d.nC, plane = d.nbh * nC * nC * C * C;
+  const std::vector<float> P = quadratic_diag_scores(p);
+  auto Pc = nans<float>(plane), parts = nans<float>(std::max<int64_t>(1, plane));
+  emu::launch(small_grid(d.nbh * cross_items(nC) * 2), kCrossThreads, kCrossSmem, [&] {
+    cross_scores_mma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), Pc.data(), parts.data(), 2);
+  });
+  emu::launch(2, 64, 0, [&] { cross_reduce_kernel(d, Pc.data(), parts.data(), 2); });
+  auto out = nans<bf16>(p.g.size());  // the context [B,H,T,E]: G's layout (v's may have Hv = 1)
+  Str4 outs = p.gs;
+  outs.p = out.data();
+  emu::launch(small_grid(d.nbh * nC * (d.Ep / kMmaET)), kMmaThreads, quadratic_output_smem<false>(), [&] {
+    quadratic_output_mma_kernel<bf16, false>(d, P.data(), Pc.data(), p.vb.data(), nullptr, outs);
+  });
   // per term: Qp to bf16, the two operand roundings (Xq and Kq, or Xs and Kd), the scaled key, P to bf16
-  return check("context", doubles(out), ref, 2e-2);
+  return check("context", doubles(out), quadratic_context_ref(p, outs, out.size()), 2e-2);
+}
+
+// ---- quadratic_rows_mma (the quadratic forward's cross scores and context in one kernel, Lp <=
+//      256): the diagonal blocks from chunk_scores_mma as in the chain above, the context against
+//      the chain's float64 formula (the same roundings per term: Qp, Xq and Kq, the scaled key, P),
+//      on the small grid, and on 3 blocks bit for bit (an item's sums do not depend on the grid).
+//      Where Lp > kRowsMaxLp the launcher's predicate must say no.
+bool quadratic_rows_case(const Problem& p) {
+  const Dims& d = p.d;
+  if (!quadratic_rows_applies(d)) {
+    const bool ok = d.Lp > kRowsMaxLp;
+    std::printf("    quadratic_rows_applies false at Lp %lld%s\n", static_cast<long long>(d.Lp), ok ? "" : "  <-- FAIL");
+    return ok;
+  }
+  // what the kernel must not read as an operand NaN: the splits past 0, and in split 0 the diagonal,
+  // the upper triangle and the rows past the chunk's length
+  std::vector<float> P = quadratic_diag_scores(p);
+  const int64_t C = d.C;
+  for (int64_t bc = 0; bc < d.nbh * d.nC; ++bc)
+    for (int64_t sp = 0; sp < d.nsplit; ++sp)
+      for (int64_t i = 0; i < C; ++i)
+        for (int64_t j = 0; j < C; ++j)
+          if (sp > 0 || j >= i || i >= p.chunk_len(bc % d.nC)) P[((bc * d.nsplit + sp) * C + i) * C + j] = kNaN;
+  const int64_t items = d.nbh * d.nC * (d.Ep / kMmaET);
+  auto run = [&](unsigned grid) {
+    auto out = nans<bf16>(p.g.size());  // the context [B,H,T,E]: G's layout (v's may have Hv = 1)
+    Str4 outs = p.gs;
+    outs.p = out.data();
+    emu::launch(grid, kMmaThreads, quadratic_rows_smem(d.Lp), [&] {
+      quadratic_rows_mma_kernel<bf16>(d, P.data(), p.Xq.data(), p.Kq.data(), p.vb.data(), p.a32.data(), outs);
+    });
+    return out;
+  };
+  const std::vector<bf16> out = run(small_grid(items)), out3 = run(3);
+  Str4 outs = p.gs;
+  const bool same = same_bits("context", out, out3, "the run on 3 blocks");
+  return check("context", doubles(out), quadratic_context_ref(p, outs, out.size()), 2e-2) && same;
 }
 
 // ---- key remainders: Kq_lo = bf16(q_t a^(Cn-1-i) - Kq), zero padded (exact) ------------------
@@ -1601,6 +1654,8 @@ int main(int argc, char** argv) {
       {"quadratic_output_mma", quadratic_output_case<false>, true, true},
       {"quadratic_output_mma, split values", quadratic_output_case<true>, false, true},
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
+      {"quadratic_rows_mma (chunk_scores, then the cross scores and context in one kernel)", quadratic_rows_case, true,
+       true},
       // the quadratic backward
       {"cross_values_mma", cross_values_case<false>, true, true},
       {"quad_readback_mma", quad_readback_case<false>, true, true},
