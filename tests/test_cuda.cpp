@@ -670,6 +670,91 @@ TEST_F(Cuda, ForwardPathQuadraticNeedsNoInitialRho) {
   EXPECT_LE(rms_rel(p.rho_out.values(), ref.rho_out.values()), forward_tolerance(s.dtype)) << "rho";
 }
 
+// The quadratic forward's rows variant (RHOSCAN_CUDA_FORWARD_PATH=rows: quadratic_rows_mma, a row
+// block's cross scores and context in one kernel, for bfloat16 and Lp <= 256; taken only where
+// forced until the H200 has measured it): against the float64 reference and against the quadratic
+// path with cross_scores and quadratic_output (which sums Pcross in another order: not bitwise),
+// bitwise deterministic and unchanged under a workspace cap that batches the pairs; a backward that
+// reads its saved buffer (s, Nc and P, no cross scores: the header's sections 3) within the
+// tolerance of the reference. Where it does not apply, the forced path falls back bit for bit:
+// float16 and Lp > 256 to the quadratic path, an initial rho to the chunked one. Shapes: a tail
+// chunk, chunks of 32 and 17, Lp = 256 exactly, decay 0 and 1, zero q rows, Hv = H, [B,T,H,x], T = 1, 0.
+TEST_F(Cuda, ForwardPathRowsAgreesWithQuadratic) {
+  std::vector<ForwardCase> cases;
+  auto add = [&](ProblemSpec s, int64_t chunk, auto&& tweak) {
+    tweak(s);
+    cases.push_back({s, chunk});
+  };
+  add(spec(2, 3, 1, 300, 150, 136, DType::bfloat16), 0, [](ProblemSpec& s) {  // 300 = 4 · 64 + 44
+    s.q_zero_fraction = 0.5;
+    s.initial_rho_norm = true;
+  });
+  add(spec(2, 2, 1, 200, 256, 40, DType::bfloat16), 0, [](ProblemSpec& s) {
+    s.decay = DecayKind::with_zeros_and_ones;
+    s.zero_q_rows = true;
+  });
+  add(spec(1, 2, 2, 130, 200, 300, DType::bfloat16), 32, [](ProblemSpec& s) { s.bthl_layout = true; });
+  add(spec(1, 2, 1, 100, 70, 20, DType::bfloat16), 17, [](ProblemSpec& s) { s.decay = DecayKind::all_one; });
+  add(spec(1, 2, 1, 1, 70, 20, DType::bfloat16), 0, [](ProblemSpec&) {});
+  add(spec(1, 2, 1, 0, 70, 20, DType::bfloat16), 0, [](ProblemSpec&) {});
+  const char* env = "RHOSCAN_CUDA_FORWARD_PATH";
+  for (const ForwardCase& c : cases) {
+    const ProblemSpec& s = c.s;
+    SCOPED_TRACE(s.name() + " chunk " + std::to_string(c.chunk));
+    const Problem rows = forward_forcing(c, cuda(c.chunk), env, "rows"), again = forward_forcing(c, cuda(c.chunk), env, "rows");
+    const Problem capped = forward_forcing(c, cuda(c.chunk, 4 << 20), env, "rows");  // a pair or two per batch
+    EXPECT_TRUE(same_bytes(rows.context, again.context)) << "context not bitwise deterministic";
+    EXPECT_TRUE(same_bytes(rows.context, capped.context)) << "context under a workspace cap";
+    EXPECT_TRUE(same_bytes(rows.rho_out, capped.rho_out)) << "rho under a workspace cap";
+    if (s.T == 0) {
+      EXPECT_EQ(rows.rho_out.values(), Problem(s).reference_solution().rho_out.values()) << "T = 0: the state unchanged";
+      continue;
+    }
+    const Problem ref = Problem(s).reference_solution(), quadratic = forward_forcing(c, cuda(c.chunk), env, "quadratic");
+    const double ft = forward_tolerance(s.dtype);
+    EXPECT_LE(rms_rel(rows.context.values(), ref.context.values()), ft) << "context";
+    EXPECT_LE(rms_rel(rows.rho_out.values(), ref.rho_out.values()), ft) << "rho";
+    EXPECT_LE(rms_rel(rows.rho_norm_out.values(), ref.rho_norm_out.values()), ft) << "rho_norm";
+    EXPECT_LE(rms_rel(rows.context.values(), quadratic.context.values()), ft) << "context against the quadratic path";
+    EXPECT_TRUE(same_bytes(rows.rho_out, quadratic.rho_out)) << "rho: the same final_state kernel";
+    // the backward on the rows forward's saved buffer
+    ScopedEnv forced(env, "rows");
+    Problem with(s);
+    HostTensor saved(DType::float32, {saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho, c.chunk)});
+    {
+      MirroredProblem m(with, Device::cuda);
+      ForwardArgs f = m.forward_args();
+      f.saved = m.mirror(saved);
+      forward(f, cuda(c.chunk));
+      BackwardArgs b = m.backward_args();
+      b.saved = f.saved;
+      backward(b, cuda(c.chunk));
+      m.copy_outputs_to_host();
+      m.copy_back(saved);
+    }
+    uint32_t filled = 0;
+    std::memcpy(&filled, static_cast<const char*>(saved.data()) + 56, 4);  // SavedHeader::filled
+    EXPECT_EQ(filled & 4u, 0u) << "no cross scores saved by the rows path";
+    EXPECT_TRUE(same_bytes(with.context, rows.context)) << "the context with a saved buffer";
+    expect_gradients_near(with, ref, s.dtype, "backward on the rows forward's saved buffer");
+  }
+  // where rows does not apply: float16 (no lo pass), Lp > 256, an initial rho
+  std::vector<std::pair<ForwardCase, const char*>> fallbacks = {
+      {{spec(2, 3, 1, 300, 150, 136, DType::float16), 0}, "quadratic"},
+      {{spec(1, 2, 1, 200, 330, 40, DType::bfloat16), 0}, "quadratic"},
+      {{spec(1, 2, 1, 130, 100, 40, DType::bfloat16), 0}, "chunked"}};
+  fallbacks[0].first.s.initial_rho_norm = true;
+  fallbacks[2].first.s.initial_rho = true;
+  for (const auto& [c, path] : fallbacks) {
+    SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + ": rows falls back to " + path);
+    const Problem rows = forward_forcing(c, cuda(), env, "rows"), other = forward_forcing(c, cuda(), env, path);
+    EXPECT_TRUE(same_bytes(rows.context, other.context)) << "context";
+    EXPECT_TRUE(same_bytes(rows.rho_out, other.rho_out)) << "rho";
+    const Problem ref = Problem(c.s).reference_solution();
+    EXPECT_LE(rms_rel(rows.context.values(), ref.context.values()), forward_tolerance(c.s.dtype)) << "context";
+  }
+}
+
 // The forward's saved buffer (core/saved.h): a backward that reads it gives gradients within the
 // tolerance of the float64 reference and of the backward that recomputes, bitwise the same on a
 // second run; the header says which sections the forward filled (the intra-chunk scores P for

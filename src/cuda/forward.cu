@@ -9,8 +9,12 @@
 //             L >= 2 T and chunks of 64 (the measurements are at quadratic_shape): the whole lower
 //             block-triangular score matrix instead of chunk-start states; the final state from
 //             final_state_mma.
-// RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic (environment, read per call) forces a path where it
-// applies (quadratic needs a tensor-core dtype and no initial rho): for tests and A/B runs.
+//   rows      (quadratic.cuh, quadratic_rows_mma) the quadratic path with its cross scores and
+//             context in one kernel, Pcross never in global memory: bfloat16, Lp <= 256. Not
+//             measured yet, so taken only where forced (or built with RHOSCAN_QUADRATIC_ROWS=1).
+// RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic|rows (environment, read per call) forces a path where
+// it applies (quadratic needs a tensor-core dtype and no initial rho; rows also bfloat16 and Lp <=
+// 256, else it is quadratic): for tests and A/B runs.
 // The deferred value checks (value_gate.h) are settled after the first batch's normaliser scan
 // and packed values, which write only the workspace (the first batch's s, Nc and rho_norm go there
 // too, copied out after the checks); every output, the saved buffer's P included, is written
@@ -38,18 +42,33 @@ namespace {
 #endif
 inline bool norm_scores_on() { return env_switch("RHOSCAN_CUDA_NORM_SCORES", RHOSCAN_NORM_SCORES != 0); }
 
-// Whether the quadratic path applies: tensor-core dtype and no initial rho (rho_norm0 is fine: the
-// normaliser scan takes it); then by default, if built with RHOSCAN_QUADRATIC_FORWARD=1, where
+// Whether the quadratic path applies (forward_path below): tensor-core dtype and no initial rho
+// (rho_norm0 is fine: the normaliser scan takes it); then by default, if built with
+// RHOSCAN_QUADRATIC_FORWARD=1, where
 // quadratic_shape allows (quadratic.cuh: T, L >= 2 T, chunks of 64), or whatever
 // RHOSCAN_CUDA_FORWARD_PATH says (chunked, or quadratic at any T and chunk; an unknown
 // value counts as unset).
-inline bool quadratic_forward(bool tensor_core, bool has_rho0, int64_t T, int64_t L, int64_t C) {
-  if (!tensor_core || has_rho0) return false;
+// The rows variant (quadratic_rows_mma): where it applies (bfloat16, quadratic_rows_applies) and
+// RHOSCAN_CUDA_FORWARD_PATH=rows, or by default, if built with RHOSCAN_QUADRATIC_ROWS=1, at
+// T <= kQuadraticMaxT and chunks of 64 whatever L (its rule is to come from the H200's A/B: it is
+// meant for short latent rows, L < 2 T, where the plain quadratic path does not apply).
+#ifndef RHOSCAN_QUADRATIC_ROWS
+#define RHOSCAN_QUADRATIC_ROWS 0
+#endif
+enum class ForwardPath { chunked, quadratic, rows };
+inline ForwardPath forward_path(bool tensor_core, bool bf16_values, bool has_rho0, const Dims& d) {
+  if (!tensor_core || has_rho0) return ForwardPath::chunked;
+  const bool rows = bf16_values && quadratic_rows_applies(d);
   if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_PATH")) {
-    if (std::strcmp(env, "chunked") == 0) return false;
-    if (std::strcmp(env, "quadratic") == 0) return true;
+    if (std::strcmp(env, "chunked") == 0) return ForwardPath::chunked;
+    if (std::strcmp(env, "quadratic") == 0) return ForwardPath::quadratic;
+    if (std::strcmp(env, "rows") == 0) return rows ? ForwardPath::rows : ForwardPath::quadratic;
   }
-  return RHOSCAN_QUADRATIC_FORWARD && quadratic_shape(T, L, C, RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T);
+  if (RHOSCAN_QUADRATIC_ROWS && rows && kQuadraticMaxT > 0 && d.T <= kQuadraticMaxT && d.C == kMmaLT)
+    return ForwardPath::rows;
+  return RHOSCAN_QUADRATIC_FORWARD && quadratic_shape(d.T, d.L, d.C, RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T)
+             ? ForwardPath::quadratic
+             : ForwardPath::chunked;
 }
 
 // The saved buffer's header of a forward that fills `filled` (core/saved.h), checked against the
@@ -126,15 +145,21 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
   const int64_t cap = workspace_cap(f.options.max_workspace_bytes, kDefaultWorkspaceCap);
   const int64_t shared = Workspace::floats(p.H * p.L);
   int64_t cross_nsplit = 1, per_bh = chunked_bh;
-  bool quadratic = false;
+  bool quadratic = false, rows = false;  // rows: the quadratic path's context by quadratic_rows_mma
   if constexpr (kTC) {
-    if (quadratic_forward(true, f.rho0 != nullptr, p.T, p.L, d.C)) {
-      cross_nsplit = cross_splits(BH, d);
-      const int64_t quadratic_bh = common_bh + Workspace::floats(d.nC * d.nC * d.C * d.C) +
-                                   Workspace::floats((cross_nsplit - 1) * d.nC * d.nC * d.C * d.C);
+    const ForwardPath path = forward_path(true, !kSplitValues<T>, f.rho0 != nullptr, d);
+    if (path != ForwardPath::chunked) {
+      rows = path == ForwardPath::rows;
+      cross_nsplit = rows ? 1 : cross_splits(BH, d);
+      // (rows: no Pcross, no partials)
+      const int64_t quadratic_bh =
+          rows ? common_bh
+               : common_bh + Workspace::floats(d.nC * d.nC * d.C * d.C) +
+                     Workspace::floats((cross_nsplit - 1) * d.nC * d.nC * d.C * d.C);
       // where even one pair does not fit the cap, the chunked path (or its out_of_memory error)
       quadratic = shared + quadratic_bh <= cap;
       if (quadratic) per_bh = quadratic_bh;
+      rows = rows && quadratic;
     }
   }
   if (shared + per_bh > cap)
@@ -143,7 +168,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
                     " bytes of chunk workspace (T=" + std::to_string(p.T) + ", L=" + std::to_string(p.L) +
                     ", E=" + std::to_string(p.E) + "), over the cap of " + std::to_string(cap) +
                     " bytes: raise options.max_workspace_bytes");
-  const bool save_scores = save && quadratic && saved.cross_scores;
+  const bool save_scores = save && quadratic && !rows && saved.cross_scores;
   // (written after the checks)
   const detail::SavedHeader header =
       save ? forward_saved_header(f, saved, d.C,
@@ -176,10 +201,11 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     float* Nc = save && !gated ? Nc_saved : ws.take_floats(d.nbh * (d.nC + 1) * p.L);
     float* P_ws = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
     StateT<kTC>* Hs = quadratic || scan ? nullptr : ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
-    float* Pcross = !quadratic  ? nullptr
+    const bool cross = quadratic && !rows;  // Pcross: cross_scores, then quadratic_output
+    float* Pcross = !cross        ? nullptr
                     : save_scores ? f.saved + saved.Pcross + bh0 * saved.Pcross_pair
                                   : ws.take_floats(d.nbh * d.nC * d.nC * d.C * d.C);
-    float* Pparts = quadratic ? ws.take_floats((cross_nsplit - 1) * d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
+    float* Pparts = cross ? ws.take_floats((cross_nsplit - 1) * d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
     Operands16 o = take_operands<kTC, T>(ws, d, false, !save_keys);
     if (save_keys) {
       o.Xq = reinterpret_cast<bf16*>(f.saved + saved.Xq) + bh0 * saved.keys_pair;
@@ -206,19 +232,20 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       if (fused) launch_norm_scores<T>(d, q, a32, s, Nc, P, o, stream);  // (Xq and Kq before the fork)
     }
     // side streams (side_streams.h) beside chunk_scores (fused: nothing beside them, the keys come
-    // with the scores): quadratic, cross_scores and final_state; chunked (not chunk_scan), the
-    // chunk states
+    // with the scores): quadratic, cross_scores and final_state (rows: final_state beside
+    // quadratic_rows); chunked (not chunk_scan), the chunk states
     const bool fork = (quadratic || !scan) && side_streams_on();
-    cudaStream_t s1 = fork ? side_stream(1) : stream, s2 = fork && quadratic ? side_stream(2) : stream;
-    const SideStreamsJoin join{stream, fork ? s1 : nullptr, fork && quadratic ? s2 : nullptr};
+    cudaStream_t s1 = fork ? side_stream(1) : stream, s2 = fork && cross ? side_stream(2) : stream;
+    const SideStreamsJoin join{stream, fork ? s1 : nullptr, fork && cross ? s2 : nullptr};
     if (fork) stream_wait(s1, stream);
     if (fork && !quadratic) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, s1);
     if constexpr (kTC) {
-      if (fork && quadratic) {
+      if (fork && cross) {
         launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, s1);
         stream_wait(s2, stream);
         launch_final_state<T>(d, a32, o, rho_out, s2);
       }
+      if (fork && rows) launch_final_state<T>(d, a32, o, rho_out, s1);
     }
     if (!fused) launch_chunk_scores<kTC, T>(d, q, v, Str4{}, a32, Qp, P, nullptr, stream);
     if (P_saved != nullptr && P != P_saved) {
@@ -226,7 +253,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       RHOSCAN_CUDA_CHECK(cudaMemcpy2DAsync(P_saved, CC, P, d.nsplit * CC, CC, static_cast<size_t>(d.nbh * d.nC),
                                            cudaMemcpyDeviceToDevice, stream));
     }
-    // quadratic (rho0 is null there: quadratic_forward): only the final state, by final_state_mma
+    // quadratic (rho0 is null there: forward_path): only the final state, by final_state_mma
     // (it has no init term); chunked: the chunk states and the final state by the states kernel,
     // or all of it (outputs and final state) by chunk_scan_mma
     if constexpr (kTC) {
@@ -235,13 +262,16 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     if (!quadratic && scan) launch_chunk_scan<T>(d, o, P, a32, rho0, ctx, rho_out, stream);
     if (!quadratic && !scan && !fork) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
     if constexpr (kTC) {
-      if (quadratic) {
+      if (cross) {
         if (fork) {
           stream_wait(stream, s1);  // Pcross
         } else {
           launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, stream);
         }
         launch_quadratic_output<T>(d, P, Pcross, o, ctx, stream);
+      }
+      if constexpr (!kSplitValues<T>) {
+        if (rows) launch_quadratic_rows<T>(d, P, o, a32, ctx, stream);
       }
     }
     if (!quadratic && !scan) {
