@@ -10,8 +10,8 @@
 //             block-triangular score matrix instead of chunk-start states; the final state from
 //             final_state_mma.
 //   rows      (quadratic.cuh, quadratic_rows_mma) the quadratic path with its cross scores and
-//             context in one kernel, Pcross never in global memory: bfloat16, Lp <= 256. Not
-//             measured yet, so taken only where forced (or built with RHOSCAN_QUADRATIC_ROWS=1).
+//             context in one kernel, Pcross never in global memory: bfloat16, Lp <= 256. Slower
+//             than the default on the H200 (round 28: BDH-base 0.27 against 0.22 ms): only forced.
 // RHOSCAN_CUDA_FORWARD_PATH=chunked|quadratic|rows (environment, read per call) forces a path where
 // it applies (quadratic needs a tensor-core dtype and no initial rho; rows also bfloat16 and Lp <=
 // 256, else it is quadratic): for tests and A/B runs.
@@ -48,13 +48,8 @@ inline bool norm_scores_on() { return env_switch("RHOSCAN_CUDA_NORM_SCORES", RHO
 // quadratic_shape allows (quadratic.cuh: T, L >= 2 T, chunks of 64), or whatever
 // RHOSCAN_CUDA_FORWARD_PATH says (chunked, or quadratic at any T and chunk; an unknown
 // value counts as unset).
-// The rows variant (quadratic_rows_mma): where it applies (bfloat16, quadratic_rows_applies) and
-// RHOSCAN_CUDA_FORWARD_PATH=rows, or by default, if built with RHOSCAN_QUADRATIC_ROWS=1, at
-// T <= kQuadraticMaxT and chunks of 64 whatever L (its rule is to come from the H200's A/B: it is
-// meant for short latent rows, L < 2 T, where the plain quadratic path does not apply).
-#ifndef RHOSCAN_QUADRATIC_ROWS
-#define RHOSCAN_QUADRATIC_ROWS 0
-#endif
+// The rows variant (quadratic_rows_mma): only where RHOSCAN_CUDA_FORWARD_PATH=rows and it applies
+// (bfloat16, quadratic_rows_applies); measured slower than the default where it does (docs/CUDA.md).
 enum class ForwardPath { chunked, quadratic, rows };
 inline ForwardPath forward_path(bool tensor_core, bool bf16_values, bool has_rho0, const Dims& d) {
   if (!tensor_core || has_rho0) return ForwardPath::chunked;
@@ -64,8 +59,6 @@ inline ForwardPath forward_path(bool tensor_core, bool bf16_values, bool has_rho
     if (std::strcmp(env, "quadratic") == 0) return ForwardPath::quadratic;
     if (std::strcmp(env, "rows") == 0) return rows ? ForwardPath::rows : ForwardPath::quadratic;
   }
-  if (RHOSCAN_QUADRATIC_ROWS && rows && kQuadraticMaxT > 0 && d.T <= kQuadraticMaxT && d.C == kMmaLT)
-    return ForwardPath::rows;
   return RHOSCAN_QUADRATIC_FORWARD && quadratic_shape(d.T, d.L, d.C, RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T)
              ? ForwardPath::quadratic
              : ForwardPath::chunked;

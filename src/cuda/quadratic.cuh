@@ -648,7 +648,9 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
 // the forward's context takes one launch instead of three. Aimed at BDH-base (L = 256 = T / 2),
 // where the chunked forward's chunk_scan_mma (0.126 of 0.22 ms, a chain of 8 dependent chunk steps
 // per item) and the quadratic forward's small kernels are bound by latency, not by work: here an
-// item depends on no other, and a row block's steps are as many as its earlier chunks.
+// item depends on no other, and a row block's steps are as many as its earlier chunks. Measured on
+// the H200 (round 28): slower, 0.165 against chunk_scan_mma's 0.124 ms at BDH-base (67.7 against
+// 37.2 M warp instructions: issue-bound), so the forward takes it only where forced.
 // Costs: each of a pair's Ep / 128 column tiles makes its row's P_IJ again (twice at E = 256: the
 // scores' products 1.5 times the quadratic forward's at L = E), and Xq_I stays in shared memory for
 // the item (hence the bound on Lp).
