@@ -33,6 +33,7 @@ def constant(path, pattern):
 
 max_t = constant("src/cuda/quadratic.cuh", r"#define RHOSCAN_QUADRATIC_MAX_T (\d+)")
 backward_l_per_t = constant("src/cuda/quadratic.cuh", r"#define RHOSCAN_QUADRATIC_MIN_L_PER_T (\d+)")
+backward_half_l_max_t = constant("src/cuda/quadratic.cuh", r"#define RHOSCAN_QUADRATIC_BACKWARD_HALF_L_MAX_T (\d+)")
 forward_l_per_t = constant("src/cuda/quadratic.cuh", r"#define RHOSCAN_QUADRATIC_FORWARD_MIN_L_PER_T (\d+)")
 scan_max_lp = constant("src/cuda/chunk_scan.cuh", r"constexpr int kScanMaxLp = (\d+);")
 saved_l_per_t = constant("src/core/saved.h", r"g\.cross_scores = .*L >= (\d+) \* T;")
@@ -40,13 +41,14 @@ chunk = constant("src/cuda/ops.h", r"constexpr int64_t kDefaultChunk = (\d+);")
 check(chunk == tf.C, f"the model's chunk {tf.C}, the backend's default {chunk}")
 
 # the rules at and around every threshold, for T below, at and past the quadratic paths' limit
-for T in (1, 64, 256, 512, max_t or 1024, (max_t or 1024) + 64):
-    for L in sorted({64, 128, 256, 320, T // 2, T, 2 * T - 64, 2 * T, 8 * T - 64, 8 * T, 16 * T} - {0}):
+for T in (1, 64, 256, 512, 576, max_t or 1024, (max_t or 1024) + 64):
+    for L in sorted({64, 128, 256, 320, T // 2 - 1, T // 2, T // 2 + 1, T, 2 * T - 64, 2 * T, 8 * T - 64, 8 * T, 16 * T} - {0}):
         forward, backward = tf.paths(T, L)
         lp = (L + 63) // 64 * 64
         want_forward = ("quadratic" if T <= max_t and L >= forward_l_per_t * T
                         else "scan" if lp <= scan_max_lp else "chunked")
-        want_backward = "quadratic" if T <= max_t and L >= backward_l_per_t * T else "chunked"
+        want_backward = ("quadratic" if T <= max_t and (L >= backward_l_per_t * T or (T <= backward_half_l_max_t and 2 * L >= T))
+                         else "chunked")
         check(forward == want_forward, f"T={T} L={L}: the model's forward {forward}, the backend's {want_forward}")
         check(backward == want_backward, f"T={T} L={L}: the model's backward {backward}, the backend's {want_backward}")
         names = [name for _, name, _, _ in tf.passes(1, 1, T, L, 256)]

@@ -29,7 +29,7 @@ FORCED = {}    # --forward / --backward: a path forced, as RHOSCAN_CUDA_FORWARD_
 def paths(T, L):
     """(forward path, backward path) as the backend picks them for bfloat16 without initial states."""
     forward = "quadratic" if T <= 1024 and L >= 2 * T else "scan" if L <= 256 else "chunked"
-    backward = "quadratic" if T <= 1024 and L >= T else "chunked"
+    backward = "quadratic" if T <= 1024 and (L >= T or (T <= 512 and 2 * L >= T)) else "chunked"
     return FORCED.get("forward", forward), FORCED.get("backward", backward)
 
 

@@ -1872,8 +1872,8 @@ __global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void
 
 // Which backward runs: the quadratic one (quadratic_backward.cuh: no chunk-state sets) where it
 // applies — bfloat16 or float16 (the latter unless built with RHOSCAN_QUADRATIC_BACKWARD_FLOAT16=0),
-// no initial rho, no grad_rho_out — where quadratic_shape allows (quadratic.cuh: T <= kQuadraticMaxT,
-// L >= RHOSCAN_QUADRATIC_MIN_L_PER_T · T, chunks of 64) and when one pair's
+// no initial rho, no grad_rho_out — where quadratic_backward_shape allows (quadratic.cuh: T <= kQuadraticMaxT,
+// L >= RHOSCAN_QUADRATIC_MIN_L_PER_T · T, or L >= T/2 up to T = 512; chunks of 64) and when one pair's
 // workspace fits the cap; else the chunked one. RHOSCAN_CUDA_BACKWARD_PATH=chunked or =quadratic
 // (internal: tests and A/B runs) forces either, the quadratic one at any T and chunk but still only
 // where it applies.
@@ -1890,7 +1890,7 @@ BackwardPath backward_path(const detail::BackwardParams& g, int64_t C, bool quad
     const char* env = std::getenv("RHOSCAN_CUDA_BACKWARD_PATH");
     if (env != nullptr && std::strcmp(env, "chunked") == 0) return BackwardPath::chunked;
     if (env != nullptr && std::strcmp(env, "quadratic") == 0) return BackwardPath::quadratic;
-    return quadratic_shape(g.p.T, g.p.L, C) && quadratic_fits ? BackwardPath::quadratic : BackwardPath::chunked;
+    return quadratic_backward_shape(g.p.T, g.p.L, C) && quadratic_fits ? BackwardPath::quadratic : BackwardPath::chunked;
   }
 }
 

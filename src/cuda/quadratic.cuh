@@ -66,6 +66,20 @@ constexpr int64_t kQuadraticMaxT = RHOSCAN_QUADRATIC_MAX_T;
 inline bool quadratic_shape(int64_t T, int64_t L, int64_t C, int64_t min_l_per_t = RHOSCAN_QUADRATIC_MIN_L_PER_T) {
   return kQuadraticMaxT > 0 && T <= kQuadraticMaxT && L >= min_l_per_t * T && C == kMmaLT;
 }
+// The backward's rule adds L >= T/2 for T <= RHOSCAN_QUADRATIC_BACKWARD_HALF_L_MAX_T (0: never).
+// Measured on the H200 in round 28 (4c8c7df, bfloat16, E = 256, forward+backward with the default
+// forward, the backward forced either way, three rounds; bench/results/round28-h200-2026-12-05/):
+//   shape (L = T/2)       B24 T512 L256 (BDH-base)  B32 T256 L128  B12 T1024 L512
+//   backward, chunked     0.87-0.89                 0.51           1.44-1.49       ms
+//   backward, quadratic   0.81-0.85                 0.44-0.49      1.51-1.53
+// so the quadratic backward from L = T/2 up to T = 512, and from L = T above (it loses at 1024).
+#ifndef RHOSCAN_QUADRATIC_BACKWARD_HALF_L_MAX_T
+#define RHOSCAN_QUADRATIC_BACKWARD_HALF_L_MAX_T 512
+#endif
+inline bool quadratic_backward_shape(int64_t T, int64_t L, int64_t C) {
+  const bool half_l = T <= RHOSCAN_QUADRATIC_BACKWARD_HALF_L_MAX_T && quadratic_shape(T, 2 * L, C, 1);
+  return half_l || quadratic_shape(T, L, C);
+}
 
 // ---- cross_scores: the blocks below the diagonal on tensor cores --------------------------------
 // Pcross[bh][I][J][i'][j'] (float32, block (I, J) at ((bh nC + I) nC + J) C C, row i' then
