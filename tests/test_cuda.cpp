@@ -534,6 +534,57 @@ TEST_F(Cuda, QuadraticBackwardUnderACapIsBitwiseUnchanged) {
   expect_same_gradients(a, b);
 }
 
+// bfloat16 values (and upstream gradients) whose rows are already the packed operand's (E a multiple
+// of 64, [T][E] contiguous per packed row, 16-byte aligned) are read in place instead of copied by
+// pack_bf16 (chunk_products.cuh, values_in_place): forward and backward against the copy
+// (RHOSCAN_CUDA_VALUES_IN_PLACE=0) bitwise, on every path that reads them (the scan, quadratic and
+// chunked forwards; the quadratic and chunked backwards), with Hv = 1 (a row per batch row) and
+// Hv = H (a row per pair), pairs batched under a workspace cap (rows from a batch's offset), and
+// where they are not packed rows ([B,T,H,E] with Hv = H: the copy either way); a tail chunk each.
+TEST_F(Cuda, ValuesReadInPlaceGiveTheCopysResults) {
+  struct Case {
+    ProblemSpec s;
+    const char* backward_path;  // forced (nullptr: the default)
+    int64_t cap;
+  };
+  std::vector<Case> cases;
+  auto add = [&](ProblemSpec s, const char* path, int64_t cap, auto&& tweak) {
+    s.initial_rho_norm = s.grad_rho_norm_out = true;
+    tweak(s);
+    cases.push_back({s, path, cap});
+  };
+  add(spec(2, 2, 1, 130, 128, 64, DType::bfloat16), nullptr, 0, [](ProblemSpec&) {});      // scan, quadratic
+  add(spec(2, 2, 1, 130, 128, 64, DType::bfloat16), "chunked", 0, [](ProblemSpec&) {});    // scan, chunked
+  add(spec(3, 2, 1, 130, 128, 64, DType::bfloat16), nullptr, 3 << 20, [](ProblemSpec&) {});  // batched pairs
+  add(spec(2, 2, 2, 100, 256, 128, DType::bfloat16), nullptr, 0, [](ProblemSpec& s) {      // quadratic both ways
+    s.decay = DecayKind::with_zeros_and_ones;
+    s.zero_q_rows = true;
+  });
+  add(spec(1, 2, 1, 700, 320, 64, DType::bfloat16), nullptr, 0, [](ProblemSpec&) {});      // chunked both ways
+  add(spec(1, 2, 2, 130, 128, 64, DType::bfloat16), nullptr, 0, [](ProblemSpec& s) { s.bthl_layout = true; });
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.s.name() + " backward " + (c.backward_path ? c.backward_path : "default") + " cap " +
+                 std::to_string(c.cap));
+    std::optional<ScopedEnv> path;
+    if (c.backward_path) path.emplace("RHOSCAN_CUDA_BACKWARD_PATH", c.backward_path);
+    Problem in_place(c.s), copied(c.s);
+    for (auto [p, env] : {std::pair{&in_place, "1"}, std::pair{&copied, "0"}}) {
+      ScopedEnv k("RHOSCAN_CUDA_VALUES_IN_PLACE", env);
+      MirroredProblem m(*p, Device::cuda);
+      forward(m.forward_args(), cuda(0, c.cap));
+      backward(m.backward_args(), cuda(0, c.cap));
+      m.copy_outputs_to_host();
+    }
+    EXPECT_TRUE(same_bytes(in_place.context, copied.context)) << "context";
+    EXPECT_TRUE(same_bytes(in_place.rho_out, copied.rho_out)) << "rho";
+    EXPECT_TRUE(same_bytes(in_place.rho_norm_out, copied.rho_norm_out)) << "rho_norm";
+    expect_same_gradients(in_place, copied);
+    const Problem ref = Problem(c.s).reference_solution();
+    EXPECT_LE(rms_rel(in_place.context.values(), ref.context.values()), forward_tolerance(c.s.dtype)) << "context";
+    expect_gradients_near(in_place, ref, c.s.dtype, "in place");
+  }
+}
+
 // Both forward paths of the tensor-core dtypes on the same input (no initial rho, so the
 // quadratic path applies; rho_norm0 does not prevent it): each against the float64 reference, and
 // the quadratic path bitwise the same when a workspace cap batches the pairs (its L splits come
