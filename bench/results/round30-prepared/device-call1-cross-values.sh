@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Round 29, call 3: cross_values_mma with hoisted fetch offsets, staged 16-byte stores of M's hi and
-# lo blocks, float2 stores of the diagonal blocks and the pair decoded by rows (bitwise the same M in
-# the host emulation). (1) Build with the tests; the whole CUDA suite, the harness's CUDA cases,
+# Prepared in round 29 (its device time ran out) for the next session: cross_values_mma with hoisted
+# fetch offsets, staged 16-byte stores of M's hi and lo blocks, float2 stores of the diagonal blocks
+# and the pair decoded by rows (bitwise the same M in the host emulation), on branch cross-values-v2.
+# Run it on a tree with that branch merged, main's tree without it in .gpucarry/base (with a COMMIT
+# file: `git archive main | tar -x -C .gpucarry/base`). (1) Build with the tests; the whole CUDA suite, the harness's CUDA cases,
 # memcheck and racecheck on the tests that run the kernel on both backward paths. (2) The A/B
-# against 38f5b6b (the tree carried in .gpucarry/base): BDH-base and BDH-8k forward+backward, three
+# against main (the tree carried in .gpucarry/base): BDH-base and BDH-8k forward+backward, three
 # alternating rounds, and Nsight durations per kernel of BDH-base in both builds.
-# Carry .gpucarry (COMMIT, gtest-src, base); run as `bash bench/results/round29-h200-2026-12-05/device-call3.sh`.
+# Carry .gpucarry (COMMIT, gtest-src, base); run as `bash bench/results/round30-prepared/device-call1-cross-values.sh`.
 set -u
 export RHOSCAN_COMMIT=$(cat .gpucarry/COMMIT)
 S=$OUT/summary.txt

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Round 29, call 3 (lean: under 5 minutes of device time were left): cross_values_mma with hoisted
+# Prepared in round 29 (lean: under 5 minutes of device time were left, and then none; branch
+# cross-values-v2): cross_values_mma with hoisted
 # fetch offsets, staged 16-byte stores of M's blocks, float2 diagonal stores and the pair decoded by
 # rows. Build with the tests; the CUDA suite; memcheck on the in-place values test (both backward
 # paths run the kernel); BDH-base and BDH-8k forward+backward; Nsight durations of BDH-base. The
 # summary is written as it goes, so a cut-off call still returns what ran.
-# Carry .gpucarry (COMMIT, gtest-src); run as `bash bench/results/round29-h200-2026-12-05/device-call3-lean.sh`.
+# Carry .gpucarry (COMMIT, gtest-src); run as `bash bench/results/round30-prepared/device-call1-lean.sh`.
 set -u
 export RHOSCAN_COMMIT=$(cat .gpucarry/COMMIT)
 S=$OUT/summary.txt
