@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in round 29 (lean: under 5 minutes of device time were left, and then none; branch
-# cross-values-v2): cross_values_mma with hoisted
+# round29-candidates): quad_dv_mma's P loads a step ahead, and cross_values_mma with hoisted
 # fetch offsets, staged 16-byte stores of M's blocks, float2 diagonal stores and the pair decoded by
 # rows. Build with the tests; the CUDA suite; memcheck on the in-place values test (both backward
 # paths run the kernel); BDH-base and BDH-8k forward+backward; Nsight durations of BDH-base. The

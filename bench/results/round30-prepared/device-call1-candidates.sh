@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Prepared in round 29 (its device time ran out) for the next session: cross_values_mma with hoisted
+# Prepared in round 29 (its device time ran out) for the next session (with quad_dv_mma's P loads a step
+# ahead, the same branch): cross_values_mma with hoisted
 # fetch offsets, staged 16-byte stores of M's hi and lo blocks, float2 stores of the diagonal blocks
-# and the pair decoded by rows (bitwise the same M in the host emulation), on branch cross-values-v2.
+# and the pair decoded by rows (bitwise the same M in the host emulation), on branch round29-candidates.
 # Run it on a tree with that branch merged, main's tree without it in .gpucarry/base (with a COMMIT
 # file: `git archive main | tar -x -C .gpucarry/base`). (1) Build with the tests; the whole CUDA suite, the harness's CUDA cases,
 # memcheck and racecheck on the tests that run the kernel on both backward paths. (2) The A/B
 # against main (the tree carried in .gpucarry/base): BDH-base and BDH-8k forward+backward, three
 # alternating rounds, and Nsight durations per kernel of BDH-base in both builds.
-# Carry .gpucarry (COMMIT, gtest-src, base); run as `bash bench/results/round30-prepared/device-call1-cross-values.sh`.
+# Carry .gpucarry (COMMIT, gtest-src, base); run as `bash bench/results/round30-prepared/device-call1-candidates.sh`.
 set -u
 export RHOSCAN_COMMIT=$(cat .gpucarry/COMMIT)
 S=$OUT/summary.txt
