@@ -77,7 +77,7 @@ inline bool quadratic_shape(int64_t T, int64_t L, int64_t C, int64_t min_l_per_t
 #define RHOSCAN_QUADRATIC_BACKWARD_HALF_L_MAX_T 512
 #endif
 inline bool quadratic_backward_shape(int64_t T, int64_t L, int64_t C) {
-  const bool half_l = T <= RHOSCAN_QUADRATIC_BACKWARD_HALF_L_MAX_T && quadratic_shape(T, 2 * L, C, 1);
+  const bool half_l = T <= RHOSCAN_QUADRATIC_BACKWARD_HALF_L_MAX_T && 2 * L >= T && quadratic_shape(T, L, C, 0);
   return half_l || quadratic_shape(T, L, C);
 }
 
