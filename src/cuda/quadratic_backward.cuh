@@ -51,16 +51,22 @@ __host__ __device__ inline int64_t cross_pairs(int64_t nC) { return nC * (nC - 1
 __host__ __device__ inline int64_t cross_block(int64_t bh, int64_t nC, int64_t I, int64_t J) {
   return (bh * cross_pairs(nC) + I * (I - 1) / 2 + J) * kQB * kQB;
 }
-// I, J of the k-th pair (k = I(I-1)/2 + J, J < I)
+// I, J of the k-th pair (k = I(I-1)/2 + J, J < I): row I holds I pairs, so the rows are walked
+// (at most nC - 1 steps; the quadratic path has nC <= 16 unless forced) instead of the square root
+// in float64 of before, about 60 instructions an item with its two corrections.
 __device__ inline void cross_pair_of(int64_t k, int64_t& I, int64_t& J) {
-  int64_t i = static_cast<int64_t>((1.0 + sqrt(1.0 + 8.0 * static_cast<double>(k))) / 2.0);
-  while (i * (i - 1) / 2 > k) --i;
-  while ((i + 1) * i / 2 <= k) ++i;
-  I = i, J = k - i * (i - 1) / 2;
+  int64_t i = 1;
+  while (k >= i) k -= i, ++i;
+  I = i, J = k;
 }
 
 // A block (4 warps, 2 × 2 warp tiles of 32×32) per (bh, I, J): the contraction over E in 64-column
-// tiles, two cp.async stages.
+// tiles, two cp.async stages. Each thread fetches the same four rows (tid / 8 + 16 k) and 16-byte
+// column (tid % 8) of every tile, so their offsets are made once per item. The bf16 blocks leave
+// through shared memory (the tiles, free after the last step) as whole 128-byte rows: stored from
+// the accumulators' layout directly, a warp's 2-byte stores covered 8 rows' half sectors each, and
+// Nsight (round 29, BDH-base, H100) had the kernel bound by the L2 (82 % of its throughput, 48 % of
+// its sectors excess) at 0.13 ms a backward.
 // kLo (split values, float16): glo, vlo hold G's and v's bf16 remainders; M adds G·v_lo + G_lo·v
 // (G_lo·v_lo is below float32 resolution with real float16 remainders).
 // Mdiag (when given): also the diagonal blocks M_II = G_I v_I^T, in float32, into bwd_local's M
@@ -71,12 +77,16 @@ __device__ inline void cross_pair_of(int64_t k, int64_t& I, int64_t& J) {
 // (launch_diagonal_values: the chunked backward's M, any chunk C <= 64; Mhi, Mlo unused).
 constexpr int kCvThreads = 128;
 constexpr int kCvS = 64 + 8;  // bf16 row stride of the tiles (conflict-free ldmatrix)
+// Blocks per SM: as many as the shared memory allows, 5 for bfloat16 (ptxas would give the
+// hoisted offsets and the staged stores 114 registers: 4 blocks), 3 with the split values (kLo)
+template <bool kLo>
+constexpr int kCvMinBlocks = kLo ? 3 : 5;
 template <bool kLo>
 constexpr int cross_values_smem() {
   return 2 * (kLo ? 4 : 2) * 64 * kCvS * static_cast<int>(sizeof(bf16));
 }
 template <bool kLo = false>
-__global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, const bf16* gb, const bf16* vb,
+__global__ void __launch_bounds__(kCvThreads, kCvMinBlocks<kLo>) cross_values_mma_kernel(Dims d, const bf16* gb, const bf16* vb,
                                                                       bf16* Mhi, bf16* Mlo,
                                                                       const bf16* glo = nullptr,
                                                                       const bf16* vlo = nullptr,
@@ -102,15 +112,24 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
     const int CnI = static_cast<int>(d.chunk_len(I)), CnJ = static_cast<int>(d.chunk_len(J));
     const bf16* gI = gb + (bh * d.T + I * d.C) * d.Ep;
     const bf16* vJ = vb + (d.v_row(bh) * d.T + J * d.C) * d.Ep;  // (G per pair; v per batch row where d.v_rows)
+    // the thread's rows r0 + 16 k and column p of every tile (kCvThreads = 128: 16 rows a pass)
+    constexpr int kPasses = 64 * 8 / kCvThreads;
+    const int r0 = threadIdx.x / 8, p = 8 * (threadIdx.x % 8);
+    int g_at[kPasses], v_at[kPasses];  // the rows' offsets in G and v (the last row past Cn; < 64 Ep)
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int r = r0 + 16 * pass;
+      g_at[pass] = min(r, CnI - 1) * static_cast<int>(d.Ep) + p, v_at[pass] = min(r, CnJ - 1) * static_cast<int>(d.Ep) + p;
+    }
     auto fetch = [&](int stage, int64_t e0) {
-      for (int idx = threadIdx.x; idx < 64 * 8; idx += blockDim.x) {
-        const int r = idx / 8, p = 8 * (idx % 8);
-        const int64_t gi = min(r, CnI - 1) * d.Ep + e0 + p, vj = min(r, CnJ - 1) * d.Ep + e0 + p;
-        cp_async16(tile(stage, 0) + r * kCvS + p, gI + gi, r < CnI);
-        cp_async16(tile(stage, 1) + r * kCvS + p, vJ + vj, r < CnJ);
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int r = r0 + 16 * pass;
+        cp_async16(tile(stage, 0) + r * kCvS + p, gI + g_at[pass] + e0, r < CnI);
+        cp_async16(tile(stage, 1) + r * kCvS + p, vJ + v_at[pass] + e0, r < CnJ);
         if constexpr (kLo) {
-          cp_async16(tile(stage, 2) + r * kCvS + p, glo + (gI - gb) + gi, r < CnI);
-          cp_async16(tile(stage, 3) + r * kCvS + p, vlo + (vJ - vb) + vj, r < CnJ);
+          cp_async16(tile(stage, 2) + r * kCvS + p, glo + (gI - gb) + g_at[pass] + e0, r < CnI);
+          cp_async16(tile(stage, 3) + r * kCvS + p, vlo + (vJ - vb) + v_at[pass] + e0, r < CnJ);
         }
       }
       cp_async_commit();
@@ -135,20 +154,52 @@ __global__ void __launch_bounds__(kCvThreads) cross_values_mma_kernel(Dims d, co
       }
       __syncthreads();
     }
-    if (I == J) {  // a diagonal block: float32 into bwd_local's M slot
+    const int lane = threadIdx.x & 31;
+    if (I == J) {  // a diagonal block: float32 into bwd_local's M slot (pairs of columns where C is even)
       const int C = static_cast<int>(d.C);
       float* Mc = Mdiag + (bh * d.nC + I) * d.nsplit * C * C;
-      for_each_acc(acc, wm, wn, [&](int i, int j, float& x) {
-        if (i < C && j < C) Mc[i * C + j] = x;
-      });
+      if (C % 2 == 0) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int i = wm + 16 * mt + lane / 4 + 8 * h, j = wn + 8 * nt + 2 * (lane % 4);
+              if (i < C && j < C) *reinterpret_cast<float2*>(Mc + i * C + j) = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+            }
+      } else {
+        for_each_acc(acc, wm, wn, [&](int i, int j, float& x) {
+          if (i < C && j < C) Mc[i * C + j] = x;
+        });
+      }
       continue;
     }
+    // hi and lo to tiles 0 and 1 of stage 0 (every warp is past the last step's barrier), then out
+    // as the fetch's 16-byte pieces (rows r0 + 16 pass, column p: a warp writes 4 whole rows a pass)
+    bf16* hi_tile = tile(0, 0);
+    bf16* lo_tile = tile(0, 1);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // rows g and g + 8 of the fragment: columns 2q, 2q + 1
+          const int i = wm + 16 * mt + lane / 4 + 8 * h, j = wn + 8 * nt + 2 * (lane % 4);
+          const float x0 = acc[mt][nt][2 * h], x1 = acc[mt][nt][2 * h + 1];
+          const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+          *reinterpret_cast<__nv_bfloat162*>(hi_tile + i * kCvS + j) = hi;
+          *reinterpret_cast<__nv_bfloat162*>(lo_tile + i * kCvS + j) =
+              __floats2bfloat162_rn(x0 - __low2float(hi), x1 - __high2float(hi));
+        }
+    __syncthreads();
     const int64_t o = cross_block(bh, d.nC, I, J);
-    for_each_acc(acc, wm, wn, [&](int i, int j, float& x) {
-      const bf16 hi = __float2bfloat16_rn(x);
-      Mhi[o + i * kQB + j] = hi;
-      Mlo[o + i * kQB + j] = __float2bfloat16_rn(x - __bfloat162float(hi));
-    });
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int r = r0 + 16 * pass;
+      *reinterpret_cast<uint4*>(Mhi + o + r * kQB + p) = *reinterpret_cast<const uint4*>(hi_tile + r * kCvS + p);
+      *reinterpret_cast<uint4*>(Mlo + o + r * kQB + p) = *reinterpret_cast<const uint4*>(lo_tile + r * kCvS + p);
+    }
   }
 }
 
@@ -796,10 +847,10 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
     const int64_t rest = item % per_col, bh = rest / net, J = item / per_col, e0 = (rest % net) * kMmaET;
     const int CnJ = static_cast<int>(d.chunk_len(J));
     const int64_t nsteps = d.nC - J;
-    auto fetch = [&](int64_t s, int st) {
+    // G_I's rows of step s by cp.async into stage st
+    auto fetch_g = [&](int64_t s, int st) {
       const int64_t I = J + s;
       const int CnI = static_cast<int>(d.chunk_len(I));
-      unsigned char* pt = smem_raw + st * kStageB;
       const uint32_t gt = s0 + kG + st * kStageB;
       const bf16* gI = gb + (bh * d.T + I * d.C) * d.Ep + e0;
       for (int idx = threadIdx.x; idx < 64 * (kMmaET / 8); idx += blockDim.x) {
@@ -809,13 +860,19 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
         if constexpr (kLo) cp_async16_u32(dst + (kGlo - kG), glo + (gI - gb) + min(r, CnI - 1) * d.Ep + p, bytes);
       }
       cp_async_commit();
+    };
+    // P's tile of step s (the chunk's own scores at s = 0, else Pcross's block (J + s, J)) into x:
+    // four pieces of 4 columns a thread (row idx / 16, columns 4 (idx % 16)), by float4 where C is a
+    // multiple of 4. Loaded a step before they are stored (store_p), so that the loads are in flight
+    // during a step's products: loaded and stored in one go, their latency was the largest stall of
+    // the kernel (round 29, BDH-base: half of its stall samples, long scoreboard on the selects).
+    // Until round 25 a blockDim-strided loop of one element per trip. The same values.
+    static_assert(kQdThreads == 256, "P's 64 × 64 tile: four pieces of 4 a thread");
+    float x[4][4];
+    auto load_p = [&](int64_t s) {
+      const int64_t I = J + s;
+      const int CnI = static_cast<int>(d.chunk_len(I));
       const float* Pb = s == 0 ? P + (bh * d.nC + J) * d.nsplit * C * C : Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
-      // P's tile rounded to bf16, four pieces of 4 columns a thread (row idx / 16, columns 4 (idx %
-      // 16)), all four loaded before any is stored, by float4 where C is a multiple of 4. Until round
-      // 25 a blockDim-strided loop of one element per trip whose store waited for its load: sixteen
-      // load latencies in turn per step. The same values.
-      static_assert(kQdThreads == 256, "P's 64 × 64 tile: four pieces of 4 a thread");
-      float x[4][4];
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
@@ -832,6 +889,11 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
           }
         }
       }
+    };
+    // x (step s's P) rounded to bf16 into stage st's [i][j] tile
+    auto store_p = [&](int64_t s, int st) {
+      const int CnI = static_cast<int>(d.chunk_len(J + s));
+      unsigned char* pt = smem_raw + st * kStageB;
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
@@ -850,11 +912,16 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
     };
     float acc[2][4][4] = {};
     __syncthreads();  // the previous item's tiles are consumed
-    fetch(0, 0);
+    load_p(0);
+    fetch_g(0, 0);
+    store_p(0, 0);
+    if (nsteps > 1) load_p(1);
     for (int64_t s = 0; s < nsteps; ++s) {
       const int st = static_cast<int>(s & 1);
       if (s + 1 < nsteps) {
-        fetch(s + 1, st ^ 1);
+        fetch_g(s + 1, st ^ 1);
+        store_p(s + 1, st ^ 1);  // (stage st ^ 1 was last read by step s - 1, before its closing barrier)
+        if (s + 2 < nsteps) load_p(s + 2);
         cp_async_wait<1>();
       } else {
         cp_async_wait<0>();
