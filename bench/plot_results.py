@@ -12,7 +12,9 @@ Writes three PNG files (matplotlib; Debian's python3-matplotlib):
                        composition of PERFORMANCE-NOTES.md for scale;
   cpu_ratios.png       the CPU backend's share of the machine's sgemm rate and its speed-up over
                        the per-token loop, latest idle-machine run, against the issue's targets.
-Only what the files hold is drawn: a case missing from a build is a gap, not a zero.
+Only what the files hold is drawn: a case missing from a build is a gap, not a zero. The CUDA
+plots read the H200's files (cuda-h200-*.jsonl) only: A/Bs that landed on an H100 (cuda-h100-*)
+are another card's times.
 """
 import argparse
 import json
@@ -212,7 +214,7 @@ def main():
                     rows.append(r)
         return rows
 
-    cuda, vulkan, cpu = load("cuda-"), load("vulkan-"), load("cpu-")
+    cuda, vulkan, cpu = load("cuda-h200-"), load("vulkan-"), load("cpu-")
     written = []
     if cuda:
         plot_cuda_builds(cuda, os.path.join(args.out, "cuda_builds.png"))

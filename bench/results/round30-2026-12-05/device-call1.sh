@@ -3,7 +3,7 @@
 # P loads a step ahead: build, CUDA suite, harness, memcheck and racecheck, the A/B against main's
 # tree in .gpucarry/base with Nsight durations at BDH-base), then a full Nsight profile with source
 # lines of bwd_local (BDH-base's largest backward kernel, 0.153 ms) and of cross_values_mma version 2,
-# for the next change. Carry .gpucarry; run as `bash bench/results/round30-h200-2026-12-05/device-call1.sh`.
+# for the next change. Carry .gpucarry; run as `bash bench/results/round30-2026-12-05/device-call1.sh`.
 set -u
 bash bench/results/round30-prepared/device-call1-candidates.sh > /dev/null 2>&1
 mv $OUT/summary.txt $OUT/summary-candidates.txt
