@@ -125,6 +125,22 @@ TEST_F(Cuda, TensorCorePathAtBdhLikeShape) {
   check_against_reference(s, cuda());
 }
 
+// dq_final's token segments (round 30): L / V under kDqThreads puts several rows of threads on
+// segments of a chunk's tokens. L = 256 (V = 4: 4 segments), 130 (V = 2: 2), 7 (V = 1: 8, most
+// lanes past L), 1030 (V = 2: 3 latent blocks, one segment); T = 100, a full chunk and a 36-token
+// tail (segments of 5 tokens at 8 rows, the last short, one empty); the final-state gradients
+// enter dq through Bend.
+TEST_F(Cuda, DqFinalTokenSegmentsAtSmallL) {
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    for (int64_t L : {256, 130, 7, 1030}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " L=" + std::to_string(L));
+      ProblemSpec s = spec(2, 2, 1, 100, L, 32, dtype);
+      s.grad_rho_out = s.grad_rho_norm_out = true;
+      check_against_reference(s, cuda());
+    }
+  }
+}
+
 TEST_F(Cuda, TailChunkAndHvEqualsH) {
   for (DType dtype : {DType::float32, DType::float16}) {
     ProblemSpec s = spec(2, 2, 2, 100, 96, 40, dtype);  // 100 = 64 + 36

@@ -1701,32 +1701,50 @@ __global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsu
   }
 }
 
-// dq_t[l] = partial - gc_t / s_t + a^(Cn-1-i) Bend_c[l]. A block per (b, h, chunk, 256 V
-// latents), a thread per V adjacent latents (V = 4 where dq's latents go in fours: norm_quads_ok,
-// a float4 load of the partials and one 8-byte store per token (16 for float32), since round 22;
-// V = 2 where they pair up: norm_pairs_ok; else 1) walking the chunk's tokens from the
-// last: the power a^(Cn-1-i) by a running product (every exponent >= 0, exact at a = 0 and 1) and
-// the output index by a step per token. gc_t / s_t of the chunk's tokens once per block, in shared
-// memory. (One latent per thread: 0.29 ms per backward at BDH-8k, 58 % of the DRAM bandwidth; a
-// block per token row with an ipow per element 0.25 ms per batch of 16 pairs, 37 %; before that,
-// 64-bit divisions per element, 0.38 ms.)
+// dq_t[l] = partial - gc_t / s_t + a^(Cn-1-i) Bend_c[l]. A block per (b, h, chunk, tl V latents),
+// tl = dq_latent_threads(L, V) threads along the latents, each V adjacent latents (V = 4 where dq's
+// latents go in fours: norm_quads_ok, a float4 load of the partials and one 8-byte store per token
+// (16 for float32), since round 22; V = 2 where they pair up: norm_pairs_ok; else 1), and the
+// block's kDqThreads / tl rows of threads on segments of the chunk's tokens, each walked from its
+// last token: the power a^(Cn-1-i) by a running product (every exponent >= 0, exact at a = 0 and
+// 1), started by the same multiplications that the tokens after the segment would have made, so
+// every element is the one-segment walk's bit for bit; the output index by a step per token.
+// gc_t / s_t of the chunk's tokens once per block, in shared memory. (One latent per thread: 0.29
+// ms per backward at BDH-8k, 58 % of the DRAM bandwidth; a block per token row with an ipow per
+// element 0.25 ms per batch of 16 pairs, 37 %; before that, 64-bit divisions per element, 0.38 ms.
+// Until round 30 always 256 V latents a block, one segment: at BDH-base, L = 256, a quarter of the
+// threads had latents, each walking 64 tokens, 0.038 ms a backward on the H200 against a DRAM
+// floor near 0.015.)
 constexpr int kDqThreads = 256;
+// Threads along the latents: the smallest power of two from 32 that covers L / V, at most
+// kDqThreads (L past kDqThreads V: several latent blocks, one segment each, as before round 30).
+inline int dq_latent_threads(int64_t L, int V) {
+  int tl = 32;
+  while (tl < kDqThreads && int64_t{tl} * V < L) tl *= 2;
+  return tl;
+}
 template <typename T, int V>
 __global__ void __launch_bounds__(kDqThreads) dq_final_kernel(Dims d, const float* a32, const float* dqp,
                                                               const float* gc, const float* s, const float* Bend,
-                                                              Str4 dq) {
+                                                              Str4 dq, int tl) {
   grid_dependency_wait();
   __shared__ float gcs[kMaxChunk];
-  constexpr int LB = kDqThreads * V;  // latents per block
+  const int64_t LB = int64_t{tl} * V;  // latents per block
   const int64_t nlb = (d.L + LB - 1) / LB;
+  const int nseg = kDqThreads / tl, seg = threadIdx.x / tl;
   for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlb; item += gridDim.x) {
-    const int64_t bh = item / (d.nC * nlb), c = (item / nlb) % d.nC, l = (item % nlb) * LB + V * threadIdx.x;
+    const int64_t bh = item / (d.nC * nlb), c = (item / nlb) % d.nC;
+    const int64_t l = (item % nlb) * LB + V * (threadIdx.x % tl);
     const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, r0 = bh * d.T + t0;
     const int Cn = static_cast<int>(d.chunk_len(c));
     __syncthreads();  // the previous item's gcs are read
     if (threadIdx.x < Cn) gcs[threadIdx.x] = gc[r0 + threadIdx.x] / s[r0 + threadIdx.x];
     __syncthreads();
     if (l >= d.L) continue;  // (V = 2, 4: L is a multiple of V, so l + V - 1 < L too)
+    // the segment: tokens hi down to lo, after = Cn - 1 - hi tokens past it in the chunk
+    const int seg_len = (Cn + nseg - 1) / nseg, after = seg * seg_len, hi = Cn - 1 - after;
+    if (hi < 0) continue;
+    const int lo = max(0, hi - seg_len + 1);
     float a[V], bend[V], pw[V];  // pw = a^(Cn-1-i)
 #pragma unroll
     for (int v = 0; v < V; ++v) {
@@ -1734,10 +1752,13 @@ __global__ void __launch_bounds__(kDqThreads) dq_final_kernel(Dims d, const floa
       bend[v] = Bend[(bh * d.nC + c) * d.L + l + v];
       pw[v] = 1.0f;
     }
-    const float* partial = dqp + (r0 + Cn - 1) * d.L + l;
-    T* out = static_cast<T*>(const_cast<void*>(dq.p)) + dq.at(b, h, t0 + Cn - 1, l);
+    for (int k = 0; k < after; ++k)  // (registers only: a^after as the tokens past the segment make it)
+#pragma unroll
+      for (int v = 0; v < V; ++v) pw[v] *= a[v];
+    const float* partial = dqp + (r0 + hi) * d.L + l;
+    T* out = static_cast<T*>(const_cast<void*>(dq.p)) + dq.at(b, h, t0 + hi, l);
 #pragma unroll 8  // loads of later tokens issued ahead
-    for (int i = Cn - 1; i >= 0; --i, partial -= d.L, out -= dq.s[2]) {
+    for (int i = hi; i >= lo; --i, partial -= d.L, out -= dq.s[2]) {
       float x[V];
       if constexpr (V == 4) {
         const float4 p4 = *reinterpret_cast<const float4*>(partial);
@@ -2106,9 +2127,9 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                   dn0);
     auto dq_final = [&](auto latents) {  // V latents per thread
       constexpr int V = decltype(latents)::value;
-      launch_kernel("dq_final_kernel", dq_final_kernel<T, V>,
-                    grid_for(n * nC * ((L + V * kDqThreads - 1) / (V * kDqThreads))), kDqThreads, 0, stream, d, a32,
-                    dqp, gc, s, Bend, dq);
+      const int tl = dq_latent_threads(L, V);
+      launch_kernel("dq_final_kernel", dq_final_kernel<T, V>, grid_for(n * nC * ((L + int64_t{tl} * V - 1) / (tl * V))),
+                    kDqThreads, 0, stream, d, a32, dqp, gc, s, Bend, dq, tl);
     };
     if (norm_quads_ok<T>(d, dq))
       dq_final(std::integral_constant<int, 4>{});
