@@ -13,8 +13,8 @@ Writes three PNG files (matplotlib; Debian's python3-matplotlib):
   cpu_ratios.png       the CPU backend's share of the machine's sgemm rate and its speed-up over
                        the per-token loop, latest idle-machine run, against the issue's targets.
 Only what the files hold is drawn: a case missing from a build is a gap, not a zero. The CUDA
-plots read the H200's files (cuda-h200-*.jsonl) only: A/Bs that landed on an H100 (cuda-h100-*)
-are another card's times.
+plots leave out the H100's files (cuda-h100-*.jsonl: A/Bs that landed on an H100, another card's
+times); the others are the H200's.
 """
 import argparse
 import json
@@ -204,9 +204,11 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
-    def load(prefix):
+    def load(prefix, leave_out=None):
         rows = []
         for name in sorted(os.listdir(args.results)):
+            if leave_out and name.startswith(leave_out):
+                continue
             if name.startswith(prefix) and name.endswith(".jsonl"):
                 day = re.search(r"\d{4}-\d{2}-\d{2}", name)  # the files are one per measurement day
                 for r in read_jsonl(os.path.join(args.results, name)):
@@ -214,7 +216,7 @@ def main():
                     rows.append(r)
         return rows
 
-    cuda, vulkan, cpu = load("cuda-h200-"), load("vulkan-"), load("cpu-")
+    cuda, vulkan, cpu = load("cuda-", leave_out="cuda-h100-"), load("vulkan-"), load("cpu-")
     written = []
     if cuda:
         plot_cuda_builds(cuda, os.path.join(args.out, "cuda_builds.png"))
