@@ -84,17 +84,6 @@ template <bool kLo>
 constexpr int cross_values_smem() {
   return 2 * (kLo ? 4 : 2) * 64 * kCvS * static_cast<int>(sizeof(bf16));
 }
-// RHOSCAN_CV_PERSISTENT (build-time default; RHOSCAN_CUDA_CV_PERSISTENT=0 / 1 per call): the kernel
-// on as many blocks as fit at once (resident_grid), each walking its items with the fetch cursor
-// running on across them, instead of a block per item. Off until the H200 has measured it.
-#ifndef RHOSCAN_CV_PERSISTENT
-#define RHOSCAN_CV_PERSISTENT 0
-#endif
-inline bool cv_persistent() { return env_switch("RHOSCAN_CUDA_CV_PERSISTENT", RHOSCAN_CV_PERSISTENT != 0); }
-template <typename K>
-unsigned cross_values_grid(K kernel, int smem, int64_t items) {
-  return cv_persistent() ? resident_grid(kernel, kCvThreads, smem, items) : grid_for(items);
-}
 template <bool kLo = false>
 __global__ void __launch_bounds__(kCvThreads, kCvMinBlocks<kLo>) cross_values_mma_kernel(Dims d, const bf16* gb, const bf16* vb,
                                                                       bf16* Mhi, bf16* Mlo,
@@ -994,6 +983,18 @@ inline bool readback_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_READBACK", RHOS
 #define RHOSCAN_QR_REGA 1
 #endif
 inline bool readback_rega() { return env_switch("RHOSCAN_CUDA_READBACK_REGA", RHOSCAN_QR_REGA != 0); }
+
+// cross_values_mma's grid. RHOSCAN_CV_PERSISTENT (build-time default; RHOSCAN_CUDA_CV_PERSISTENT=0 / 1 per call): the kernel
+// on as many blocks as fit at once (resident_grid), each walking its items with the fetch cursor
+// running on across them, instead of a block per item. Off until the H200 has measured it.
+#ifndef RHOSCAN_CV_PERSISTENT
+#define RHOSCAN_CV_PERSISTENT 0
+#endif
+inline bool cv_persistent() { return env_switch("RHOSCAN_CUDA_CV_PERSISTENT", RHOSCAN_CV_PERSISTENT != 0); }
+template <typename K>
+unsigned cross_values_grid(K kernel, int smem, int64_t items) {
+  return cv_persistent() ? resident_grid(kernel, kCvThreads, smem, items) : grid_for(items);
+}
 
 // The chunked backward's per-chunk M = G v^T (16-bit inputs) on tensor cores: cross_values_mma's
 // diagonal items alone, into M's split 0, after pack_bf16 (o.gb, o.vb; o.glo, o.vlo for float16).
