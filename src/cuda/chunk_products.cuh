@@ -1816,7 +1816,11 @@ void make_key_remainders(const Dims& d, Str4 q, const float* a32, const Operands
 // would cover it).
 template <typename K>
 unsigned states_grid(K kernel, int smem, int64_t items) {
-  return resident_grid(kernel, kStatesThreads, smem, items);
+  int dev = 0, sms = 0, per_sm = 0;
+  RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+  RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStatesThreads, smem));
+  return grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
 }
 // Chunk states (forward: keys Kq = q a^(Cn-1-i), values v; reverse: keys Qp a^i = Xq, values G).
 template <bool kTC, typename T, bool kReverse, typename S, typename QpT>

@@ -5,7 +5,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -145,16 +144,6 @@ inline unsigned grid_for(int64_t items, int64_t per_block = 1, int64_t max_block
   if (blocks < 1) blocks = 1;
   if (blocks > max_blocks) blocks = max_blocks;
   return static_cast<unsigned>(blocks);
-}
-// A persistent grid: as many blocks of `kernel` as fit on the device at once (at most one per item),
-// each walking its items by a grid stride, so that a block's cp.async pipeline runs on across them.
-template <typename K>
-unsigned resident_grid(K kernel, int threads, int smem, int64_t items) {
-  int dev = 0, sms = 0, per_sm = 0;
-  RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
-  RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  return grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
 }
 
 // A build-time default that the environment variable `name` (read per call: tests and A/B runs)

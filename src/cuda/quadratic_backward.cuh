@@ -60,8 +60,9 @@ __device__ inline void cross_pair_of(int64_t k, int64_t& I, int64_t& J) {
   I = i, J = k;
 }
 
-// An item per (bh, I, J), for a block of 4 warps (2 × 2 warp tiles of 32×32): the contraction over E
-// in 64-column tiles, two cp.async stages (the fetch cursor in the kernel). The bf16 blocks leave
+// A block (4 warps, 2 × 2 warp tiles of 32×32) per (bh, I, J): the contraction over E in 64-column
+// tiles, two cp.async stages. Each thread fetches the same four rows (tid / 8 + 16 k) and 16-byte
+// column (tid % 8) of every tile, so their offsets are made once per item. The bf16 blocks leave
 // through shared memory (the tiles, free after the last step) as whole 128-byte rows: stored from
 // the accumulators' layout directly, a warp's 2-byte stores covered 8 rows' half sectors each, and
 // Nsight (round 29, BDH-base, H100) had the kernel bound by the L2 (82 % of its throughput, 48 % of
@@ -101,46 +102,26 @@ __global__ void __launch_bounds__(kCvThreads, kCvMinBlocks<kLo>) cross_values_mm
   const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;  // the warp's rows i and columns j
   const int64_t npairs = diag_only ? 0 : cross_pairs(d.nC), net = d.Ep / 64;
   const int64_t per_pair = npairs + (Mdiag != nullptr ? d.nC : 0);  // the cross pairs, then the diagonal
-  const int64_t nitems = d.nbh * per_pair;
-  // the pair bh and chunks I, J of an item
-  auto item_of = [&](int64_t item, int64_t& bh, int64_t& I, int64_t& J) {
-    bh = item / per_pair;
-    const int64_t k = item % per_pair;
+  for (int64_t item = blockIdx.x; item < d.nbh * per_pair; item += gridDim.x) {
+    const int64_t bh = item / per_pair, k = item % per_pair;
+    int64_t I, J;
     if (k < npairs)
       cross_pair_of(k, I, J);
     else
       I = J = k - npairs;
-  };
-  // The fetch cursor (item fi, its step fs; fst the stage it fills next) runs one step ahead of the
-  // products across the block's items (round 30): an item's first tiles are fetched under the
-  // previous item's last step and epilogue, where each item started its pipeline cold (a fifth of
-  // version 2's stall samples waited on the cp.async data, four steps an item at E = 256). On a
-  // grid of one block per item (cv_persistent() off) it fetches what version 2 fetched, when it did.
-  // Each thread fetches the same four rows (tid / 8 + 16 k) and 16-byte column (tid % 8) of every
-  // tile, so their offsets are made once per item (aim).
-  constexpr int kPasses = 64 * 8 / kCvThreads;
-  const int r0 = threadIdx.x / 8, p = 8 * (threadIdx.x % 8);
-  int64_t fi = blockIdx.x, fs = 0;
-  int fst = 0, CnI = 0, CnJ = 0;
-  const bf16 *gI = gb, *vJ = vb;
-  int g_at[kPasses], v_at[kPasses];  // the rows' offsets in G and v (the last row past Cn; < 64 Ep)
-  auto aim = [&]() {  // the cursor's item: its rows
-    if (fi >= nitems) return;
-    int64_t bh, I, J;
-    item_of(fi, bh, I, J);
-    CnI = static_cast<int>(d.chunk_len(I)), CnJ = static_cast<int>(d.chunk_len(J));
-    gI = gb + (bh * d.T + I * d.C) * d.Ep;
-    vJ = vb + (d.v_row(bh) * d.T + J * d.C) * d.Ep;  // (G per pair; v per batch row where d.v_rows)
+    const int CnI = static_cast<int>(d.chunk_len(I)), CnJ = static_cast<int>(d.chunk_len(J));
+    const bf16* gI = gb + (bh * d.T + I * d.C) * d.Ep;
+    const bf16* vJ = vb + (d.v_row(bh) * d.T + J * d.C) * d.Ep;  // (G per pair; v per batch row where d.v_rows)
+    // the thread's rows r0 + 16 k and column p of every tile (kCvThreads = 128: 16 rows a pass)
+    constexpr int kPasses = 64 * 8 / kCvThreads;
+    const int r0 = threadIdx.x / 8, p = 8 * (threadIdx.x % 8);
+    int g_at[kPasses], v_at[kPasses];  // the rows' offsets in G and v (the last row past Cn; < 64 Ep)
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       const int r = r0 + 16 * pass;
       g_at[pass] = min(r, CnI - 1) * static_cast<int>(d.Ep) + p, v_at[pass] = min(r, CnJ - 1) * static_cast<int>(d.Ep) + p;
     }
-  };
-  auto fetch_next = [&]() {  // one commit group a step, empty past the block's last item
-    if (fi < nitems && net > 0) {
-      const int64_t e0 = fs * 64;
-      const int stage = fst;
+    auto fetch = [&](int stage, int64_t e0) {
 #pragma unroll
       for (int pass = 0; pass < kPasses; ++pass) {
         const int r = r0 + 16 * pass;
@@ -151,26 +132,19 @@ __global__ void __launch_bounds__(kCvThreads, kCvMinBlocks<kLo>) cross_values_mm
           cp_async16(tile(stage, 3) + r * kCvS + p, vlo + (vJ - vb) + v_at[pass] + e0, r < CnJ);
         }
       }
-      if (++fs == net) {
-        fs = 0;
-        fi += gridDim.x;
-        aim();
-      }
-    }
-    cp_async_commit();
-    fst ^= 1;
-  };
-  aim();
-  fetch_next();
-  int stage = 0;  // the products' stage
-  for (int64_t item = blockIdx.x; item < nitems; item += gridDim.x) {
-    int64_t bh, I, J;
-    item_of(item, bh, I, J);
+      cp_async_commit();
+    };
     float acc[2][4][4] = {};
-    __syncthreads();  // the previous item's staged blocks are read (its stage is refilled below)
-    for (int64_t et = 0; et < net; ++et, stage ^= 1) {
-      fetch_next();  // the step after this one (at the item's last, the next item's first)
-      cp_async_wait<1>();
+    __syncthreads();  // the previous item's tiles are consumed
+    fetch(0, 0);
+    for (int64_t et = 0; et < net; ++et) {
+      const int stage = static_cast<int>(et & 1);
+      if (et + 1 < net) {
+        fetch(stage ^ 1, (et + 1) * 64);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
       __syncthreads();
       // [i][j] += sum_e G[i][e] v[j][e]: A = G (stored [i][e]), B = v^T (v stored [j][e])
       warp_mma_32x32<false, true>(acc, tile(stage, 0), kCvS, tile(stage, 1), kCvS, wm, wn, 64);
@@ -201,11 +175,10 @@ __global__ void __launch_bounds__(kCvThreads, kCvMinBlocks<kLo>) cross_values_mm
       }
       continue;
     }
-    // hi and lo to tiles 0 and 1 of the last step's stage (every warp is past that step's barrier;
-    // the other stage holds the next item's first tiles), then out as the fetch's 16-byte pieces
-    // (rows r0 + 16 pass, column p: a warp writes 4 whole rows a pass)
-    bf16* hi_tile = tile(stage ^ 1, 0);
-    bf16* lo_tile = tile(stage ^ 1, 1);
+    // hi and lo to tiles 0 and 1 of stage 0 (every warp is past the last step's barrier), then out
+    // as the fetch's 16-byte pieces (rows r0 + 16 pass, column p: a warp writes 4 whole rows a pass)
+    bf16* hi_tile = tile(0, 0);
+    bf16* lo_tile = tile(0, 1);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -984,18 +957,6 @@ inline bool readback_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_READBACK", RHOS
 #endif
 inline bool readback_rega() { return env_switch("RHOSCAN_CUDA_READBACK_REGA", RHOSCAN_QR_REGA != 0); }
 
-// cross_values_mma's grid. RHOSCAN_CV_PERSISTENT (build-time default; RHOSCAN_CUDA_CV_PERSISTENT=0 / 1 per call): the kernel
-// on as many blocks as fit at once (resident_grid), each walking its items with the fetch cursor
-// running on across them, instead of a block per item. Off until the H200 has measured it.
-#ifndef RHOSCAN_CV_PERSISTENT
-#define RHOSCAN_CV_PERSISTENT 0
-#endif
-inline bool cv_persistent() { return env_switch("RHOSCAN_CUDA_CV_PERSISTENT", RHOSCAN_CV_PERSISTENT != 0); }
-template <typename K>
-unsigned cross_values_grid(K kernel, int smem, int64_t items) {
-  return cv_persistent() ? resident_grid(kernel, kCvThreads, smem, items) : grid_for(items);
-}
-
 // The chunked backward's per-chunk M = G v^T (16-bit inputs) on tensor cores: cross_values_mma's
 // diagonal items alone, into M's split 0, after pack_bf16 (o.gb, o.vb; o.glo, o.vlo for float16).
 // The FFMA chunk_scores kernel it replaced there was bound by its two shared loads per FMA: 0.30 ms
@@ -1006,8 +967,7 @@ void launch_diagonal_values(const Dims& d, const Operands16& o, float* M, cudaSt
   auto cv = cross_values_mma_kernel<kLo>;
   constexpr int cv_smem = cross_values_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
-  launch_kernel("cross_values_mma_kernel (diagonal)", cv, cross_values_grid(cv, cv_smem, d.nbh * d.nC), kCvThreads,
-                cv_smem, stream, d, o.gb,
+  launch_kernel("cross_values_mma_kernel (diagonal)", cv, grid_for(d.nbh * d.nC), kCvThreads, cv_smem, stream, d, o.gb,
                 o.vb, nullptr, nullptr, o.glo, o.vlo, M, true);
 }
 
@@ -1028,8 +988,7 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     auto cv = cross_values_mma_kernel<kLo>;
     constexpr int cv_smem = cross_values_smem<kLo>();
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
-    launch_kernel("cross_values_mma_kernel", cv, cross_values_grid(cv, cv_smem, d.nbh * (cross_pairs(d.nC) + d.nC)),
-                  kCvThreads, cv_smem,
+    launch_kernel("cross_values_mma_kernel", cv, grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem,
                   stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
   }
   // (persistent: quad_readback_wgmma's grid is as many blocks as fit at once, at most one per item,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Ran at 9e4380d, branch cv-cursor: its RHOSCAN_CUDA_CV_PERSISTENT switch is not on main, see README.md.)
 # Round 30, call 2: dq_final on token segments (L / V under 256: BDH-base) and cross_values_mma's
 # fetch cursor across items on a persistent grid (RHOSCAN_CUDA_CV_PERSISTENT, default off until
 # measured). (1) Build with the tests; the whole CUDA suite and the harness's CUDA cases, then
