@@ -128,7 +128,7 @@ TEST_F(Cuda, TensorCorePathAtBdhLikeShape) {
 // dq_final's token segments (round 30): L / V under kDqThreads puts several rows of threads on
 // segments of a chunk's tokens. L = 256 (V = 4: 4 segments), 130 (V = 2: 2), 7 (V = 1: 8, most
 // lanes past L), 1030 (V = 2: 3 latent blocks, one segment); T = 100, a full chunk and a 36-token
-// tail (segments of 5 tokens at 8 rows, the last short, one empty); the final-state gradients
+// tail (segments of 5 tokens at 8 rows, the last of one token); the final-state gradients
 // enter dq through Bend.
 TEST_F(Cuda, DqFinalTokenSegmentsAtSmallL) {
   for (DType dtype : {DType::float32, DType::bfloat16}) {

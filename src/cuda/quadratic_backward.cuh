@@ -890,19 +890,17 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
         }
       }
     };
-    // x (step s's P) rounded to bf16 into stage st's [i][j] tile
+    // x (step s's P) rounded to bf16 into stage st's [i][j] tile. load_p left zeros past Cn_I and C;
+    // the chunk's own scores (s = 0) keep only j < i (a select, not a multiply: the upper triangle's
+    // values never enter).
     auto store_p = [&](int64_t s, int st) {
-      const int CnI = static_cast<int>(d.chunk_len(J + s));
       unsigned char* pt = smem_raw + st * kStageB;
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
         float y[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {  // (select, not multiply: a stray value outside never enters)
-          const bool ok = i < CnI && j + k < C && (s > 0 || j + k < i);
-          y[k] = ok ? x[r][k] : 0.0f;
-        }
+        for (int k = 0; k < 4; ++k) y[k] = (s > 0 || j + k < i) ? x[r][k] : 0.0f;
         const __nv_bfloat162 h01 = __floats2bfloat162_rn(y[0], y[1]), h23 = __floats2bfloat162_rn(y[2], y[3]);
         uint2 w;
         memcpy(&w.x, &h01, sizeof h01);
