@@ -296,12 +296,12 @@ TEST(Validation, StepShapes) {
 }
 
 // The saved buffer's length is a function of the shapes (core/saved.h): header 64, then s, Nc,
-// P for 16-bit inputs where L >= 4 C or the quadratic path applies, and Pcross where the CUDA
-// forward's quadratic path applies by default, each section rounded up to 64 floats.
+// P for 16-bit inputs where L >= 4 C or the quadratic path applies, and Pcross (bf16: two per float)
+// where the CUDA forward's quadratic path applies by default, each section rounded up to 64 floats.
 TEST(Validation, SavedNumelFollowsTheShapes) {
-  // T = 64, L = 512 = 8 T, bfloat16, no rho: 64 + s 64 + Nc 2·512 + P 64² + Pcross 64².
-  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, false), 64 + 64 + 1024 + 4096 + 4096);
-  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::float16, false, 64), 64 + 64 + 1024 + 4096 + 4096);
+  // T = 64, L = 512 = 8 T, bfloat16, no rho: 64 + s 64 + Nc 2·512 + P 64² + Pcross 64² / 2.
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, false), 64 + 64 + 1024 + 4096 + 2048);
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::float16, false, 64), 64 + 64 + 1024 + 4096 + 2048);
   // no Pcross, P (L >= 4 C): an initial rho, L < 8 T, a chunk other than 64 (P nC·32²), T > 1024
   EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, true), 64 + 64 + 1024 + 4096);
   EXPECT_EQ(saved_numel(1, 1, 64, 511, DType::bfloat16, false), 64 + 64 + 1024 + 4096);  // Nc 1022 -> 1024
@@ -311,15 +311,15 @@ TEST(Validation, SavedNumelFollowsTheShapes) {
   EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::float32, false), 64 + 64 + 1024);
   EXPECT_EQ(saved_numel(1, 1, 64, 200, DType::bfloat16, false), 64 + 64 + 448);
   // two pairs, a tail chunk: T = 100 (nC = 2), L = 800
-  EXPECT_EQ(saved_numel(2, 1, 100, 800, DType::bfloat16, false), 64 + 256 + 4800 + 2 * 2 * 4096 + 2 * 4 * 4096);
+  EXPECT_EQ(saved_numel(2, 1, 100, 800, DType::bfloat16, false), 64 + 256 + 4800 + 2 * 2 * 4096 + 2 * 4 * 4096 / 2);
   EXPECT_EQ(saved_numel(2, 3, 0, 800, DType::bfloat16, false), 0);
   EXPECT_EQ(saved_numel(0, 3, 10, 800, DType::bfloat16, false), 0);
   // with the keys: Xq and Kq, T·Lp bf16 each per pair (Lp: L rounded up to 64), each section
   // 256-byte aligned, only where P is reserved
-  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, false, 0, true), 64 + 64 + 1024 + 4096 + 4096 + 2 * 16384);
+  EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::bfloat16, false, 0, true), 64 + 64 + 1024 + 4096 + 2048 + 2 * 16384);
   EXPECT_EQ(saved_numel(1, 1, 64, 511, DType::bfloat16, false, 0, true), 64 + 64 + 1024 + 4096 + 2 * 16384);
   EXPECT_EQ(saved_numel(2, 1, 100, 800, DType::float16, false, 0, true),
-            64 + 256 + 4800 + 2 * 2 * 4096 + 2 * 4 * 4096 + 2 * 83200);  // 2·100·832 / 2 = 83200 = 1300·64
+            64 + 256 + 4800 + 2 * 2 * 4096 + 2 * 4 * 4096 / 2 + 2 * 83200);  // 2·100·832 / 2 = 83200 = 1300·64
   EXPECT_EQ(saved_numel(1, 1, 5, 300, DType::bfloat16, false, 0, true),
             saved_numel(1, 1, 5, 300, DType::bfloat16, false) + 2 * 832);  // 5·320 / 2 = 800 -> 832
   EXPECT_EQ(saved_numel(1, 1, 64, 512, DType::float32, false, 0, true), 64 + 64 + 1024);

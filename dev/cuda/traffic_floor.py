@@ -48,7 +48,7 @@ def passes(B, H, T, L, E, keys_saved=False):
     ctx = pairs * T * E * 2               # the context (and G)
     Nc = pairs * (nC + 1) * L * 4         # the chunk-start normalisers
     chunk_rows = pairs * nC * L * 4       # dap, Bsum, Zs, Bend: [pairs][nC][L] float32
-    Pcross = pairs * nC * (nC - 1) // 2 * C * C * 4
+    Pcross = pairs * nC * (nC - 1) // 2 * C * C * 2  # bf16 (float32 until round 31)
     M = pairs * nC * (nC - 1) // 2 * C * C * 2 * 2  # hi + lo
     small = lambda x: x if x >= 1e6 else 0
     forward, backward = paths(T, L)

@@ -3,12 +3,12 @@
 // the shapes alone (so that PyTorch's Meta kernels can allocate it without knowing the backend);
 // which sections a forward filled is recorded in the header.
 //
-// Layout, in float32 elements, per (b, h) pair bh = b·H + h:
+// Layout, in float32 elements (sections of bf16 elements: two per float), per (b, h) pair bh = b·H + h:
 //   header   [kSavedHeaderFloats]              SavedHeader, then zeros
 //   s        [B·H][T]                          token sums sum_l q_t[l]
 //   Nc       [B·H][nC + 1][L]                  chunk-start normalisers (after the carry)
 //   P        [B·H][nC][C][C]                   intra-chunk scores          (only if `diag_scores`)
-//   Pcross   [B·H][nC][nC][C][C]               cross-chunk scores          (only if `cross_scores`)
+//   Pcross   [B·H][nC][nC][C][C] bf16          cross-chunk scores          (only if `cross_scores`)
 //   Xq, Kq   [B·H][T][Lp] bf16 each            the normalised keys         (only if `keys`)
 // where C is the chunk (options.chunk_size, 0: 64, at most 64), nC = ceil(T / C) and Lp is L
 // rounded up to 64 (the CUDA tensor-core operands' rows, their padding latents zero).
@@ -17,10 +17,11 @@
 // makes (the backward's norm_apply, about 0.25 ms at BDH-8k on the H200, need not run). A buffer's
 // length says which layout it has.
 // The cross-chunk scores are reserved only where the CUDA forward takes its quadratic path by
-// default and L >= 8 T (16-bit inputs, no initial rho, C = 64, T <= 1024): there they are at most a
-// quarter of q's bytes, and the backward's cross_scores (about 0.3 ms at BDH-8k) need not run
-// again. (The forward takes that path from L = 2 T, where the scores would be up to q's bytes: from
-// 2 T to 8 T it does not save them and the backward computes them.) The intra-chunk scores (T C
+// default and L >= 8 T (16-bit inputs, no initial rho, C = 64, T <= 1024): there they are at most an
+// eighth of q's bytes (a quarter until version 4 kept them as float32), and the backward's
+// cross_scores (about 0.3 ms at BDH-8k) need not run again. (The forward takes that path from
+// L = 2 T, where the scores would be up to half of q's bytes: from 2 T to 8 T it does not save them
+// and the backward computes them.) The intra-chunk scores (T C
 // floats per pair) are reserved there and wherever the inputs are 16-bit and L >= 4 C, where they
 // are at most half of q's bytes: the backward's chunk_scores (0.14 ms at B=1, H=4, T=8192, L=2048
 // and 0.04 ms at B=24, H=4, T=512, L=256 on the H200) need not run either. s and Nc are always
@@ -35,7 +36,9 @@ namespace rhoscan::detail {
 
 inline constexpr int64_t kSavedHeaderFloats = 64;  // 256 bytes: sections stay 256-byte aligned
 inline constexpr uint32_t kSavedMagic = 0x53564852u;  // "RHVS" little-endian
-inline constexpr uint32_t kSavedVersion = 3;  // 2: P reserved apart from Pcross; 3: the keys
+// 2: P reserved apart from Pcross; 3: the keys; 4: Pcross as bf16 (its consumers round it to bf16:
+// the same operands in half the bytes)
+inline constexpr uint32_t kSavedVersion = 4;
 
 // Section flags of SavedHeader::filled.
 inline constexpr uint32_t kSavedNorm = 1u;         // s and Nc
@@ -58,8 +61,8 @@ struct SavedLayout {
   bool diag_scores = false;   // whether P is reserved
   bool cross_scores = false;  // whether Pcross is reserved
   bool keys = false;          // whether Xq and Kq are reserved
-  // offsets in floats from the buffer's start (bh 0), and per-pair sizes in floats (keys_pair:
-  // in bf16 elements, T·Lp, the same for Xq and Kq)
+  // offsets in floats from the buffer's start (bh 0), and per-pair sizes in floats (Pcross_pair
+  // and keys_pair: in bf16 elements, nC²·C² and T·Lp, the latter the same for Xq and Kq)
   int64_t s = 0, Nc = 0, P = 0, Pcross = 0, Xq = 0, Kq = 0, total = 0;
   int64_t s_pair = 0, Nc_pair = 0, P_pair = 0, Pcross_pair = 0, keys_pair = 0;
 };
@@ -89,7 +92,7 @@ inline SavedLayout saved_layout(int64_t B, int64_t H, int64_t T, int64_t L, DTyp
   g.Nc = g.s + aligned(BH * g.s_pair);
   g.P = g.Nc + aligned(BH * g.Nc_pair);
   g.Pcross = g.P + aligned(BH * g.P_pair);
-  g.Xq = g.Pcross + aligned(BH * g.Pcross_pair);
+  g.Xq = g.Pcross + aligned((BH * g.Pcross_pair + 1) / 2);
   g.Kq = g.Xq + aligned(BH * g.keys_pair / 2);  // (Lp even: two bf16 per float)
   g.total = g.Kq + aligned(BH * g.keys_pair / 2);
   return g;

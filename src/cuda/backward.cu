@@ -1961,8 +1961,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   // depend on the batching)
   const int64_t BH = p.B * p.H, cross_nsplit = cross_splits(BH, d);
   const int64_t per_bh_quadratic = per_bh_common + Workspace::bytes<bf16>(cross_pairs(nC) * kQB * kQB) * 2 +
-                                   Workspace::floats(nC * nC * C * C) +
-                                   Workspace::floats((cross_nsplit - 1) * nC * nC * C * C);
+                                   Workspace::bytes<bf16>(nC * nC * C * C) +
+                                   Workspace::floats(cross_parts_planes(cross_nsplit) * nC * nC * C * C);
   const int64_t cap = workspace_cap(g.options.max_workspace_bytes, kDefaultBackwardWorkspaceCap);
   const bool quadratic = backward_path<T>(g, C, shared + per_bh_quadratic <= cap) == BackwardPath::quadratic;
   const int64_t per_bh = quadratic ? per_bh_quadratic : per_bh_common + chunk_state_bytes<float>(d) * 2;
@@ -2034,10 +2034,11 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     // quadratic path: M's cross blocks (hi, lo) and the cross scores
     bf16* Mhi = quadratic ? ws.take_array<bf16>(n * cross_pairs(nC) * kQB * kQB) : nullptr;
     bf16* Mlo = quadratic ? ws.take_array<bf16>(n * cross_pairs(nC) * kQB * kQB) : nullptr;
-    float* Pcross = !quadratic     ? nullptr
-                    : saved_scores ? saved_at + saved.Pcross + bh0 * saved.Pcross_pair
-                                   : ws.take_floats(n * nC * nC * C * C);
-    float* cross_parts = quadratic ? ws.take_floats((cross_nsplit - 1) * n * nC * nC * C * C) : nullptr;
+    bf16* Pcross = !quadratic     ? nullptr
+                   : saved_scores ? reinterpret_cast<bf16*>(saved_at + saved.Pcross) + bh0 * saved.Pcross_pair
+                                  : ws.take_array<bf16>(n * nC * nC * C * C);
+    float* cross_parts =
+        quadratic ? ws.take_floats(cross_parts_planes(cross_nsplit) * n * nC * nC * C * C) : nullptr;
     Operands16 o = take_operands<kTC, T>(ws, d, true, !saved_keys);
     if (saved_keys) {
       o.Xq = reinterpret_cast<bf16*>(saved_at + saved.Xq) + bh0 * saved.keys_pair;

@@ -126,8 +126,8 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     throw Error(ErrorKind::internal, "rhoscan.forward (cuda): the saved keys' rows differ from the operands'");
   // Per pair, both paths: s and its latent blocks' partials (norm_sums_kernel), Qp, the
   // chunk-start normalisers, the intra-chunk scores (16 split slots), the bf16 operands. Chunked:
-  // the chunk-start states. Quadratic: the cross-chunk scores Pcross [nC][nC][C][C] float32 and the
-  // partials of their L splits.
+  // the chunk-start states. Quadratic: the cross-chunk scores Pcross [nC][nC][C][C] bf16 and the
+  // float32 partials of their L splits.
   const int64_t common_bh = Workspace::floats(p.T) + Workspace::floats(norm_sums_blocks(p.L) * p.T) +
                             (fused ? 0 : Workspace::bytes<QpT>(p.T * p.L)) +
                             Workspace::floats((d.nC + 1) * p.L) + Workspace::floats(d.nC * 16 * d.C * d.C) +
@@ -147,8 +147,8 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       // (rows: no Pcross, no partials)
       const int64_t quadratic_bh =
           rows ? common_bh
-               : common_bh + Workspace::floats(d.nC * d.nC * d.C * d.C) +
-                     Workspace::floats((cross_nsplit - 1) * d.nC * d.nC * d.C * d.C);
+               : common_bh + Workspace::bytes<bf16>(d.nC * d.nC * d.C * d.C) +
+                     Workspace::floats(cross_parts_planes(cross_nsplit) * d.nC * d.nC * d.C * d.C);
       // where even one pair does not fit the cap, the chunked path (or its out_of_memory error)
       quadratic = shared + quadratic_bh <= cap;
       if (quadratic) per_bh = quadratic_bh;
@@ -195,10 +195,11 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
     float* P_ws = ws.take_floats(d.nbh * d.nC * d.nsplit * d.C * d.C);
     StateT<kTC>* Hs = quadratic || scan ? nullptr : ws.take_array<StateT<kTC>>(d.nbh * d.nC * d.Lp * d.Ep);
     const bool cross = quadratic && !rows;  // Pcross: cross_scores, then quadratic_output
-    float* Pcross = !cross        ? nullptr
-                    : save_scores ? f.saved + saved.Pcross + bh0 * saved.Pcross_pair
-                                  : ws.take_floats(d.nbh * d.nC * d.nC * d.C * d.C);
-    float* Pparts = cross ? ws.take_floats((cross_nsplit - 1) * d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
+    bf16* Pcross = !cross        ? nullptr
+                   : save_scores ? reinterpret_cast<bf16*>(f.saved + saved.Pcross) + bh0 * saved.Pcross_pair
+                                 : ws.take_array<bf16>(d.nbh * d.nC * d.nC * d.C * d.C);
+    float* Pparts =
+        cross ? ws.take_floats(cross_parts_planes(cross_nsplit) * d.nbh * d.nC * d.nC * d.C * d.C) : nullptr;
     Operands16 o = take_operands<kTC, T>(ws, d, false, !save_keys);
     if (save_keys) {
       o.Xq = reinterpret_cast<bf16*>(f.saved + saved.Xq) + bh0 * saved.keys_pair;

@@ -423,6 +423,18 @@ __device__ __forceinline__ void for_each_acc(float (&acc)[2][4][4], int m0, int 
 #pragma unroll
       for (int r = 0; r < 4; ++r) f(m0 + 16 * mt + g + 8 * (r / 2), n0 + 8 * nt + 2 * q + r % 2, acc[mt][nt][r]);
 }
+// The same elements as adjacent pairs: f(row, even column, x at it, x at the column after).
+template <typename F>
+__device__ __forceinline__ void for_each_acc_pair(float (&acc)[2][4][4], int m0, int n0, F&& f) {
+  const int lane = threadIdx.x & 31, g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+        f(m0 + 16 * mt + g + 8 * hf, n0 + 8 * nt + 2 * q, acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
+}
 
 // A wgmma operand descriptor for a tile in the 128-byte swizzle (the layout of the swizzled tiles
 // above with rows of exactly 64 bf16: row r of 128 bytes, 16-byte chunk c stored at c ^ (r % 8),

@@ -156,9 +156,14 @@ __device__ __forceinline__ void cross_warp_tile(float (&acc)[4][4][4], const bf1
 // Version 2's column-block groups per pair (sum over I = 1 .. nC-1 of ceil(I / 2) = floor(nC^2 / 4)):
 // what cross_splits counts, so that the L splits, and with them the sums, stay version 2's.
 __host__ __device__ __forceinline__ int64_t cross_groups(int64_t nC) { return nC * nC / 4; }
-// L splits: slice sp covers tiles [sp·n, (sp+1)·n) of the Lp / 64; split 0 writes Pcross, split
-// s > 0 writes parts[s - 1] (same layout), and cross_reduce_kernel adds them in split order
-// (deterministic; no atomics).
+// The float32 partial planes of cross_scores' L splits (Pcross's layout each): one per split where
+// L is split, none with one split (the kernel then writes Pcross itself).
+__host__ __device__ __forceinline__ int64_t cross_parts_planes(int64_t nsplit) { return nsplit > 1 ? nsplit : 0; }
+// L splits: slice sp covers tiles [sp·n, (sp+1)·n) of the Lp / 64. With one split the kernel
+// writes Pcross (bf16) itself; with more, split sp writes parts[sp] (float32, Pcross's layout), and
+// cross_reduce_kernel adds them in split order (deterministic; no atomics) and rounds the sum to
+// bf16 into Pcross. (Until round 31 Pcross was float32, split 0 wrote it and the reduce added the
+// others into it: the same sums, in the same order; its readers rounded it to bf16.)
 // The item (version 3) is two row blocks × two column blocks (a 128 × 128 output tile over two
 // Xq and two Kq tiles per 64-latent tile, so each tile read serves two blocks' products: 8 KiB of
 // operands per 64×64 product and tile against version 2's 12), 8 warps of 64 × 32, each in one
@@ -199,6 +204,26 @@ __device__ __forceinline__ void cross_item_decode(int64_t g, int64_t nC, int (&x
     kJ[0] = static_cast<int>(4 * t), kJ[1] = static_cast<int>(4 * t + 2);
   }
 }
+// Row i's columns j, j + 1 (j even) of a cross-score block at offset o (o = the block's start + i C
+// + j): float32 into an L split's partials (parts), or, with one split, bf16 into Pcross (what its
+// readers, quadratic_output and quad_dv, round it to anyway: the same operands in half the bytes).
+// As pairs where C is even (aligned: blocks start at multiples of C C, rows at multiples of C).
+__device__ __forceinline__ void store_cross_pair(float* parts, bf16* Pcross, int64_t o, int j, int C, float x0,
+                                                 float x1) {
+  if (parts != nullptr) {
+    if (C % 2 == 0 && j + 1 < C) {
+      *reinterpret_cast<float2*>(parts + o) = make_float2(x0, x1);
+    } else {
+      if (j < C) parts[o] = x0;
+      if (j + 1 < C) parts[o + 1] = x1;
+    }
+  } else if (C % 2 == 0 && j + 1 < C) {
+    *reinterpret_cast<__nv_bfloat162*>(Pcross + o) = __floats2bfloat162_rn(x0, x1);
+  } else {
+    if (j < C) Pcross[o] = __float2bfloat16_rn(x0);
+    if (j + 1 < C) Pcross[o + 1] = __float2bfloat16_rn(x1);
+  }
+}
 constexpr int kCrossThreads = 256;
 constexpr int kCrossNS = 3;                 // pipeline stages
 // kSwizzle (the default; RHOSCAN_CS_SWIZZLE=0 at build time keeps the padded rows): the tiles'
@@ -222,7 +247,7 @@ constexpr bool kCrossSwizzle = RHOSCAN_CS_SWIZZLE != 0;  // the launcher's layou
 constexpr int kCrossSmem = cross_smem<kCrossSwizzle>();
 template <bool kSwizzle = kCrossSwizzle>
 static __global__ void __launch_bounds__(kCrossThreads, 2)
-    cross_scores_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross, float* parts,
+    cross_scores_mma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, bf16* Pcross, float* parts,
                             int nsplit) {
   grid_dependency_wait();
   constexpr int LT = kMmaLT, S = kSwizzle ? kMmaLT : kCrossS, NS = kCrossNS, kCrossStage = cross_stage<kSwizzle>();
@@ -307,7 +332,8 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
     cp_async_wait<0>();  // (only empty groups are left)
     if (!active) continue;
     const int I = wr ? xI1 : xI0, J = wk ? kJ1 : kJ0, CnI = wr ? Cn1 : Cn0;
-    float* dst = (sp == 0 ? Pcross : parts + (sp - 1) * plane) + ((bh * d.nC + I) * d.nC + J) * C * C;
+    float* part = nsplit > 1 ? parts + sp * plane : nullptr;
+    const int64_t blk = ((bh * d.nC + I) * d.nC + J) * C * C;
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
@@ -317,14 +343,8 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const int j = wc + 8 * nt + 2 * tq;
-          float* o = dst + i * C + j;
           const float x0 = i < CnI ? acc[mt][nt][2 * hf] : 0.0f, x1 = i < CnI ? acc[mt][nt][2 * hf + 1] : 0.0f;
-          if (C % 2 == 0 && j + 1 < C) {  // j even: an aligned pair
-            *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
-          } else {
-            if (j < C) o[0] = x0;
-            if (j + 1 < C) o[1] = x1;
-          }
+          store_cross_pair(part, Pcross, blk + i * C + j, j, C, x0, x1);
         }
       }
   }
@@ -356,7 +376,7 @@ constexpr uint32_t kCwStage = 4 * kCwTile;
 constexpr int kCwSmem = static_cast<int>(kWgmmaAtom - 16 + kCrossNS * kCwStage + 2 * 4 * kMmaLT * sizeof(float));
 static_assert(2 * (kCwSmem + 1024) <= 228 * 1024, "cross_scores_wgmma: two blocks per SM");
 static __global__ void __launch_bounds__(kCrossThreads, 2)
-    cross_scores_wgmma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, float* Pcross, float* parts,
+    cross_scores_wgmma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, bf16* Pcross, float* parts,
                               int nsplit) {
   grid_dependency_wait();
   constexpr int LT = kMmaLT, NS = kCrossNS;
@@ -485,7 +505,8 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
     for (int wk = 0; wk < 2; ++wk) {
       if (CnI == 0 || (diag && wk != wr)) continue;  // a row slot past nC; a diagonal item's unused combinations
       const int J = wk ? kJ1 : kJ0;
-      float* dst = (sp == 0 ? Pcross : parts + (sp - 1) * plane) + ((bh * d.nC + I) * d.nC + J) * C * C;
+      float* part = nsplit > 1 ? parts + sp * plane : nullptr;
+      const int64_t blk = ((bh * d.nC + I) * d.nC + J) * C * C;
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int i = 16 * w4 + 8 * hf + g;
@@ -493,35 +514,30 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
 #pragma unroll
         for (int j8 = 0; j8 < 8; ++j8) {
           const int j = 8 * j8 + 2 * tq;
-          float* o = dst + i * C + j;
           const float x0 = i < CnI ? acc[wk][4 * j8 + 2 * hf] : 0.0f, x1 = i < CnI ? acc[wk][4 * j8 + 2 * hf + 1] : 0.0f;
-          if (C % 2 == 0 && j + 1 < C) {  // j even: an aligned pair
-            *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
-          } else {
-            if (j < C) o[0] = x0;
-            if (j + 1 < C) o[1] = x1;
-          }
+          store_cross_pair(part, Pcross, blk + i * C + j, j, C, x0, x1);
         }
       }
     }
   }
 }
 
-// Pcross (lower blocks) += parts[0] + parts[1] + ... in split order.
-static __global__ void cross_reduce_kernel(Dims d, float* Pcross, const float* parts, int nsplit) {
+// Pcross (lower blocks) = bf16(parts[0] + parts[1] + ...), summed in split order in float32.
+static __global__ void cross_reduce_kernel(Dims d, const float* parts, bf16* Pcross, int nsplit) {
   grid_dependency_wait();
   const int64_t CC = d.C * d.C, n = d.nbh * d.nC * d.nC * CC;
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
     const int64_t IJ = x / CC % (d.nC * d.nC);
     if (IJ % d.nC >= IJ / d.nC) continue;  // J >= I: not a cross block
-    float acc = Pcross[x];
-    for (int s = 1; s < nsplit; ++s) acc += parts[(s - 1) * n + x];
-    Pcross[x] = acc;
+    float acc = parts[x];
+    for (int s = 1; s < nsplit; ++s) acc += parts[s * n + x];
+    Pcross[x] = __float2bfloat16_rn(acc);
   }
 }
 
-// Row i, columns p .. p + 3 of a C × C float32 block of scores at src, zeros at rows i >= n and
-// columns past C: one aligned float4 where C % 4 == 0 (blocks start at multiples of C C, rows of C).
+// Row i, columns p .. p + 3 of a C × C block of scores at src (float32, or bf16: Pcross), as
+// float, zeros at rows i >= n and columns past C: one aligned float4 (bf16: 8 bytes) where C % 4 == 0
+// (blocks start at multiples of C C, rows of C).
 __device__ __forceinline__ void load_block_row4(const float* src, int i, int p, int C, int n, float (&x)[4]) {
   x[0] = x[1] = x[2] = x[3] = 0.0f;
   if (i < n && p < C) {
@@ -535,6 +551,20 @@ __device__ __forceinline__ void load_block_row4(const float* src, int i, int p, 
     }
   }
 }
+__device__ __forceinline__ void load_block_row4(const bf16* src, int i, int p, int C, int n, float (&x)[4]) {
+  x[0] = x[1] = x[2] = x[3] = 0.0f;
+  if (i < n && p < C) {
+    if (C % 4 == 0) {
+      const uint2 w = *reinterpret_cast<const uint2*>(src + i * C + p);
+      x[0] = __uint_as_float(w.x << 16), x[1] = __uint_as_float(w.x & 0xffff0000u);
+      x[2] = __uint_as_float(w.y << 16), x[3] = __uint_as_float(w.y & 0xffff0000u);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        if (p + k < C) x[k] = __bfloat162float(src[i * C + p + k]);
+    }
+  }
+}
 // ---- quadratic output: c_I = sum_{J <= I} P_IJ V_J on tensor cores ---------------------------
 // A block's item is (bh, row block I, 128 columns of E): a 64 × 128 output tile (a 32×32 warp tile
 // per warp) contracted over the tokens of the column blocks J = 0 .. I, one C-token block per step:
@@ -542,7 +572,8 @@ __device__ __forceinline__ void load_block_row4(const float* src, int i, int p, 
 // chunk_output_mma rounds its intra-chunk P; B = V_J (the packed bf16 values, rows past the block's
 // tokens zero-filled). Everything outside the block's valid rows and columns enters as 0, so the
 // upper triangle of the diagonal block and the padding are never read as operands. Two stages: the
-// next block's P (float32 loads into registers, rounded when stored) and V (cp.async) are fetched
+// next block's P (float32 loads into registers, rounded when stored; Pcross's bf16 blocks, widened
+// exactly and rounded back to themselves) and V (cp.async) are fetched
 // while the current one is multiplied. kLo: the values' bf16 remainders, a second pass with the
 // same P (split values: float16 inputs).
 // kSwizzle (the default; RHOSCAN_QO_SWIZZLE=0 at build time keeps the padded rows): the P and V
@@ -563,7 +594,7 @@ constexpr int quadratic_output_smem() {
 }
 template <typename OutT, bool kLo, bool kSwizzle = kQOutSwizzle>
 static __global__ void __launch_bounds__(kMmaThreads, 2)
-    quadratic_output_mma_kernel(Dims d, const float* P, const float* Pcross, const bf16* V, const bf16* V_lo,
+    quadratic_output_mma_kernel(Dims d, const float* P, const bf16* Pcross, const bf16* V, const bf16* V_lo,
                                 Str4 out) {
   grid_dependency_wait();
   constexpr int ET = kMmaET, PS = kSwizzle ? 64 : kQOutPS, VS = kSwizzle ? kMmaET : kQOutVS;
@@ -593,13 +624,14 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
     const int p = 4 * (tid % 16);
     auto fetch = [&](int J, int st) {
       const int CnJ = static_cast<int>(d.chunk_len(J));
-      const float* src =
-          J == I ? P + (bh * d.nC + I) * d.nsplit * C * C : Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
+      const float* src = P + (bh * d.nC + I) * d.nsplit * C * C;                 // J = I
+      const bf16* src_cross = Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;  // J < I
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i = (tid + kMmaThreads * r) / 16;
         float x[4];
-        load_block_row4(src, i, p, C, CnI, x);
+        if (J == I) load_block_row4(src, i, p, C, CnI, x);
+        else load_block_row4(src_cross, i, p, C, CnI, x);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {  // select, not multiply: what lies outside is never used
           const int j = p + k;
@@ -1385,9 +1417,9 @@ inline int64_t cross_splits(int64_t pairs, const Dims& d) {
 #ifndef RHOSCAN_CS_WGMMA
 #define RHOSCAN_CS_WGMMA 1
 #endif
-// Pcross of one batch; scratch: (nsplit - 1) d.nbh nC^2 C^2 floats (unused with one split).
+// Pcross (bf16) of one batch; scratch: cross_parts_planes(nsplit) planes of d.nbh nC^2 C^2 floats.
 inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, const bf16* Kq, const float* a32,
-                                float* Pcross, float* scratch, cudaStream_t stream) {
+                                bf16* Pcross, float* scratch, cudaStream_t stream) {
   const int64_t items = d.nbh * cross_items(d.nC) * nsplit;
   if (items == 0) return;
   auto run = [&](const char* name, auto kernel, int smem) {  // both kernels take the same arguments
@@ -1401,13 +1433,13 @@ inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, c
     run("cross_scores_mma_kernel", cross_scores_mma_kernel<kCrossSwizzle>, kCrossSmem);
   if (nsplit > 1) {
     launch_kernel("cross_reduce_kernel", cross_reduce_kernel, grid_for(d.nbh * d.nC * d.nC * d.C * d.C, 256), 256, 0,
-                  stream, d, Pcross, scratch, static_cast<int>(nsplit));
+                  stream, d, scratch, Pcross, static_cast<int>(nsplit));
   }
 }
 
 // The context of one batch (bf16 / float16 inputs; float16 values split into hi + lo).
 template <typename T>
-void launch_quadratic_output(const Dims& d, const float* P, const float* Pcross, const Operands16& o, Str4 ctx,
+void launch_quadratic_output(const Dims& d, const float* P, const bf16* Pcross, const Operands16& o, Str4 ctx,
                              cudaStream_t stream) {
   constexpr bool kLo = kSplitValues<T>;
   auto kernel = quadratic_output_mma_kernel<T, kLo>;

@@ -792,7 +792,7 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
 }
 
 // ---- dv: dv_J = sum_{I>J} P_IJ^T G_I + sum_{k>j in J} P[k][j] G_k, per (bh, J, 128 columns) ----
-// Pcross: [bh][nC][nC][C][C] float32 (block (I, J), J < I, at ((bh nC + I) nC + J) C C, row i,
+// Pcross: [bh][nC][nC][C][C] bf16 (block (I, J), J < I, at ((bh nC + I) nC + J) C C, row i,
 // column j); P: chunk_scores' intra-chunk scores [bh][nC][nsplit][C][C] (split 0 holds the sum).
 // Step 0 the chunk's own scores (k > j, k < Cn), step s >= 1 the block of I = J + s. Each step's
 // scores are rounded to bf16 into [i][j] tiles (A = P^T by a transposing ldmatrix) and G_I's rows
@@ -825,7 +825,7 @@ constexpr int quad_dv_smem() {
   return 2 * quad_dv_stage<kLo>() * static_cast<int>(sizeof(bf16));
 }
 template <bool kLo = false, bool kSwizzle = kQdSwizzle>
-__global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, const float* Pcross, const float* P,
+__global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, const bf16* Pcross, const float* P,
                                                                     const bf16* gb, float* dvp,
                                                                     const bf16* glo = nullptr) {
   grid_dependency_wait();
@@ -862,8 +862,9 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
       cp_async_commit();
     };
     // P's tile of step s (the chunk's own scores at s = 0, else Pcross's block (J + s, J)) into x:
-    // four pieces of 4 columns a thread (row idx / 16, columns 4 (idx % 16)), by float4 where C is a
-    // multiple of 4. Loaded a step before they are stored (store_p), so that the loads are in flight
+    // four pieces of 4 columns a thread (row idx / 16, columns 4 (idx % 16)), by load_block_row4 (a
+    // float4 of the float32 scores, 8 bytes of Pcross's bf16 ones, where C is a multiple of 4;
+    // Pcross as float32 until round 31, rounded to the same bf16 values in store_p). Loaded a step before they are stored (store_p), so that the loads are in flight
     // during a step's products: loaded and stored in one go, their latency was the largest stall of
     // the kernel (round 29, BDH-base: half of its stall samples, long scoreboard on the selects).
     // Until round 25 a blockDim-strided loop of one element per trip. The same values.
@@ -872,22 +873,13 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
     auto load_p = [&](int64_t s) {
       const int64_t I = J + s;
       const int CnI = static_cast<int>(d.chunk_len(I));
-      const float* Pb = s == 0 ? P + (bh * d.nC + J) * d.nsplit * C * C : Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
+      const float* Pd = P + (bh * d.nC + J) * d.nsplit * C * C;             // s = 0
+      const bf16* Pc = Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;  // s >= 1
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) x[r][k] = 0.0f;
-        if (i < CnI && j < C) {
-          if (C % 4 == 0) {  // (j + 3 < C; blocks and rows 16-byte aligned)
-            const float4 w = *reinterpret_cast<const float4*>(Pb + i * C + j);
-            x[r][0] = w.x, x[r][1] = w.y, x[r][2] = w.z, x[r][3] = w.w;
-          } else {
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-              if (j + k < C) x[r][k] = Pb[i * C + j + k];
-          }
-        }
+        if (s == 0) load_block_row4(Pd, i, j, C, CnI, x[r]);
+        else load_block_row4(Pc, i, j, C, CnI, x[r]);
       }
     };
     // x (step s's P) rounded to bf16 into stage st's [i][j] tile. load_p left zeros past Cn_I and C;
@@ -931,9 +923,18 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
       if constexpr (kLo) warp_mma_32x32_tile<kSwizzle, true, false, PS, GS, 64>(acc, a_p + so, b_g + (kGlo - kG) + so);
       __syncthreads();
     }
-    for_each_acc(acc, wm, wn, [&](int j, int ec, float& x) {
+    // (pairs of columns as 8-byte stores where E is even: the scalar stores' issue was a tenth of
+    // the kernel's stall samples, round 31's profile at BDH-base)
+    for_each_acc_pair(acc, wm, wn, [&](int j, int ec, float x0, float x1) {
       const int64_t e = e0 + ec;
-      if (j < CnJ && e < d.E) dvp[(bh * d.T + J * d.C + j) * d.E + e] = x;
+      if (j >= CnJ || e >= d.E) return;
+      float* o = dvp + (bh * d.T + J * d.C + j) * d.E + e;
+      if (d.E % 2 == 0) {  // (e even, so e + 1 < E too)
+        *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
+      } else {
+        o[0] = x0;
+        if (e + 1 < d.E) o[1] = x1;
+      }
     });
   }
 }
@@ -979,7 +980,7 @@ void launch_diagonal_values(const Dims& d, const Operands16& o, float* M, cudaSt
 // side stream that waited for it: side_streams.h), the others on stream.
 template <bool kLo>
 void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
-                               const float* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
+                               const bf16* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
                                float* dvp, cudaStream_t stream, cudaStream_t dv_stream) {
   if (d.nbh == 0 || d.nC == 0) return;
   {

@@ -220,8 +220,9 @@ def test_saved_buffer_op_and_backward(device):
     c, r, n = rhoscan.rho_attention(q, v, decay, None, rho_norm)
     c2, r2, n2, saved = torch.ops.rhoscan.rho_attention_with_saved(q, v, decay, None, rho_norm, "bhtl", 0)
     assert torch.equal(c, c2) and torch.equal(r, r2) and torch.equal(n, n2)
-    # 64 header floats, s (2·2·70 = 280 -> 320), Nc (4·3·600 = 7200 -> 7232), P (4·2·64²), Pcross (4·4·64²)
-    assert saved.dtype == torch.float32 and saved.shape == (64 + 320 + 7232 + 8 * 4096 + 16 * 4096,)
+    # 64 header floats, s (2·2·70 = 280 -> 320), Nc (4·3·600 = 7200 -> 7232), P (4·2·64²), Pcross
+    # (4·4·64² bf16, two per float)
+    assert saved.dtype == torch.float32 and saved.shape == (64 + 320 + 7232 + 8 * 4096 + 8 * 4096,)
     g = torch.randn_like(c)
     op = torch.ops.rhoscan.rho_attention_backward
     plain = op(q, v, decay, None, rho_norm, g, None, None, "bhtl", 0)
