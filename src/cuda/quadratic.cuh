@@ -565,6 +565,26 @@ __device__ __forceinline__ void load_block_row4(const bf16* src, int i, int p, i
     }
   }
 }
+// Row i, columns p .. p + 7 (p a multiple of 8) of a C × C bf16 block at src, as they are (8 bf16 in
+// a uint4), zeros at rows i >= n and columns past C: one aligned 16-byte load where C % 8 == 0.
+__device__ __forceinline__ uint4 load_block_row8(const bf16* src, int i, int p, int C, int n) {
+  uint4 w = make_uint4(0u, 0u, 0u, 0u);
+  if (i < n && p < C) {
+    if (C % 8 == 0) {
+      w = *reinterpret_cast<const uint4*>(src + i * C + p);
+    } else {
+      uint32_t h[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        uint16_t bits = 0;
+        if (p + k < C) memcpy(&bits, src + i * C + p + k, sizeof bits);
+        h[k] = bits;
+      }
+      w = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+    }
+  }
+  return w;
+}
 // ---- quadratic output: c_I = sum_{J <= I} P_IJ V_J on tensor cores ---------------------------
 // A block's item is (bh, row block I, 128 columns of E): a 64 × 128 output tile (a 32×32 warp tile
 // per warp) contracted over the tokens of the column blocks J = 0 .. I, one C-token block per step:

@@ -861,38 +861,33 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
       }
       cp_async_commit();
     };
-    // P's tile of step s (the chunk's own scores at s = 0, else Pcross's block (J + s, J)) into x:
-    // four pieces of 4 columns a thread (row idx / 16, columns 4 (idx % 16)), by load_block_row4 (a
-    // float4 of the float32 scores, 8 bytes of Pcross's bf16 ones, where C is a multiple of 4;
-    // Pcross as float32 until round 31, rounded to the same bf16 values in store_p). Loaded a step before they are stored (store_p), so that the loads are in flight
-    // during a step's products: loaded and stored in one go, their latency was the largest stall of
-    // the kernel (round 29, BDH-base: half of its stall samples, long scoreboard on the selects).
-    // Until round 25 a blockDim-strided loop of one element per trip. The same values.
-    static_assert(kQdThreads == 256, "P's 64 × 64 tile: four pieces of 4 a thread");
-    float x[4][4];
-    auto load_p = [&](int64_t s) {
-      const int64_t I = J + s;
-      const int CnI = static_cast<int>(d.chunk_len(I));
-      const float* Pd = P + (bh * d.nC + J) * d.nsplit * C * C;             // s = 0
-      const bf16* Pc = Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;  // s >= 1
+    // P's tiles, rounded to bf16 in stage st's [i][j] tile (A = P^T by a transposing ldmatrix):
+    // - step 0, the chunk's own scores (chunk_scores' float32 P, split 0), at the item's start:
+    //   four pieces of 4 columns a thread (row idx / 16, columns 4 (idx % 16)), loaded and stored in
+    //   one go; only j < i kept (a select, not a multiply: the upper triangle's values never enter);
+    // - steps s >= 1, Pcross's block (J + s, J), already bf16 (cross_scores rounds it as this
+    //   rounding did until round 31): two pieces of 8 columns a thread (row idx / 8, columns
+    //   8 (idx % 8)) loaded two steps before they are stored, into pc[s % 2], so that the loads
+    //   are in flight during two steps' products. (Round 29 loaded float32 pieces one step ahead:
+    //   their latency had been half of the stall samples at BDH-base; in round 31's profile the
+    //   conversions that waited on them were still a sixth.) The same bf16 values either way.
+    // load_block_row4 / load_block_row8 leave zeros past Cn_I and C.
+    static_assert(kQdThreads == 256, "P's 64 × 64 tile: four float32 pieces of 4, or two bf16 pieces of 8, a thread");
+    auto store_diag = [&](int st) {
+      const float* Pd = P + (bh * d.nC + J) * d.nsplit * C * C;
+      float x[4][4];
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
-        if (s == 0) load_block_row4(Pd, i, j, C, CnI, x[r]);
-        else load_block_row4(Pc, i, j, C, CnI, x[r]);
+        load_block_row4(Pd, i, j, C, CnJ, x[r]);
       }
-    };
-    // x (step s's P) rounded to bf16 into stage st's [i][j] tile. load_p left zeros past Cn_I and C;
-    // the chunk's own scores (s = 0) keep only j < i (a select, not a multiply: the upper triangle's
-    // values never enter).
-    auto store_p = [&](int64_t s, int st) {
       unsigned char* pt = smem_raw + st * kStageB;
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
         float y[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) y[k] = (s > 0 || j + k < i) ? x[r][k] : 0.0f;
+        for (int k = 0; k < 4; ++k) y[k] = j + k < i ? x[r][k] : 0.0f;
         const __nv_bfloat162 h01 = __floats2bfloat162_rn(y[0], y[1]), h23 = __floats2bfloat162_rn(y[2], y[3]);
         uint2 w;
         memcpy(&w.x, &h01, sizeof h01);
@@ -900,28 +895,54 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
         *reinterpret_cast<uint2*>(pt + tile_offset<kSwizzle>(i, j / 8, PS) + 2 * (j % 8)) = w;  // (8-byte aligned)
       }
     };
+    uint4 pc[2][2];  // Pcross's pieces of steps s (pc[s % 2]): compile-time indices (the loop's two parities)
+    auto load_pc = [&](int64_t s, uint4 (&w)[2]) {
+      const int64_t I = J + s;
+      const int CnI = static_cast<int>(d.chunk_len(I));
+      const bf16* Pc = Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int idx = threadIdx.x + kQdThreads * r, i = idx / 8, j = 8 * (idx % 8);
+        w[r] = load_block_row8(Pc, i, j, C, CnI);
+      }
+    };
+    auto store_pc = [&](const uint4 (&w)[2], int st) {  // (16-byte chunks of the tile's rows)
+      unsigned char* pt = smem_raw + st * kStageB;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int idx = threadIdx.x + kQdThreads * r, i = idx / 8, j = 8 * (idx % 8);
+        *reinterpret_cast<uint4*>(pt + tile_offset<kSwizzle>(i, j / 8, PS)) = w[r];
+      }
+    };
     float acc[2][4][4] = {};
     __syncthreads();  // the previous item's tiles are consumed
-    load_p(0);
     fetch_g(0, 0);
-    store_p(0, 0);
-    if (nsteps > 1) load_p(1);
-    for (int64_t s = 0; s < nsteps; ++s) {
-      const int st = static_cast<int>(s & 1);
+    if (nsteps > 1) load_pc(1, pc[1]);
+    if (nsteps > 2) load_pc(2, pc[0]);
+    store_diag(0);
+    // step s (parity kPar = s % 2, so that pc's indices are compile-time): stage st = s % 2 is
+    // multiplied while stage st ^ 1 takes step s + 1's G (cp.async) and P (pc[(s + 1) % 2], which
+    // then takes step s + 3's loads)
+    auto step = [&](int64_t s, auto par) {
+      constexpr int kPar = decltype(par)::value, kNext = kPar ^ 1;
       if (s + 1 < nsteps) {
-        fetch_g(s + 1, st ^ 1);
-        store_p(s + 1, st ^ 1);  // (stage st ^ 1 was last read by step s - 1, before its closing barrier)
-        if (s + 2 < nsteps) load_p(s + 2);
+        fetch_g(s + 1, kNext);
+        store_pc(pc[kNext], kNext);  // (stage kNext was last read by step s - 1, before its closing barrier)
+        if (s + 3 < nsteps) load_pc(s + 3, pc[kNext]);
         cp_async_wait<1>();
       } else {
         cp_async_wait<0>();
       }
       __syncthreads();
       // [j][e] += sum_i P[i][j] G[i][e]: A = P^T (stored [i][j]), B = G (stored [i][e])
-      const uint32_t so = st * kStageB;
+      const uint32_t so = kPar * kStageB;
       warp_mma_32x32_tile<kSwizzle, true, false, PS, GS, 64>(acc, a_p + so, b_g + so);
       if constexpr (kLo) warp_mma_32x32_tile<kSwizzle, true, false, PS, GS, 64>(acc, a_p + so, b_g + (kGlo - kG) + so);
       __syncthreads();
+    };
+    for (int64_t s = 0; s < nsteps; s += 2) {
+      step(s, std::integral_constant<int, 0>{});
+      if (s + 1 < nsteps) step(s + 1, std::integral_constant<int, 1>{});
     }
     // (pairs of columns as 8-byte stores where E is even: the scalar stores' issue was a tenth of
     // the kernel's stall samples, round 31's profile at BDH-base)
