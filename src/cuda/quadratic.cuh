@@ -204,24 +204,28 @@ __device__ __forceinline__ void cross_item_decode(int64_t g, int64_t nC, int (&x
     kJ[0] = static_cast<int>(4 * t), kJ[1] = static_cast<int>(4 * t + 2);
   }
 }
-// Row i's columns j, j + 1 (j even) of a cross-score block at offset o (o = the block's start + i C
-// + j): float32 into an L split's partials (parts), or, with one split, bf16 into Pcross (what its
-// readers, quadratic_output and quad_dv, round it to anyway: the same operands in half the bytes).
-// As pairs where C is even (aligned: blocks start at multiples of C C, rows at multiples of C).
-__device__ __forceinline__ void store_cross_pair(float* parts, bf16* Pcross, int64_t o, int j, int C, float x0,
-                                                 float x1) {
-  if (parts != nullptr) {
-    if (C % 2 == 0 && j + 1 < C) {
-      *reinterpret_cast<float2*>(parts + o) = make_float2(x0, x1);
-    } else {
-      if (j < C) parts[o] = x0;
-      if (j + 1 < C) parts[o + 1] = x1;
-    }
-  } else if (C % 2 == 0 && j + 1 < C) {
-    *reinterpret_cast<__nv_bfloat162*>(Pcross + o) = __floats2bfloat162_rn(x0, x1);
+// Row i's columns j, j + 1 (j even) of a cross-score block at o (the block's start + i C + j):
+// float32 into an L split's partials, or, with one split, bf16 into Pcross (what its readers,
+// quadratic_output and quad_dv, round it to anyway: the same operands in half the bytes). As pairs
+// where C is even (aligned: blocks start at multiples of C C, rows at multiples of C). The kernels
+// pick the destination once per block of scores (one split or several: uniform), so that each
+// store's address is of one type. (Round 31's first version chose per store; with it
+// cross_scores_wgmma measured 0.039 -> 0.044 ms a launch at BDH-base on an H100, 5 % more warp
+// instructions, although it wrote half the bytes.)
+__device__ __forceinline__ void store_cross_pair(float* o, int j, int C, float x0, float x1) {
+  if (C % 2 == 0 && j + 1 < C) {
+    *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
   } else {
-    if (j < C) Pcross[o] = __float2bfloat16_rn(x0);
-    if (j + 1 < C) Pcross[o + 1] = __float2bfloat16_rn(x1);
+    if (j < C) o[0] = x0;
+    if (j + 1 < C) o[1] = x1;
+  }
+}
+__device__ __forceinline__ void store_cross_pair(bf16* o, int j, int C, float x0, float x1) {
+  if (C % 2 == 0 && j + 1 < C) {
+    *reinterpret_cast<__nv_bfloat162*>(o) = __floats2bfloat162_rn(x0, x1);
+  } else {
+    if (j < C) o[0] = __float2bfloat16_rn(x0);
+    if (j + 1 < C) o[1] = __float2bfloat16_rn(x1);
   }
 }
 constexpr int kCrossThreads = 256;
@@ -332,21 +336,24 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
     cp_async_wait<0>();  // (only empty groups are left)
     if (!active) continue;
     const int I = wr ? xI1 : xI0, J = wk ? kJ1 : kJ0, CnI = wr ? Cn1 : Cn0;
-    float* part = nsplit > 1 ? parts + sp * plane : nullptr;
     const int64_t blk = ((bh * d.nC + I) * d.nC + J) * C * C;
+    auto store_block = [&](auto* dst) {
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
+      for (int mt = 0; mt < 4; ++mt)
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int i = 16 * mt + 8 * hf + g;
-        if (i >= C) continue;
+        for (int hf = 0; hf < 2; ++hf) {
+          const int i = 16 * mt + 8 * hf + g;
+          if (i >= C) continue;
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-          const int j = wc + 8 * nt + 2 * tq;
-          const float x0 = i < CnI ? acc[mt][nt][2 * hf] : 0.0f, x1 = i < CnI ? acc[mt][nt][2 * hf + 1] : 0.0f;
-          store_cross_pair(part, Pcross, blk + i * C + j, j, C, x0, x1);
+          for (int nt = 0; nt < 4; ++nt) {
+            const int j = wc + 8 * nt + 2 * tq;
+            const float x0 = i < CnI ? acc[mt][nt][2 * hf] : 0.0f, x1 = i < CnI ? acc[mt][nt][2 * hf + 1] : 0.0f;
+            store_cross_pair(dst + i * C + j, j, C, x0, x1);
+          }
         }
-      }
+    };
+    if (nsplit > 1) store_block(parts + sp * plane + blk);
+    else store_block(Pcross + blk);
   }
 }
 
@@ -505,19 +512,22 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
     for (int wk = 0; wk < 2; ++wk) {
       if (CnI == 0 || (diag && wk != wr)) continue;  // a row slot past nC; a diagonal item's unused combinations
       const int J = wk ? kJ1 : kJ0;
-      float* part = nsplit > 1 ? parts + sp * plane : nullptr;
       const int64_t blk = ((bh * d.nC + I) * d.nC + J) * C * C;
+      auto store_block = [&](auto* dst) {
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int i = 16 * w4 + 8 * hf + g;
-        if (i >= C) continue;
+        for (int hf = 0; hf < 2; ++hf) {
+          const int i = 16 * w4 + 8 * hf + g;
+          if (i >= C) continue;
 #pragma unroll
-        for (int j8 = 0; j8 < 8; ++j8) {
-          const int j = 8 * j8 + 2 * tq;
-          const float x0 = i < CnI ? acc[wk][4 * j8 + 2 * hf] : 0.0f, x1 = i < CnI ? acc[wk][4 * j8 + 2 * hf + 1] : 0.0f;
-          store_cross_pair(part, Pcross, blk + i * C + j, j, C, x0, x1);
+          for (int j8 = 0; j8 < 8; ++j8) {
+            const int j = 8 * j8 + 2 * tq;
+            const float x0 = i < CnI ? acc[wk][4 * j8 + 2 * hf] : 0.0f, x1 = i < CnI ? acc[wk][4 * j8 + 2 * hf + 1] : 0.0f;
+            store_cross_pair(dst + i * C + j, j, C, x0, x1);
+          }
         }
-      }
+      };
+      if (nsplit > 1) store_block(parts + sp * plane + blk);
+      else store_block(Pcross + blk);
     }
   }
 }
@@ -535,9 +545,8 @@ static __global__ void cross_reduce_kernel(Dims d, const float* parts, bf16* Pcr
   }
 }
 
-// Row i, columns p .. p + 3 of a C × C block of scores at src (float32, or bf16: Pcross), as
-// float, zeros at rows i >= n and columns past C: one aligned float4 (bf16: 8 bytes) where C % 4 == 0
-// (blocks start at multiples of C C, rows of C).
+// Row i, columns p .. p + 3 of a C × C float32 block of scores at src, zeros at rows i >= n and
+// columns past C: one aligned float4 where C % 4 == 0 (blocks start at multiples of C C, rows of C).
 __device__ __forceinline__ void load_block_row4(const float* src, int i, int p, int C, int n, float (&x)[4]) {
   x[0] = x[1] = x[2] = x[3] = 0.0f;
   if (i < n && p < C) {
@@ -551,19 +560,25 @@ __device__ __forceinline__ void load_block_row4(const float* src, int i, int p, 
     }
   }
 }
-__device__ __forceinline__ void load_block_row4(const bf16* src, int i, int p, int C, int n, float (&x)[4]) {
-  x[0] = x[1] = x[2] = x[3] = 0.0f;
+// Row i, columns p .. p + 3 (p a multiple of 4) of a C × C bf16 block at src, as they are (4 bf16 in
+// a uint2), zeros at rows i >= n and columns past C: one aligned 8-byte load where C % 4 == 0.
+__device__ __forceinline__ uint2 load_block_row4_bits(const bf16* src, int i, int p, int C, int n) {
+  uint2 w = make_uint2(0u, 0u);
   if (i < n && p < C) {
     if (C % 4 == 0) {
-      const uint2 w = *reinterpret_cast<const uint2*>(src + i * C + p);
-      x[0] = __uint_as_float(w.x << 16), x[1] = __uint_as_float(w.x & 0xffff0000u);
-      x[2] = __uint_as_float(w.y << 16), x[3] = __uint_as_float(w.y & 0xffff0000u);
+      w = *reinterpret_cast<const uint2*>(src + i * C + p);
     } else {
+      uint32_t h[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        if (p + k < C) x[k] = __bfloat162float(src[i * C + p + k]);
+      for (int k = 0; k < 4; ++k) {
+        uint16_t bits = 0;
+        if (p + k < C) memcpy(&bits, src + i * C + p + k, sizeof bits);
+        h[k] = bits;
+      }
+      w = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
     }
   }
+  return w;
 }
 // Row i, columns p .. p + 7 (p a multiple of 8) of a C × C bf16 block at src, as they are (8 bf16 in
 // a uint4), zeros at rows i >= n and columns past C: one aligned 16-byte load where C % 8 == 0.
@@ -640,22 +655,33 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
     const int64_t vr = d.v_row(bh);  // V's row: bh, or its batch row (d.v_rows: Hv = 1)
     const int I = static_cast<int>(d.nC - 1 - item / per_row), CnI = static_cast<int>(d.chunk_len(I));
     const int64_t t0 = int64_t{I} * C;
-    float preg[4][4];  // this thread's P pieces of the next block: row (tid + 256 r) / 16, columns p .. p+3
+    // this thread's P pieces of the next block, four of 4 columns (row (tid + 256 r) / 16, columns
+    // p .. p + 3): of the diagonal block (J = I, chunk_scores' float32 P) as floats, rounded in put;
+    // of Pcross's blocks (J < I, bf16) as they are, their bits in preg[r][0 .. 1]: no conversion
+    // (until round 31 Pcross was float32 and rounded here; the same bf16 values)
+    float preg[4][4];
     const int p = 4 * (tid % 16);
     auto fetch = [&](int J, int st) {
       const int CnJ = static_cast<int>(d.chunk_len(J));
-      const float* src = P + (bh * d.nC + I) * d.nsplit * C * C;                 // J = I
-      const bf16* src_cross = Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;  // J < I
+      if (J == I) {
+        const float* src = P + (bh * d.nC + I) * d.nsplit * C * C;
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = (tid + kMmaThreads * r) / 16;
-        float x[4];
-        if (J == I) load_block_row4(src, i, p, C, CnI, x);
-        else load_block_row4(src_cross, i, p, C, CnI, x);
+        for (int r = 0; r < 4; ++r) {
+          const int i = (tid + kMmaThreads * r) / 16;
+          float x[4];
+          load_block_row4(src, i, p, C, CnI, x);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {  // select, not multiply: what lies outside is never used
-          const int j = p + k;
-          preg[r][k] = i < CnI && j < CnJ && (J < I || j < i) ? x[k] : 0.0f;
+          for (int k = 0; k < 4; ++k) {  // select, not multiply: what lies outside is never used
+            const int j = p + k;
+            preg[r][k] = i < CnI && j < CnJ && j < i ? x[k] : 0.0f;
+          }
+        }
+      } else {  // (CnJ = C: every column of an earlier chunk; rows past CnI and columns past C zero-filled)
+        const bf16* src = Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const uint2 w = load_block_row4_bits(src, (tid + kMmaThreads * r) / 16, p, C, CnI);
+          preg[r][0] = __uint_as_float(w.x), preg[r][1] = __uint_as_float(w.y);
         }
       }
       const bf16* Vj = V + (vr * d.T + int64_t{J} * C) * d.Ep + e0;
@@ -667,13 +693,22 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
       }
       cp_async_commit();
     };
-    auto put = [&](int st) {
+    auto put = [&](int J, int st) {  // block J's pieces (fetched by fetch(J, .)) into stage st
+      if (J == I) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int i = (tid + kMmaThreads * r) / 16;
-        __nv_bfloat162 w[2] = {__floats2bfloat162_rn(preg[r][0], preg[r][1]),
-                               __floats2bfloat162_rn(preg[r][2], preg[r][3])};
-        memcpy(smem_raw + st * kPStage + tile_offset<kSwizzle>(i, p / 8, PS) + 2 * (p % 8), w, sizeof w);
+        for (int r = 0; r < 4; ++r) {
+          const int i = (tid + kMmaThreads * r) / 16;
+          __nv_bfloat162 w[2] = {__floats2bfloat162_rn(preg[r][0], preg[r][1]),
+                                 __floats2bfloat162_rn(preg[r][2], preg[r][3])};
+          memcpy(smem_raw + st * kPStage + tile_offset<kSwizzle>(i, p / 8, PS) + 2 * (p % 8), w, sizeof w);
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int i = (tid + kMmaThreads * r) / 16;
+          const uint2 w = make_uint2(__float_as_uint(preg[r][0]), __float_as_uint(preg[r][1]));
+          *reinterpret_cast<uint2*>(smem_raw + st * kPStage + tile_offset<kSwizzle>(i, p / 8, PS) + 2 * (p % 8)) = w;
+        }
       }
     };
     float acc[2][4][4] = {};
@@ -681,7 +716,7 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
     fetch(0, 0);
     for (int J = 0; J <= I; ++J) {
       const int st = J & 1;
-      put(st);  // stage st was last read two steps ago, before the last barrier
+      put(J, st);  // stage st was last read two steps ago, before the last barrier
       if (J < I) {
         fetch(J + 1, st ^ 1);
         cp_async_wait<1>();

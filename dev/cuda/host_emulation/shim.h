@@ -79,6 +79,7 @@ struct alignas(16) float4 {
 inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return {x, y, z, w}; }
+inline uint2 make_uint2(uint32_t x, uint32_t y) { return {x, y}; }
 
 // bf16 as on the GPU: 16 bits, the upper half of a float32.
 struct __nv_bfloat16 {
@@ -105,6 +106,11 @@ inline float __uint_as_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
 }
 inline float __low2float(__nv_bfloat162 v) { return __bfloat162float(v.x); }
 inline float __high2float(__nv_bfloat162 v) { return __bfloat162float(v.y); }
