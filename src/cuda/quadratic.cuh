@@ -382,11 +382,6 @@ constexpr uint32_t kCwTile = 64 * 128;  // bytes of one 64 × 64 bf16 tile (a sl
 constexpr uint32_t kCwStage = 4 * kCwTile;
 constexpr int kCwSmem = static_cast<int>(kWgmmaAtom - 16 + kCrossNS * kCwStage + 2 * 4 * kMmaLT * sizeof(float));
 static_assert(2 * (kCwSmem + 1024) <= 228 * 1024, "cross_scores_wgmma: two blocks per SM");
-// kParts: the launch's L splits are several (float32 partials; nsplit > 1), else one (bf16 Pcross):
-// one store path per instantiation. (With round 31's bf16 Pcross and a branch on nsplit, Nsight
-// measured the kernel 0.039 -> 0.044 ms a launch at BDH-base, 0.204 -> 0.211 at BDH-8k, on an H100;
-// the bf16 instantiation alone: 127 registers where the kernel with both paths had 128.)
-template <bool kParts>
 static __global__ void __launch_bounds__(kCrossThreads, 2)
     cross_scores_wgmma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, bf16* Pcross, float* parts,
                               int nsplit) {
@@ -531,7 +526,7 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
           }
         }
       };
-      if constexpr (kParts) store_block(parts + sp * plane + blk);
+      if (nsplit > 1) store_block(parts + sp * plane + blk);
       else store_block(Pcross + blk);
     }
   }
@@ -1488,8 +1483,7 @@ inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, c
                   static_cast<int>(nsplit));
   };
   if (wgmma_chosen("RHOSCAN_CUDA_CROSS_SCORES", RHOSCAN_CS_WGMMA != 0))
-    nsplit > 1 ? run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel<true>, kCwSmem)
-               : run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel<false>, kCwSmem);
+    run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel, kCwSmem);
   else
     run("cross_scores_mma_kernel", cross_scores_mma_kernel<kCrossSwizzle>, kCrossSmem);
   if (nsplit > 1) {
