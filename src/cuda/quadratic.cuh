@@ -208,10 +208,12 @@ __device__ __forceinline__ void cross_item_decode(int64_t g, int64_t nC, int (&x
 // float32 into an L split's partials, or, with one split, bf16 into Pcross (what its readers,
 // quadratic_output and quad_dv, round it to anyway: the same operands in half the bytes). As pairs
 // where C is even (aligned: blocks start at multiples of C C, rows at multiples of C). The kernels
-// pick the destination once per block of scores (one split or several: uniform), so that each
-// store's address is of one type. (Round 31's first version chose per store; with it
-// cross_scores_wgmma measured 0.039 -> 0.044 ms a launch at BDH-base on an H100, 5 % more warp
-// instructions, although it wrote half the bytes.)
+// pick the destination once per block of scores (one split or several: uniform).
+// Measured (round 31, H100, Nsight, BDH-base): with bf16 Pcross cross_scores_wgmma takes 0.044-0.045
+// ms a launch against 0.039 with float32 (BDH-8k: 0.211 against 0.204-0.208), although it writes
+// 0.019 against 0.051 GB over two launches, whether the destination is chosen per store, per block
+// or per instantiation (calls 2-4). Not explained yet: its readers gain more (quad_dv 0.090 -> 0.071
+// ms a backward at BDH-base, quadratic_output 0.043 -> 0.032 a forward at BDH-8k).
 __device__ __forceinline__ void store_cross_pair(float* o, int j, int C, float x0, float x1) {
   if (C % 2 == 0 && j + 1 < C) {
     *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
