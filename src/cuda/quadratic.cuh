@@ -212,8 +212,12 @@ __device__ __forceinline__ void cross_item_decode(int64_t g, int64_t nC, int (&x
 // Measured (round 31, H100, Nsight, BDH-base): with bf16 Pcross cross_scores_wgmma takes 0.044-0.045
 // ms a launch against 0.039 with float32 (BDH-8k: 0.211 against 0.204-0.208), although it writes
 // 0.019 against 0.051 GB over two launches, whether the destination is chosen per store, per block
-// or per instantiation (calls 2-4). Not explained yet: its readers gain more (quad_dv 0.090 -> 0.071
-// ms a backward at BDH-base, quadratic_output 0.043 -> 0.032 a forward at BDH-8k).
+// or per instantiation (calls 2-4). Its readers gain more (quad_dv 0.090 -> 0.071 ms a backward at
+// BDH-base, quadratic_output 0.043 -> 0.032 a forward at BDH-8k). Call 5's SASS (cuobjdump) shows
+// why: with the bf16 stores ptxas 13 takes 128 registers, spills 8 bytes and reads threadIdx (S2R)
+// three times inside the main loop, 7 more instructions per L tile (d9f3628: 127 registers, no
+// spills, no S2R in the loop). Branch round32-candidates has a variant that ptxas allocates
+// without spills; it is not measured yet.
 __device__ __forceinline__ void store_cross_pair(float* o, int j, int C, float x0, float x1) {
   if (C % 2 == 0 && j + 1 < C) {
     *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
