@@ -944,8 +944,8 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
       step(s, std::integral_constant<int, 0>{});
       if (s + 1 < nsteps) step(s + 1, std::integral_constant<int, 1>{});
     }
-    // (pairs of columns as 8-byte stores where E is even: the scalar stores' issue was a tenth of
-    // the kernel's stall samples, round 31's profile at BDH-base)
+    // (pairs of columns as 8-byte stores where E is even: in round 31's profile at BDH-base the
+    // scalar stores and their address arithmetic were a fifth of the kernel's samples)
     for_each_acc_pair(acc, wm, wn, [&](int j, int ec, float x0, float x1) {
       const int64_t e = e0 + ec;
       if (j >= CnJ || e >= d.E) return;
