@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in round 31 for the next session (see README.md here). On main, with .gpucarry/base
-# (d9f3628, main before round 31) and .gpucarry/cand (2245229, branch round32-candidates:
+# (d9f3628, main before round 31) and .gpucarry/cand (branch round32-candidates:
 # cross_scores_wgmma's bf16 instantiation allocated without spills), each with a COMMIT file:
 # (1) build main with the tests; the CUDA suite and the harness's CUDA cases;
 # (2) main's figures (BDH-8k, long-T8192, BDH-base, the step) on the card this call gets;
