@@ -613,9 +613,8 @@ __device__ __forceinline__ uint4 load_block_row8(const bf16* src, int i, int p, 
 // chunk_output_mma rounds its intra-chunk P; B = V_J (the packed bf16 values, rows past the block's
 // tokens zero-filled). Everything outside the block's valid rows and columns enters as 0, so the
 // upper triangle of the diagonal block and the padding are never read as operands. Two stages: the
-// next block's P (float32 loads into registers, rounded when stored; Pcross's bf16 blocks, widened
-// exactly and rounded back to themselves) and V (cp.async) are fetched
-// while the current one is multiplied. kLo: the values' bf16 remainders, a second pass with the
+// next block's P (the diagonal block's float32 loads into registers, rounded when stored; Pcross's
+// bf16 blocks moved as they are) and V (cp.async) are fetched while the current one is multiplied. kLo: the values' bf16 remainders, a second pass with the
 // same P (split values: float16 inputs).
 // kSwizzle (the default; RHOSCAN_QO_SWIZZLE=0 at build time keeps the padded rows): the P and V
 // tiles' rows unpadded, chunk c of row r at c ^ (r % 8) (mma.cuh's swizzled tiles), so that V's
