@@ -534,7 +534,8 @@ static_assert(2 * (quad_readback_wgmma_smem<false>() + 1024) <= 228 * 1024,
 template <bool kKeyLo = false, int kStages = 3, bool kRegA = true>
 __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     quad_readback_wgmma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
-                               const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr) {
+                               const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr,
+                               bool chunks_inner = false) {
   grid_dependency_wait();
   static_assert(kQrThreads == 256 && kQrLT == 128 && kQB == 64, "two warpgroups of 64 latents; 64-token tiles");
   static_assert(kStages == 2 || kStages == 3, "two or three stages");
@@ -569,9 +570,14 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
   const int64_t nlt = (d.Lp + kQrLT - 1) / kQrLT, nitems = d.nbh * d.nC * nlt;
   auto src_bytes = [](int lim, int k) { return 16 * k < lim ? 16u : 0u; };
   if (nitems == 0) return;
-  // An item's place (bh, K, 128-latent tile lt), item = (bh nC + K) nlt + lt, and h of bh. A
-  // block's items are blockIdx.x + n gridDim.x (a persistent grid: launch_quadratic_backward),
-  // walked by carries (carry_add) instead of 64-bit divisions per item.
+  // An item's place (bh, K, 128-latent tile lt), item = (bh nC + K) nlt + lt, or with chunks_inner
+  // item = (bh nlt + lt) nC + K, and h of bh. A block's items are blockIdx.x + n gridDim.x (a
+  // persistent grid: launch_quadratic_backward), walked by carries (carry_add) instead of 64-bit
+  // divisions per item. The order decides what the resident blocks read together: with the latent
+  // tiles inner they hold a few chunks K of a pair across all its latents, and the operand tiles
+  // Kq_J, Xq_I of a latent tile are read again by the pair's later K items, a whole pair's Kq and
+  // Xq later; with the chunks inner they hold all chunks of fewer latent tiles, whose items read the
+  // same operand tiles at about the same time (readback_chunks_inner, the launcher).
   struct Place {
     int64_t bh;
     int h, K, lt;
@@ -579,14 +585,19 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
   const int nlt32 = static_cast<int>(nlt), H = static_cast<int>(d.H);
   auto place_of = [&](int64_t item) {
     Place p;
-    p.bh = item / (d.nC * nlt), p.K = static_cast<int>(item / nlt % d.nC), p.lt = static_cast<int>(item % nlt);
+    p.bh = item / (d.nC * nlt);
+    if (chunks_inner)
+      p.K = static_cast<int>(item % d.nC), p.lt = static_cast<int>(item / d.nC % nlt);
+    else
+      p.K = static_cast<int>(item / nlt % d.nC), p.lt = static_cast<int>(item % nlt);
     p.h = static_cast<int>(d.h_of(p.bh));
     return p;
   };
   const Place stride = place_of(gridDim.x);
   const int dh = static_cast<int>(stride.bh % H);
   auto advance = [&](Place& p) {
-    const int c = carry_add(p.K, stride.K, carry_add(p.lt, stride.lt, 0, nlt32), nC);
+    const int c = chunks_inner ? carry_add(p.lt, stride.lt, carry_add(p.K, stride.K, 0, nC), nlt32)
+                               : carry_add(p.K, stride.K, carry_add(p.lt, stride.lt, 0, nlt32), nC);
     p.bh += stride.bh + c;
     carry_add(p.h, dh, c, H);
   };
@@ -976,6 +987,18 @@ inline bool readback_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_READBACK", RHOS
 #define RHOSCAN_QR_REGA 1
 #endif
 inline bool readback_rega() { return env_switch("RHOSCAN_CUDA_READBACK_REGA", RHOSCAN_QR_REGA != 0); }
+// quad_readback_wgmma's item order (the kernel's Place): the chunks K inner, or the latent tiles
+// inner (the default until an A/B decides): -DRHOSCAN_QR_CHUNKS_INNER=1 at build time,
+// RHOSCAN_CUDA_READBACK_CHUNKS_INNER=0|1 (environment, per call). Either order computes every item
+// alike: W, U and HdH' bit for bit the same (emulated). Round 28's Nsight DRAM bytes at BDH-8k:
+// the readback moved 1.94 GB against the 1.63 GB of its arrays counted once (traffic_floor.py),
+// the rest re-reads of Kq and Xq tiles that missed the L2.
+#ifndef RHOSCAN_QR_CHUNKS_INNER
+#define RHOSCAN_QR_CHUNKS_INNER 0
+#endif
+inline bool readback_chunks_inner() {
+  return env_switch("RHOSCAN_CUDA_READBACK_CHUNKS_INNER", RHOSCAN_QR_CHUNKS_INNER != 0);
+}
 
 // The chunked backward's per-chunk M = G v^T (16-bit inputs) on tensor cores: cross_values_mma's
 // diagonal items alone, into M's split 0, after pack_bf16 (o.gb, o.vb; o.glo, o.vlo for float16).
@@ -1013,7 +1036,7 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
   }
   // (persistent: quad_readback_wgmma's grid is as many blocks as fit at once, at most one per item,
   // so that each block's fetch cursor runs on across its items)
-  auto readback = [&](const char* name, auto kernel, int smem, bool persistent) {  // the same arguments
+  auto readback = [&](const char* name, auto kernel, int smem, bool persistent, auto... order) {  // the same arguments
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int64_t max_blocks = 1 << 16;
     if (persistent) {
@@ -1024,14 +1047,14 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
       max_blocks = std::max<int64_t>(1, int64_t{sms} * per_sm);
     }
     launch_kernel(name, kernel, grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT), 1, max_blocks), kQrThreads,
-                  smem, stream, d, Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo);
+                  smem, stream, d, Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo, order...);
   };
   if (readback_wgmma() && readback_rega())
     readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, true>, quad_readback_wgmma_smem<kLo>(),
-             true);
+             true, readback_chunks_inner());
   else if (readback_wgmma())
     readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, false>, quad_readback_wgmma_smem<kLo>(),
-             true);
+             true, readback_chunks_inner());
   else
     readback("quad_readback_mma_kernel", quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>,
              quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>(), false);

@@ -1150,8 +1150,10 @@ bool cross_values_case(const Problem& p) {
 // quad_readback_mma_kernel (or, kWgmma, quad_readback_wgmma_kernel), with
 // launch_quadratic_backward's block size and shared memory
 // (kWgmma: its stage count, 2 or 3; kRegA: the operand as A from registers, else from shared memory;
-// kGrid: blocks, 0 for small_grid, -1 for one more block than items)
-template <bool kKeyLo, bool kSwizzle = RHOSCAN_QR_SWIZZLE != 0, int kWgmma = 0, bool kRegA = true, int kGrid = 0>
+// kGrid: blocks, 0 for small_grid, -1 for one more block than items; kChunksInner: the wgmma
+// kernel's other item order, the chunks K inner)
+template <bool kKeyLo, bool kSwizzle = RHOSCAN_QR_SWIZZLE != 0, int kWgmma = 0, bool kRegA = true, int kGrid = 0,
+          bool kChunksInner = false>
 void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W, std::vector<float>& U,
                        std::vector<float>& HdH) {
   const Dims& d = p.d;
@@ -1160,7 +1162,8 @@ void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W,
     const unsigned grid = kGrid == 0 ? small_grid(items) : kGrid < 0 ? unsigned(items + 1) : unsigned(kGrid);
     emu::launch(grid, kQrThreads, quad_readback_wgmma_smem<kKeyLo, kWgmma>(), [&] {
       quad_readback_wgmma_kernel<kKeyLo, kWgmma, kRegA>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
-                                         W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr);
+                                         W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr,
+                                         kChunksInner);
     });
   } else {
     emu::launch(small_grid(items), kQrThreads, quad_readback_smem<kKeyLo, kSwizzle>(), [&] {
@@ -1173,15 +1176,17 @@ void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W,
 // default swizzled tiles): the same k steps in the same order, so W, U and HdH' bit for bit, with
 // the operand as A from registers (kRegA, the default) or from shared memory.
 // kGrid as run_quad_readback's: its blocks walk their items with a fetch cursor that runs across
-// them (a persistent grid), so the grid's stride and idle blocks are cases of their own.
-template <bool kKeyLo, int kStages = 3, bool kRegA = true, int kGrid = 0>
+// them (a persistent grid), so the grid's stride and idle blocks are cases of their own, and so is
+// the other item order (kChunksInner: the blocks' items, their fetch cursor and a's loads an item
+// ahead all walk it).
+template <bool kKeyLo, int kStages = 3, bool kRegA = true, int kGrid = 0, bool kChunksInner = false>
 bool quad_readback_wgmma_case(const Problem& p) {
   const Dims& d = p.d;
   const CrossM m = run_cross_values<kKeyLo>(p);
   auto W = nans<float>(d.nbh * d.T * d.L), U = W, HdH = nans<float>(d.nbh * d.nC * d.L);
   auto Ww = W, Uw = W, HdHw = HdH;
   run_quad_readback<kKeyLo>(p, m, W, U, HdH);
-  run_quad_readback<kKeyLo, true, kStages, kRegA, kGrid>(p, m, Ww, Uw, HdHw);
+  run_quad_readback<kKeyLo, true, kStages, kRegA, kGrid, kChunksInner>(p, m, Ww, Uw, HdHw);
   constexpr const char* v3 = "version 3's (mma.sync)";
   return same_bits("W", W, Ww, v3) & same_bits("U", U, Uw, v3) & same_bits("HdH", HdH, HdHw, v3);
 }
@@ -1679,6 +1684,12 @@ int main(int argc, char** argv) {
        quad_readback_wgmma_case<false, 3, true, -1>, false, true},
       {"quad_readback_wgmma, operand from shared memory, bitwise version 3", quad_readback_wgmma_case<false, 3, false>,
        false, true},
+      {"quad_readback_wgmma, chunks inner, bitwise version 3", quad_readback_wgmma_case<false, 3, true, 0, true>, false,
+       true},
+      {"quad_readback_wgmma, chunks inner, 3 blocks, bitwise version 3",
+       quad_readback_wgmma_case<false, 3, true, 3, true>, false, true},
+      {"quad_readback_wgmma, chunks inner, 7 blocks, bitwise version 3",
+       quad_readback_wgmma_case<false, 3, true, 7, true>, false, true},
       {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, false, true},
       {"quad_readback_mma, swizzled tiles", quad_readback_swizzle_case<false>, true, true},
       {"quad_dv_mma", quad_dv_case<false>, true, true},
