@@ -311,6 +311,302 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
     }
   }
 }
+// ---- chunk_scan_mma version 2: the state transposed, 128 columns a block ------------------------
+// Version 1 is latency-bound: about 5 µs a chunk step against ~1.3 µs of its products at BDH-base
+// (H200, ninth round), with two barriers a step (the state's bf16 copy Sb written, then read by
+// every warp before the next copy) and 384 items of 8 steps on 132 multiprocessors at one block
+// each: 24 steps in sequence per block. Version 2 keeps the state as S^T, columns × latents: warp w
+// holds columns 16 w .. 16 w + 15 of the item's 128 against all Lp latents in mma accumulators
+// (accT[n] the 16 × 8 tile of latents 8 n ..: Lp / 2 floats a thread), so that
+//   - the context's state term ctx^T = S^T · Xq_c^T takes its A fragments straight from the
+//     accumulators (mma.m16n8's C layout of two adjacent 8-latent tiles is the A layout of one
+//     16-latent k step, rounded to bf16 pairs as Sb's stores round them): no Sb tile, no barrier
+//     for it; B is Xq_c [token][latent] by ldmatrix;
+//   - the state's decay is a^Cn per latent, the accumulators' columns: float2 pairs from the
+//     decay table, applied to a k step's two tiles right after the context has taken them;
+//   - the update S^T += v_c^T · Kq_c takes A = v_c^T (ldmatrix.trans of v [token][column]: the
+//     warp's 16 columns) and B = Kq_c [token][latent] (ldmatrix.trans);
+//   - the intra-chunk term ctx^T += v_c^T · Pm^T reuses those A fragments, B = Pm rows from P's
+//     float32 tile (float2, select, cvt: version 1's A fragments of Pm, as B);
+// one barrier a step (the chunk's tiles landed; the other stage's readers done). Each element
+// gets version 1's operands in version 1's k order (the latents' k steps, then Pm's; the state's
+// scaling, then its token k steps), with A and B exchanged: an m16n8k16 product's 16 terms are the
+// same products, so the emulation (which sums each k step's terms exactly and rounds once) finds
+// ctx and rho bit for bit version 1's; on the GPU the tensor cores' order inside a k step is
+// assumed symmetric in A and B, which Cuda.ChunkScanVersionsAgree checks.
+// 128 columns a block: 192 items at BDH-base (version 1: 384), every Xq and Kq tile fetched by half
+// the blocks, 2.3 M multiply-adds a step per block. Costs: every warp reads the whole Xq and Kq
+// tiles (ldmatrix: 8 × 64 KiB of shared-memory reads a step at Lp = 256) and all 64 rows of P (64
+// float2 loads, selects and cvt a thread and step, where version 1's warps took 16 rows each).
+// The context leaves the warps as columns × tokens: partner lanes (g, g ^ 1) exchange one value
+// each (a shuffle) so that each stores 16-bit pairs of adjacent columns, as version 1 does.
+// Shared memory at Lp = 256: two stages of {Xq, Kq [64][256], v [64][128] bf16, P [64][72]
+// float32} and the decay a^C, a^Cn per latent for two items (the next item's written while a
+// slower warp may still scale with the current one's): 200 KiB, 1 block of 8 warps per SM.
+// Selected by RHOSCAN_CUDA_SCAN_VERSION=2 (environment, per call) or -DRHOSCAN_SCAN_VERSION=2 until
+// an A/B on a GPU decides (round 32 wrote it without one).
+constexpr int kScan2ET = 128;  // state / output columns per block (8 warps of 16)
+template <int kLp>
+struct Scan2Layout {
+  static constexpr int XS = kLp, VS = kScan2ET, PS = 64 + 8;  // rows: Xq, Kq, v (bf16, swizzled), P (floats)
+  static constexpr uint32_t kXB = 2 * 64 * XS, kVB = 2 * 64 * VS, kPB = 4 * 64 * PS;  // tile bytes
+  static constexpr uint32_t kK = kXB, kV = 2 * kXB, kP = 2 * kXB + kVB;               // in a stage
+  static constexpr uint32_t kStageB = kP + kPB;
+  static constexpr uint32_t kDecay = 2 * kStageB;  // [item parity][a^C, a^Cn][kLp] floats
+  static constexpr int PmS = 64 + 8;                // Pm's rows (bf16; padded: conflict-free ldmatrix)
+  static constexpr uint32_t kPm = kDecay + 4 * kLp * sizeof(float);
+  static constexpr int bytes = static_cast<int>(kPm + 2 * 64 * PmS);
+  static_assert(kK % 128 == 0 && kV % 128 == 0 && kP % 128 == 0 && kStageB % 128 == 0 && kPm % 16 == 0,
+                "swizzled tiles; Pm's rows 16-byte aligned");
+};
+static_assert(Scan2Layout<kScanMaxLp>::bytes <= 227 * 1024, "chunk_scan_mma v2: shared memory past the H200's");
+template <int kLp, typename OutT>
+__global__ void __launch_bounds__(kScanThreads, 1)
+    chunk_scan_mma_v2_kernel(Dims d, const bf16* Xq, const bf16* Kq, const bf16* vb, const float* P, const float* a32,
+                             Str4 init, Str4 ctx, Str4 rho) {
+  grid_dependency_wait();
+  using Lay = Scan2Layout<kLp>;
+  constexpr int XS = Lay::XS, VS = Lay::VS, PS = Lay::PS, NT = kScanThreads, ET = kScan2ET;
+  constexpr int NL = kLp / 8;   // the state's 8-latent tiles per warp
+  constexpr int PPR = kLp / 8;  // 16-byte pieces per Xq / Kq row
+  static_assert(kLp % 64 == 0 && kLp <= kScanMaxLp && NT == 256 && ET == 128, "the fixed pieces below");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), Lp = static_cast<int>(d.Lp);
+  const int net = static_cast<int>((d.E + ET - 1) / ET);  // column tiles inside E
+  if (net == 0) return;
+  const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
+  const uint32_t s0 = smem_addr(smem_raw);
+  float* decay_s = reinterpret_cast<float*>(smem_raw + Lay::kDecay);
+  const int cw = 16 * warp;  // the warp's columns in the item
+  // the lane's ldmatrix addresses in stage 0, as warp_mma_32x32_tile's (swizzled tiles):
+  //   Xq [token n][latent k] as the context's B (not transposed): tokens 16 np .., latent k step by
+  //   swizzled_k_step; Kq [token k][latent n] as the update's B (transposed): latents 16 p .. by
+  //   swizzled_k_step, tokens 16 j .. by rows; v [token k][column m] as A = v^T (transposed): the
+  //   warp's 16 columns, tokens 16 j .. by rows
+  const uint32_t b_xq = s0 + tile_offset<true>((lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1, XS);
+  const uint32_t b_kq = s0 + Lay::kK + tile_offset<true>(((lane >> 3) & 1) * 8 + (lane & 7), lane >> 4, XS);
+  const uint32_t a_v = s0 + Lay::kV + tile_offset<true>((lane >> 4) * 8 + (lane & 7), cw / 8 + ((lane >> 3) & 1), VS);
+  //   Pm [token i][token j] (bf16, padded rows) as the intra-chunk term's B (not transposed)
+  constexpr int PmS = Lay::PmS;
+  const uint32_t b_pm = s0 + Lay::kPm + tile_offset<false>((lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1, PmS);
+  bf16* pm = reinterpret_cast<bf16*>(smem_raw + Lay::kPm);
+  const float* init_p = static_cast<const float*>(init.p);
+  float* rho_p = const_cast<float*>(static_cast<const float*>(rho.p));
+  // The copies of chunk c of item (fbh, fet) into stage fst: version 1's, with v's 128 columns
+  // (zero-filled past Ep: an item's columns may pass the packed rows where E is not a multiple of
+  // 128). One commit group per call of the caller.
+  auto fetch = [&](int fst, int fbh, int fet, int c) {
+    const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
+    const uint32_t st = s0 + fst * Lay::kStageB;
+#pragma unroll 1
+    for (int r = 0; r < 64 * PPR / NT; ++r) {
+      const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
+      const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
+      const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + tile_offset<true>(i, p / 8, XS);
+      cp_async16_u32(dst, Xq + o, bytes);
+      cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
+    }
+    const int e0 = fet * ET;
+    const int vtr = tr + d.v_row_delta32(fbh) * static_cast<int>(d.T);
+#pragma unroll 1
+    for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
+      const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
+      const bool ok = i < Cn && e0 + p < d.Ep;
+      cp_async16_u32(st + Lay::kV + tile_offset<true>(i, p / 8, VS),
+                     vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + (ok ? e0 + p : 0)), ok ? 16u : 0u);
+    }
+    const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;
+#pragma unroll 1
+    for (int r = 0; r < 64 * 16 / NT; ++r) {
+      const int idx = tid + NT * r, i = idx / 16, p = 4 * (idx % 16);
+      if (i < Cn && p < C) cp_async16_u32(st + Lay::kP + 4 * (i * PS + p), Pc + i * C + p);
+    }
+  };
+  // items (bh, et), item = bh net + et, advanced by the grid
+  const int grid = static_cast<int>(gridDim.x), det = grid % net, dbh = grid / net;
+  auto advance = [&](int& bh, int& et) { bh += dbh + carry_add(et, det, 0, net); };
+  int bh = static_cast<int>(blockIdx.x) / net, et = static_cast<int>(blockIdx.x) % net;
+  if (bh < d.nbh && nC > 0) fetch(0, bh, et, 0);
+  cp_async_commit();
+  int stage = 0, parity = 0;  // the current chunk's stage; the item's decay slot
+  for (; bh < d.nbh; advance(bh, et), parity ^= 1) {
+    const int e0 = et * ET;
+    auto b_h = [&](int64_t& b, int64_t& h) {
+      const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), qh = x / H;
+      b = qh, h = x - qh * H;
+    };
+    int64_t b, h;
+    b_h(b, h);
+    // the decay of this item's latents, in its own slot: the previous item's readers (a slower warp
+    // in its last step) use the other one; this slot's last readers (two items ago) are past the
+    // barriers of the previous item's steps. Read after the next barrier.
+    float* decay = decay_s + parity * 2 * kLp;
+    for (int l = tid; l < kLp; l += NT) {
+      const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
+      decay[l] = ipow(al, C);
+      decay[kLp + l] = ipow(al, CnLast);
+    }
+    // accT[n][r]: the state at column e0 + cw + g + 8 (r / 2), latent 8 n + 2 tq + r % 2
+    float accT[NL][4];
+    const int ec = e0 + cw + g;
+    // (a running pointer down each of the thread's two columns: the unrolled element loop's 64-bit
+    // offsets took ptxas past 255 registers at Lp = 256)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int e = ec + 8 * hf;
+      const bool col = init_p && e < d.E;
+      const float* p = col ? init_p + init.at(b, h, 2 * tq, e) : nullptr;
+#pragma unroll
+      for (int n = 0; n < NL; ++n, p += col ? 8 * init.s[2] : 0) {
+        const int l = 8 * n + 2 * tq;
+        accT[n][2 * hf] = col && l < d.L ? p[0] : 0.0f;
+        accT[n][2 * hf + 1] = col && l + 1 < d.L ? p[init.s[2]] : 0.0f;
+      }
+    }
+    for (int c = 0; c < nC; ++c) {
+      const bool last = c == nC - 1;
+      const int Cn = last ? CnLast : C;
+      cp_async_wait<0>();  // this thread's copies of chunk c (the only group in flight)
+      __syncthreads();     // everyone's (and the decay); the other stage's readers (step c - 1) done
+      if (!last) {
+        fetch(stage ^ 1, bh, et, c + 1);
+      } else {  // the first chunk of the block's next item
+        int nbh = bh, nt_ = et;
+        advance(nbh, nt_);
+        if (nbh < d.nbh) fetch(stage ^ 1, nbh, nt_, 0);
+      }
+      cp_async_commit();
+      const uint32_t so = stage * Lay::kStageB;
+      // Pm = bf16(P[i][j]) for j < i < Cn, else 0 (version 1's selects and rounding), once for the
+      // block: every warp's intra-chunk term reads all of it (its last readers, the previous step's,
+      // are past the barrier above). Thread: pairs (i, j) with j even, a warp one row's 64 values.
+      {
+        const float* pt = reinterpret_cast<const float*>(smem_raw + so + Lay::kP);
+#pragma unroll
+        for (int r = 0; r < 64 * 32 / NT; ++r) {
+          const int idx = tid + NT * r, i = idx / 32, j = 2 * (idx % 32);
+          const float2 w = *reinterpret_cast<const float2*>(pt + i * PS + j);
+          const bool in = i < Cn;
+          *reinterpret_cast<__nv_bfloat162*>(pm + i * PmS + j) =
+              __floats2bfloat162_rn(in && j < i ? w.x : 0.0f, in && j + 1 < i ? w.y : 0.0f);
+        }
+      }
+      // 1. ctx^T = S^T · Xq_c^T: k steps of 16 latents, increasing (version 1's order), A from the
+      // state's tiles 2 kt, 2 kt + 1 rounded to bf16, which are then scaled by a^Cn of their latents
+      const float* f = decay + (last ? kLp : 0) + 2 * tq;
+      float ctxT[8][4] = {};  // ctxT[nt][r]: column e0 + cw + g + 8 (r / 2), token 8 nt + 2 tq + r % 2
+#pragma unroll
+      for (int kt = 0; kt < kLp / 16; ++kt) {
+        uint32_t af[4];
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const __nv_bfloat162 x = __floats2bfloat162_rn(accT[2 * kt + t][2 * hf], accT[2 * kt + t][2 * hf + 1]);
+            af[2 * t + hf] = *reinterpret_cast<const uint32_t*>(&x);
+          }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {  // tokens 16 np ..: B tiles 2 np, 2 np + 1
+          uint32_t bf[4];
+          ldsm_x4_u32(bf, swizzled_k_step(b_xq, 16 * kt) + so + 2 * 16 * np * XS);
+          mma_bf16_16816(ctxT[2 * np], af, bf[0], bf[1]);
+          mma_bf16_16816(ctxT[2 * np + 1], af, bf[2], bf[3]);
+        }
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          const float2 fx = *reinterpret_cast<const float2*>(f + 8 * (2 * kt + t));
+          accT[2 * kt + t][0] *= fx.x, accT[2 * kt + t][1] *= fx.y;
+          accT[2 * kt + t][2] *= fx.x, accT[2 * kt + t][3] *= fx.y;
+        }
+      }
+      uint32_t av[4][4];  // v_c^T's A fragments, token steps 0..3 (also the update's)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) ldsm_x4_trans_u32(av[j], a_v + so + 2 * 16 * j * VS);
+      // 2. ctx^T += v_c^T · Pm^T over all 64 tokens j (version 1's intra-chunk product, A and B
+      // exchanged): B = Pm [i][j] by ldmatrix, tokens i 16 np .., j 16 kk ..
+      __syncthreads();  // Pm complete
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t bf[4];
+          ldsm_x4_u32(bf, b_pm + 2 * (16 * np * PmS + 16 * kk));
+          mma_bf16_16816(ctxT[2 * np], av[kk], bf[0], bf[1]);
+          mma_bf16_16816(ctxT[2 * np + 1], av[kk], bf[2], bf[3]);
+        }
+      // the context rows i < Cn, columns e < E, rounded as version 1's: partner lanes (g even,
+      // g + 1) exchange one value, so that the even lane holds token 8 nt + 2 tq at columns g, g + 1
+      // and the odd one token 8 nt + 2 tq + 1 at columns g - 1, g (a 16-bit pair each)
+      const int64_t t0 = static_cast<int64_t>(c) * C;
+      b_h(b, h);
+      const bool odd = g & 1;
+      const int pc = cw + (g & ~1);  // the pair's first column in the item
+      OutT* base = nullptr;
+      if constexpr (sizeof(OutT) == 2) {
+        if (Cn == 64 && e0 + cw + 16 <= d.E && ctx.s[3] == 1 && ctx.s[2] % 2 == 0) {
+          base = static_cast<OutT*>(const_cast<void*>(ctx.p)) + ctx.at(b, h, t0, e0 + pc);
+          if (reinterpret_cast<uintptr_t>(base) % 4 != 0) base = nullptr;
+        }
+      }
+      // (base is warp-uniform, as the shuffles below need: the warp's columns, Cn, the strides, and
+      // the pairs' alignment, the same for every lane's even column)
+      if (base != nullptr) {
+        struct alignas(4) Pair {
+          OutT x, y;
+        };
+        OutT* row = base + (2 * tq + (odd ? 1 : 0)) * ctx.s[2];  // token 8 nt + 2 tq (+ 1 where odd)
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt, row += 8 * ctx.s[2])
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const float x0 = ctxT[nt][2 * hf], x1 = ctxT[nt][2 * hf + 1];
+            const float other = __shfl_xor_sync(0xffffffffu, odd ? x0 : x1, 4);
+            *reinterpret_cast<Pair*>(row + 8 * hf) = Pair{from_float<OutT>(odd ? other : x0), from_float<OutT>(odd ? x1 : other)};
+          }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int i = 8 * nt + 2 * tq + r % 2;
+            const int64_t e = ec + 8 * (r / 2);
+            if (i < Cn && e < d.E) store<OutT>(const_cast<void*>(ctx.p), ctx.at(b, h, t0 + i, e), ctxT[nt][r]);
+          }
+      }
+      // 3. S^T += v_c^T · Kq_c, after the context is stored (its accumulators dead here): token k
+      // steps j < (Cn + 15) / 16 (rows past Cn zero), increasing
+      const int nk = (Cn + 15) / 16;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (j >= nk) break;
+#pragma unroll
+        for (int p = 0; p < kLp / 16; ++p) {  // latents 16 p ..: the state's tiles 2 p, 2 p + 1
+          uint32_t bf[4];
+          ldsm_x4_trans_u32(bf, swizzled_k_step(b_kq, 16 * p) + so + 2 * 16 * j * XS);
+          mma_bf16_16816(accT[2 * p], av[j], bf[0], bf[1]);
+          mma_bf16_16816(accT[2 * p + 1], av[j], bf[2], bf[3]);
+        }
+      }
+      stage ^= 1;
+    }
+    if (rho_p) {
+      b_h(b, h);
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int e = ec + 8 * hf;
+        if (e >= d.E) continue;
+        float* p = rho_p + rho.at(b, h, 2 * tq, e);
+#pragma unroll
+        for (int n = 0; n < NL; ++n, p += 8 * rho.s[2]) {
+          const int l = 8 * n + 2 * tq;
+          if (l < d.L) p[0] = accT[n][2 * hf];
+          if (l + 1 < d.L) p[rho.s[2]] = accT[n][2 * hf + 1];
+        }
+      }
+    }
+  }
+}
 // ---- launchers (chunk_scan) -------------------------------------------------------------------
 
 // RHOSCAN_FORWARD_SCAN: 1 (default) runs chunk_scan_mma where it applies, 0 always the two
@@ -332,26 +628,44 @@ bool scan_applies(const Dims& d, int64_t pairs) {
     return d.Lp <= kScanMaxLp && d.Lp % kMmaLT == 0 && d.C % 4 == 0 && scan_fit_32bit(all);
   }
 }
+// chunk_scan_mma's version: 1 (chunk_scan_mma_kernel, the default) or 2 (chunk_scan_mma_v2_kernel,
+// the state transposed); -DRHOSCAN_SCAN_VERSION=n at build time, RHOSCAN_CUDA_SCAN_VERSION=1|2
+// (environment, per call; another value counts as unset) for the A/B.
+#ifndef RHOSCAN_SCAN_VERSION
+#define RHOSCAN_SCAN_VERSION 1
+#endif
+inline int scan_version() {
+  if (const char* v = std::getenv("RHOSCAN_CUDA_SCAN_VERSION")) {
+    if (std::strcmp(v, "1") == 0) return 1;
+    if (std::strcmp(v, "2") == 0) return 2;
+  }
+  return RHOSCAN_SCAN_VERSION == 2 ? 2 : 1;
+}
 template <typename T>
 void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const float* a32, Str4 init, Str4 ctx,
                        Str4 rho, cudaStream_t stream) {
   if constexpr (std::is_same_v<T, bf16> && RHOSCAN_FORWARD_SCAN) {  // (else not compiled: scan_applies is false)
     if (reinterpret_cast<uintptr_t>(P) % 16 != 0)
       throw Error(ErrorKind::internal, "rhoscan.forward (cuda): chunk_scan_mma needs P 16-byte aligned");
+    const bool v2 = scan_version() == 2;
     auto run = [&](auto lp) {
       constexpr int kLp = decltype(lp)::value;
-      auto kernel = chunk_scan_mma_kernel<kLp, T>;
-      constexpr int smem = ScanLayout<kLp>::bytes;
-      RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       // as many blocks as fit at once (at most one per item): each block's cp.async pipeline runs on
       // across its items
-      int dev = 0, sms = 0, per_sm = 0;
-      RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
-      RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kScanThreads, smem));
-      const int64_t items = d.nbh * ((d.E + kScanET - 1) / kScanET);
-      launch_kernel("chunk_scan_mma_kernel", kernel, grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm)),
-                    kScanThreads, smem, stream, d, o.Xq, o.Kq, o.vb, P, a32, init, ctx, rho);
+      auto launch = [&](const char* name, auto kernel, int smem, int64_t columns) {
+        RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        int dev = 0, sms = 0, per_sm = 0;
+        RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+        RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kScanThreads, smem));
+        const int64_t items = d.nbh * ((d.E + columns - 1) / columns);
+        launch_kernel(name, kernel, grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm)), kScanThreads,
+                      smem, stream, d, o.Xq, o.Kq, o.vb, P, a32, init, ctx, rho);
+      };
+      if (v2)
+        launch("chunk_scan_mma_v2_kernel", chunk_scan_mma_v2_kernel<kLp, T>, Scan2Layout<kLp>::bytes, kScan2ET);
+      else
+        launch("chunk_scan_mma_kernel", chunk_scan_mma_kernel<kLp, T>, ScanLayout<kLp>::bytes, kScanET);
     };
     switch (d.Lp) {
       case 64: run(std::integral_constant<int, 64>{}); break;

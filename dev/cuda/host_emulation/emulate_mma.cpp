@@ -1147,6 +1147,79 @@ bool cross_values_case(const Problem& p) {
          check("M diagonal (float32)", doubles(m.diag), rdiag, 1e-4);
 }
 
+// ---- chunk_scan_mma version 2 (the state transposed, 128 columns a block): ctx and rho bit for
+//      bit version 1's (which scan_case holds to the two kernels and to float64) on the same
+//      inputs, on small_grid(items) and on 3 blocks (several items per block: the pipeline and the
+//      decay slots across items, the running decomposition).
+bool scan_v2_case(const Problem& p, bool with_init) {
+  const Dims& d = p.d;
+  if (d.Lp > kScanMaxLp || d.C % 4 != 0) {
+    std::printf("    (does not apply: Lp %lld, C %lld)\n", (long long)d.Lp, (long long)d.C);
+    return true;
+  }
+  const int64_t C = d.C;
+  std::vector<float> P(d.nbh * d.nC * d.nsplit * C * C, kNaN);
+  for (int64_t bc = 0; bc < d.nbh * d.nC; ++bc)
+    for (int64_t i = 0; i < C; ++i)
+      for (int64_t j = 0; j < i; ++j) P[(bc * d.nsplit * C + i) * C + j] = float(U01());
+  Str4 init = with_init ? p.init_s : Str4{};
+  auto run = [&](int version, unsigned grid, std::vector<bf16>& ctx, std::vector<float>& rho) {
+    Str4 rs = p.init_s, cs = p.gs;
+    rs.p = rho.data(), cs.p = ctx.data();
+    with_scan_lp(d.Lp, [&](auto lp) {
+      constexpr int kLp = decltype(lp)::value;
+      if (version == 1)
+        emu::launch(grid, kScanThreads, ScanLayout<kLp>::bytes, [&] {
+          chunk_scan_mma_kernel<kLp, bf16>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init, cs,
+                                           rs);
+        });
+      else
+        emu::launch(grid, kScanThreads, Scan2Layout<kLp>::bytes, [&] {
+          chunk_scan_mma_v2_kernel<kLp, bf16>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init,
+                                              cs, rs);
+        });
+    });
+  };
+  auto bits = [](const auto& x, const auto& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
+  };
+  auto ctx1 = nans<bf16>(p.g.size());
+  auto rho1 = nans<float>(p.init.size());
+  run(1, small_grid(d.nbh * ((d.E + kScanET - 1) / kScanET)), ctx1, rho1);
+  bool same = true;
+  for (unsigned grid : {small_grid(d.nbh * ((d.E + kScan2ET - 1) / kScan2ET)), 3u}) {
+    auto ctx2 = nans<bf16>(ctx1.size());
+    auto rho2 = nans<float>(rho1.size());
+    run(2, grid, ctx2, rho2);
+    const bool ok = bits(ctx1, ctx2) && bits(rho1, rho2);
+    std::printf("    version 2 on %u blocks: ctx %s, rho %s\n", grid, bits(ctx1, ctx2) ? "bitwise version 1's" : "DIFFERENT",
+                bits(rho1, rho2) ? "bitwise version 1's" : "DIFFERENT");
+    if (!ok) {
+      std::printf("  FAIL not bit for bit\n");
+      auto show = [](const char* what, const auto& x, const auto& y) {
+        size_t n = 0;
+        for (size_t i = 0; i < x.size() && n < 4; ++i) {
+          auto val = [](auto v) {
+            if constexpr (std::is_same_v<decltype(v), float>)
+              return double(v);
+            else
+              return double(__bfloat162float(v));
+          };
+          const double a = val(x[i]), b = val(y[i]);
+          if (std::memcmp(&x[i], &y[i], sizeof(x[i])) != 0) {
+            std::printf("      %s[%zu]: %.9g against %.9g\n", what, i, b, a);
+            ++n;
+          }
+        }
+      };
+      show("ctx", ctx1, ctx2);
+      show("rho", rho1, rho2);
+    }
+    same &= ok;
+  }
+  return same;
+}
+
 // quad_readback_mma_kernel (or, kWgmma, quad_readback_wgmma_kernel), with
 // launch_quadratic_backward's block size and shared memory
 // (kWgmma: its stage count, 2 or 3; kRegA: the operand as A from registers, else from shared memory;
@@ -1627,6 +1700,9 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv, bf16 states", output_case<bf16, float, true>, true},
       {"chunk_scan_mma forward", [](const Problem& p) { return scan_case(p, true); }, true},
       {"chunk_scan_mma forward, no initial state", [](const Problem& p) { return scan_case(p, false); }},
+      {"chunk_scan_mma v2 forward, bitwise version 1", [](const Problem& p) { return scan_v2_case(p, true); }, true},
+      {"chunk_scan_mma v2 forward, no initial state, bitwise version 1",
+       [](const Problem& p) { return scan_v2_case(p, false); }},
       {"chunk_readback_mma", readback_case<false>, true},
       // the quadratic forward
       {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},
