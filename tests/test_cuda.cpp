@@ -496,6 +496,47 @@ TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
   }
 }
 
+// chunk_scan_mma's two versions (chunk_scan.cuh), forced by RHOSCAN_CUDA_SCAN_VERSION on the
+// chunked forward where it runs (bfloat16, L <= 256, chunks of a multiple of 4): version 2 keeps the
+// state transposed and multiplies with A and B exchanged, the same products per element in the same
+// k order, so the context and both states are bitwise version 1's (the host emulation finds them so;
+// this holds the tensor cores to it), and within the reference's tolerance. Shapes: L 256 (the
+// largest state), 150 (Lp 192), 64; E 130 (a 128-column item past the packed rows), 200, 64; tail
+// chunks, chunk 32 and 48; an initial rho and rho_norm, and none; Hv = H; [B,T,H,x]; T = 1.
+TEST_F(Cuda, ChunkScanVersionsAgree) {
+  ScopedEnv path("RHOSCAN_CUDA_FORWARD_PATH", "chunked");
+  std::vector<ProblemSpec> specs = {spec(2, 2, 1, 300, 256, 130, DType::bfloat16),
+                                    spec(1, 3, 3, 100, 150, 200, DType::bfloat16),
+                                    spec(3, 2, 1, 77, 64, 64, DType::bfloat16),
+                                    spec(1, 2, 1, 1, 256, 256, DType::bfloat16)};
+  specs[0].initial_rho = specs[0].initial_rho_norm = true;
+  specs[1].bthl_layout = true;
+  specs[2].initial_rho = true;
+  specs[2].zero_q_rows = true;
+  const int64_t chunks[] = {0, 32, 48, 0};
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const ProblemSpec& s = specs[k];
+    SCOPED_TRACE(s.name() + " chunk " + std::to_string(chunks[k]));
+    const Problem ref = Problem(s).reference_solution();
+    auto run = [&](const char* version) {
+      ScopedEnv v("RHOSCAN_CUDA_SCAN_VERSION", version);
+      Problem p(s);
+      MirroredProblem m(p, Device::cuda);
+      forward(m.forward_args(), cuda(chunks[k]));
+      m.copy_outputs_to_host();
+      return p;
+    };
+    const Problem v1 = run("1"), v2 = run("2"), v2b = run("2");
+    const double ft = forward_tolerance(s.dtype);
+    EXPECT_LE(rms_rel(v2.context.values(), ref.context.values()), ft) << "context, version 2";
+    EXPECT_LE(rms_rel(v2.rho_out.values(), ref.rho_out.values()), ft) << "rho, version 2";
+    EXPECT_TRUE(same_bytes(v2.context, v1.context)) << "context, version 2 vs 1";
+    EXPECT_TRUE(same_bytes(v2.rho_out, v1.rho_out)) << "rho, version 2 vs 1";
+    EXPECT_TRUE(same_bytes(v2.rho_norm_out, v1.rho_norm_out)) << "rho_norm, version 2 vs 1";
+    EXPECT_TRUE(same_bytes(v2.context, v2b.context)) << "version 2 not bitwise deterministic";
+  }
+}
+
 // norm_scores_mma (chunk_products.cuh: Qp, Xq, Kq and the intra-chunk scores in one pass, the
 // tensor-core forward's default) against norm_apply + chunk_scores_mma (RHOSCAN_CUDA_NORM_SCORES=0),
 // on the quadratic and the chunked path (chunk_scan_mma where Lp <= 256): the same keys and scores
