@@ -158,6 +158,8 @@ mutants=(
   "scan v2: the update's B from Xq's tile|src/cuda/chunk_scan.cuh|const uint32_t b_kq = s0 + Lay::kK + tile_offset<true>|const uint32_t b_kq = s0 + tile_offset<true>|deferred|caught||chunk_scan_mma v2"
   "scan v2: the last chunk's decay a^C, not a^Cn|src/cuda/chunk_scan.cuh|const float* f = decay + (last ? kLp : 0) + 2 * tq;|const float* f = decay + 2 * tq;|deferred|caught||chunk_scan_mma v2"
   "scan v2: the pairs' stores at the lane's own column|src/cuda/chunk_scan.cuh|const int pc = cw + (g \& ~1);|const int pc = cw + g;|deferred|caught||chunk_scan_mma v2"
+  "scan v2: Pm with P's diagonal (j <= i)|src/cuda/chunk_scan.cuh|__floats2bfloat162_rn(in \&\& j < i ? w.x : 0.0f|__floats2bfloat162_rn(in \&\& j <= i ? w.x : 0.0f|deferred|caught||chunk_scan_mma v2"
+  "scan v2: no barrier between Pm's writes and its reads|src/cuda/chunk_scan.cuh|      __syncthreads();  // Pm complete\n|\n|deferred|caught||chunk_scan_mma v2"
   "scan v2: no wait for the chunk's copies|src/cuda/chunk_scan.cuh|cp_async_wait<0>();  // this thread's copies of chunk c (the only group in flight)\n      __syncthreads();     // everyone's|__syncthreads();     // everyone's|deferred|caught||chunk_scan_mma v2"
   "qr wgmma: chunks inner, K's wrap not carried into the latent tile|src/cuda/quadratic_backward.cuh|carry_add(p.K, stride.K, 0, nC), nlt32)|carry_add(p.K, stride.K, 0, nC) * 0, nlt32)|deferred|caught||quad_readback_wgmma, chunks inner"
   "qr wgmma: chunks inner, an item's K from the other order (caught on the big problems: a run without EMU_QUICK)|src/cuda/quadratic_backward.cuh|p.K = static_cast<int>(item % d.nC), p.lt|p.K = static_cast<int>(item / nlt % d.nC), p.lt|deferred|caught||quad_readback_wgmma, chunks inner"
