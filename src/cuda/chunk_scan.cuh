@@ -87,6 +87,33 @@ inline bool scan_fit_32bit(const Dims& d) {
   constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30, k31 = int64_t{1} << 31;
   return d.Lp < k24 && d.Ep < k24 && d.bh0 + d.nbh < k30 && d.nbh * d.T < k31;
 }
+// A chunk's copies, the same in both versions (every thread of the block, one commit group per
+// call of the caller's): Xq's and Kq's 64 rows of Lp latents (token rows tr .., clamped to Cn - 1
+// and zero-filled past it, as chunk_states_mma and chunk_output_mma fetch them) into the tiles at
+// x_dst and k_dst (row stride XS, PPR 16-byte pieces a row, swizzled or padded); P's rows i < Cn,
+// C floats each from Pc, into the float32 tile at p_dst (row stride PS: the rest is never read).
+template <bool kSwizzle, int XS, int PPR>
+__device__ __forceinline__ void scan_fetch_keys(uint32_t x_dst, uint32_t k_dst, const bf16* Xq, const bf16* Kq, int tr,
+                                                int Cn, int Lp) {
+  const int tid = threadIdx.x;
+#pragma unroll 1  // (unrolled, the pieces' addresses were hoisted and held across the step: registers)
+  for (int r = 0; r < 64 * PPR / kScanThreads; ++r) {
+    const int idx = tid + kScanThreads * r, i = idx / PPR, p = 8 * (idx - i * PPR);
+    const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
+    const uint32_t bytes = i < Cn ? 16u : 0u, t = tile_offset<kSwizzle>(i, p / 8, XS);
+    cp_async16_u32(x_dst + t, Xq + o, bytes);
+    cp_async16_u32(k_dst + t, Kq + o, bytes);
+  }
+}
+template <int PS>
+__device__ __forceinline__ void scan_fetch_scores(uint32_t p_dst, const float* Pc, int Cn, int C) {
+  const int tid = threadIdx.x;
+#pragma unroll 1
+  for (int r = 0; r < 64 * 16 / kScanThreads; ++r) {
+    const int idx = tid + kScanThreads * r, i = idx / 16, p = 4 * (idx % 16);
+    if (i < Cn && p < C) cp_async16_u32(p_dst + 4 * (i * PS + p), Pc + i * C + p);
+  }
+}
 // Xq, Kq: [bh][T][Lp] (norm_apply); vb: [v_row(bh)][T][Ep] (pack_bf16); P: [bh][c][nsplit][C][C], split 0
 // the sum, 16-byte aligned, C % 4 == 0 (its rows by 16-byte cp.async); init, rho: float32
 // [B,H,L,E] strided (init.p null: zeros; rho.p null: no final state); ctx: OutT [B,H,T,E] strided.
@@ -133,14 +160,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
   auto fetch = [&](int fst, int fbh, int fet, int c) {
     const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
     const uint32_t st = s0 + fst * Lay::kStageB;
-#pragma unroll 1  // (unrolled, the pieces' addresses were hoisted and held across the step: registers)
-    for (int r = 0; r < 64 * PPR / NT; ++r) {
-      const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
-      const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
-      const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + tile_offset<kSwizzle>(i, p / 8, XS);
-      cp_async16_u32(dst, Xq + o, bytes);
-      cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
-    }
+    scan_fetch_keys<kSwizzle, XS, PPR>(st, st + Lay::kK, Xq, Kq, tr, Cn, Lp);
     const int e0 = fet * ET;
     // v's first token row: pair fbh's packed row (its batch row's with Hv = 1, d.v_rows; never
     // past tr, so within scan_fit_32bit's bounds)
@@ -151,12 +171,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
       cp_async16_u32(st + Lay::kV + tile_offset<kSwizzle>(i, p / 8, VS), vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + e0 + p),
                      i < Cn ? 16u : 0u);
     }
-    const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;
-#pragma unroll 1
-    for (int r = 0; r < 64 * 16 / NT; ++r) {
-      const int idx = tid + NT * r, i = idx / 16, p = 4 * (idx % 16);
-      if (i < Cn && p < C) cp_async16_u32(st + Lay::kP + 4 * (i * PS + p), Pc + i * C + p);
-    }
+    scan_fetch_scores<PS>(st + Lay::kP, P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C, Cn, C);
   };
   // items (bh, et), item = bh net + et, advanced by the grid
   const int grid = static_cast<int>(gridDim.x), det = grid % net, dbh = grid / net;
@@ -399,14 +414,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   auto fetch = [&](int fst, int fbh, int fet, int c) {
     const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
     const uint32_t st = s0 + fst * Lay::kStageB;
-#pragma unroll 1
-    for (int r = 0; r < 64 * PPR / NT; ++r) {
-      const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
-      const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
-      const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + tile_offset<true>(i, p / 8, XS);
-      cp_async16_u32(dst, Xq + o, bytes);
-      cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
-    }
+    scan_fetch_keys<true, XS, PPR>(st, st + Lay::kK, Xq, Kq, tr, Cn, Lp);
     const int e0 = fet * ET;
     const int vtr = tr + d.v_row_delta32(fbh) * static_cast<int>(d.T);
 #pragma unroll 1
@@ -416,12 +424,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       cp_async16_u32(st + Lay::kV + tile_offset<true>(i, p / 8, VS),
                      vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + (ok ? e0 + p : 0)), ok ? 16u : 0u);
     }
-    const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;
-#pragma unroll 1
-    for (int r = 0; r < 64 * 16 / NT; ++r) {
-      const int idx = tid + NT * r, i = idx / 16, p = 4 * (idx % 16);
-      if (i < Cn && p < C) cp_async16_u32(st + Lay::kP + 4 * (i * PS + p), Pc + i * C + p);
-    }
+    scan_fetch_scores<PS>(st + Lay::kP, P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C, Cn, C);
   };
   // items (bh, et), item = bh net + et, advanced by the grid
   const int grid = static_cast<int>(gridDim.x), det = grid % net, dbh = grid / net;

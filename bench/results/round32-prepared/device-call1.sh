@@ -9,15 +9,7 @@
 #     BDH-base and BDH-8k end to end, two alternating rounds of the three builds.
 # $OUT holds only summary.txt (written as it goes), bench.jsonl and logs.tgz: only 8 files come back.
 # Carry .gpucarry; run as `bash bench/results/round32-prepared/device-call1.sh`.
-set -u
-export RHOSCAN_COMMIT=$(cat .gpucarry/COMMIT)
-S=$OUT/summary.txt L=/tmp/logs J=$OUT/bench.jsonl
-mkdir -p $L
-t0=$(date +%s)
-stage() { echo "== $1 ($(( $(date +%s) - t0 )) s)" >> $S; }
-late() { [ $(( $(date +%s) - t0 )) -gt $1 ]; }
-pack() { (cd $L && tar czf $OUT/logs.tgz . 2>/dev/null); }
-nvidia-smi --query-gpu=name --format=csv,noheader >> $S
+LOGS=/tmp/logs source bench/results/round32-prepared/call_common.sh
 stage build
 OUT=$L bash scripts/cuda_device_run.sh build >> $S 2>&1 || { pack; exit 1; }
 for v in base cand; do

@@ -12,15 +12,7 @@
 # compares them: call 1 runs it). If the chunks-inner order wins, make it the default
 # (RHOSCAN_QR_CHUNKS_INNER 1 in quadratic_backward.cuh) and say so in docs/CUDA.md.
 # $OUT holds only summary.txt, bench.jsonl and logs.tgz. Carry .gpucarry (its COMMIT: main's head).
-set -u
-export RHOSCAN_COMMIT=$(cat .gpucarry/COMMIT)
-S=$OUT/summary.txt L=/tmp/logs2 J=$OUT/bench.jsonl
-mkdir -p $L
-t0=$(date +%s)
-stage() { echo "== $1 ($(( $(date +%s) - t0 )) s)" >> $S; }
-late() { [ $(( $(date +%s) - t0 )) -gt $1 ]; }
-pack() { (cd $L && tar czf $OUT/logs.tgz . 2>/dev/null); }
-nvidia-smi --query-gpu=name --format=csv,noheader >> $S
+LOGS=/tmp/logs2 source bench/results/round32-prepared/call_common.sh
 R=/tmp/b/tools/rhoscan
 if [ ! -x $R ]; then
   stage "build (CLI only)"

@@ -11,15 +11,7 @@
 # sum not symmetric in A and B), the forward is still within the tolerance: say so, and compare
 # against the reference instead.
 # $OUT holds only summary.txt, bench.jsonl and logs.tgz. Carry .gpucarry (its COMMIT: main's head).
-set -u
-export RHOSCAN_COMMIT=$(cat .gpucarry/COMMIT)
-S=$OUT/summary.txt L=/tmp/logs3 J=$OUT/bench.jsonl
-mkdir -p $L
-t0=$(date +%s)
-stage() { echo "== $1 ($(( $(date +%s) - t0 )) s)" >> $S; }
-late() { [ $(( $(date +%s) - t0 )) -gt $1 ]; }
-pack() { (cd $L && tar czf $OUT/logs.tgz . 2>/dev/null); }
-nvidia-smi --query-gpu=name --format=csv,noheader >> $S
+LOGS=/tmp/logs3 source bench/results/round32-prepared/call_common.sh
 if [ ! -x /tmp/b/tests/test_cuda ]; then
   stage build
   OUT=$L bash scripts/cuda_device_run.sh build >> $S 2>&1 || { pack; exit 1; }
