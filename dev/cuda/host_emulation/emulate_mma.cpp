@@ -1762,8 +1762,10 @@ int main(int argc, char** argv) {
        false, true},
       {"quad_readback_wgmma, chunks inner, bitwise version 3", quad_readback_wgmma_case<false, 3, true, 0, true>, false,
        true},
+      // (core: the quick run's only problems with several chunks and latent tiles, whose carries
+      // the chunks-inner order walks, are large ones)
       {"quad_readback_wgmma, chunks inner, 3 blocks, bitwise version 3",
-       quad_readback_wgmma_case<false, 3, true, 3, true>, false, true},
+       quad_readback_wgmma_case<false, 3, true, 3, true>, true, true},
       {"quad_readback_wgmma, chunks inner, 7 blocks, bitwise version 3",
        quad_readback_wgmma_case<false, 3, true, 7, true>, false, true},
       {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, false, true},
