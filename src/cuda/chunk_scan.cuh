@@ -87,31 +87,42 @@ inline bool scan_fit_32bit(const Dims& d) {
   constexpr int64_t k24 = int64_t{1} << 24, k30 = int64_t{1} << 30, k31 = int64_t{1} << 31;
   return d.Lp < k24 && d.Ep < k24 && d.bh0 + d.nbh < k30 && d.nbh * d.T < k31;
 }
-// A chunk's copies, the same in both versions (every thread of the block, one commit group per
-// call of the caller's): Xq's and Kq's 64 rows of Lp latents (token rows tr .., clamped to Cn - 1
-// and zero-filled past it, as chunk_states_mma and chunk_output_mma fetch them) into the tiles at
-// x_dst and k_dst (row stride XS, PPR 16-byte pieces a row, swizzled or padded); P's rows i < Cn,
-// C floats each from Pc, into the float32 tile at p_dst (row stride PS: the rest is never read).
-template <bool kSwizzle, int XS, int PPR>
-__device__ __forceinline__ void scan_fetch_keys(uint32_t x_dst, uint32_t k_dst, const bf16* Xq, const bf16* Kq, int tr,
-                                                int Cn, int Lp) {
-  const int tid = threadIdx.x;
+// The copies of chunk c of item (fbh, column tile fet) into the stage at st, the same in both
+// versions (every thread of the block; one commit group per call of the caller's): Xq's and Kq's 64
+// rows of Lp latents and v's ET columns (token rows clamped to Cn - 1 and zero-filled past it, as
+// chunk_states_mma and chunk_output_mma fetch them; v's columns past Ep zero-filled too: version 2's
+// 128-column items may pass the packed rows), P's rows i < Cn (C floats each; the rest is never
+// selected). Lay: the version's stage layout (tiles at kK, kV, kP, row strides XS, VS, PS).
+template <typename Lay, bool kSwizzle, int kLp, int ET>
+__device__ __forceinline__ void scan_fetch_chunk(uint32_t st, const Dims& d, const bf16* Xq, const bf16* Kq,
+                                                 const bf16* vb, const float* P, int fbh, int fet, int c, int CnLast) {
+  constexpr int NT = kScanThreads, PPR = kLp / 8, XS = Lay::XS, VS = Lay::VS, PS = Lay::PS;  // PPR: pieces a row
+  const int tid = threadIdx.x, C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), Lp = static_cast<int>(d.Lp);
+  const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
 #pragma unroll 1  // (unrolled, the pieces' addresses were hoisted and held across the step: registers)
-  for (int r = 0; r < 64 * PPR / kScanThreads; ++r) {
-    const int idx = tid + kScanThreads * r, i = idx / PPR, p = 8 * (idx - i * PPR);
+  for (int r = 0; r < 64 * PPR / NT; ++r) {
+    const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
     const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
-    const uint32_t bytes = i < Cn ? 16u : 0u, t = tile_offset<kSwizzle>(i, p / 8, XS);
-    cp_async16_u32(x_dst + t, Xq + o, bytes);
-    cp_async16_u32(k_dst + t, Kq + o, bytes);
+    const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + tile_offset<kSwizzle>(i, p / 8, XS);
+    cp_async16_u32(dst, Xq + o, bytes);
+    cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
   }
-}
-template <int PS>
-__device__ __forceinline__ void scan_fetch_scores(uint32_t p_dst, const float* Pc, int Cn, int C) {
-  const int tid = threadIdx.x;
+  const int e0 = fet * ET;
+  // v's first token row: pair fbh's packed row (its batch row's with Hv = 1, d.v_rows; never past
+  // tr, so within scan_fit_32bit's bounds)
+  const int vtr = tr + d.v_row_delta32(fbh) * static_cast<int>(d.T);
 #pragma unroll 1
-  for (int r = 0; r < 64 * 16 / kScanThreads; ++r) {
-    const int idx = tid + kScanThreads * r, i = idx / 16, p = 4 * (idx % 16);
-    if (i < Cn && p < C) cp_async16_u32(p_dst + 4 * (i * PS + p), Pc + i * C + p);
+  for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
+    const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
+    const bool ok = i < Cn && e0 + p < d.Ep;
+    cp_async16_u32(st + Lay::kV + tile_offset<kSwizzle>(i, p / 8, VS),
+                   vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + (ok ? e0 + p : 0)), ok ? 16u : 0u);
+  }
+  const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;
+#pragma unroll 1
+  for (int r = 0; r < 64 * 16 / NT; ++r) {
+    const int idx = tid + NT * r, i = idx / 16, p = 4 * (idx % 16);
+    if (i < Cn && p < C) cp_async16_u32(st + Lay::kP + 4 * (i * PS + p), Pc + i * C + p);
   }
 }
 // Xq, Kq: [bh][T][Lp] (norm_apply); vb: [v_row(bh)][T][Ep] (pack_bf16); P: [bh][c][nsplit][C][C], split 0
@@ -125,11 +136,10 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
   using Lay = ScanLayout<kLp, kSwizzle>;
   constexpr int XS = Lay::XS, VS = Lay::VS, PS = Lay::PS, NT = kScanThreads, ET = kScanET;
   constexpr int kBlocks = kLp / 16, kPer = (kBlocks + 7) / 8;  // the state's 32×32 blocks; per warp
-  constexpr int PPR = kLp / 8;                                  // 16-byte pieces per Xq / Kq row
   static_assert(kLp % 64 == 0 && kLp <= kScanMaxLp && NT == 256 && ET == 64, "the fixed pieces below");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), Lp = static_cast<int>(d.Lp);
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC);
   const int net = static_cast<int>((d.E + ET - 1) / ET);  // column tiles inside E
   if (net == 0) return;
   const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
@@ -154,24 +164,9 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
   }
   const float* init_p = static_cast<const float*>(init.p);
   float* rho_p = const_cast<float*>(static_cast<const float*>(rho.p));
-  // The copies of chunk c of item (fbh, fet) into stage fst: Xq, Kq rows (clamped to Cn - 1, zero
-  // filled past it, as both kernels), v's 64 columns (the same), P's rows i < Cn (C floats each; the
-  // rest is never selected). One commit group per call of the caller.
+  // the copies of chunk c of item (fbh, fet) into stage fst (scan_fetch_chunk)
   auto fetch = [&](int fst, int fbh, int fet, int c) {
-    const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
-    const uint32_t st = s0 + fst * Lay::kStageB;
-    scan_fetch_keys<kSwizzle, XS, PPR>(st, st + Lay::kK, Xq, Kq, tr, Cn, Lp);
-    const int e0 = fet * ET;
-    // v's first token row: pair fbh's packed row (its batch row's with Hv = 1, d.v_rows; never
-    // past tr, so within scan_fit_32bit's bounds)
-    const int vtr = tr + d.v_row_delta32(fbh) * static_cast<int>(d.T);
-#pragma unroll 1
-    for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
-      const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
-      cp_async16_u32(st + Lay::kV + tile_offset<kSwizzle>(i, p / 8, VS), vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + e0 + p),
-                     i < Cn ? 16u : 0u);
-    }
-    scan_fetch_scores<PS>(st + Lay::kP, P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C, Cn, C);
+    scan_fetch_chunk<Lay, kSwizzle, kLp, ET>(s0 + fst * Lay::kStageB, d, Xq, Kq, vb, P, fbh, fet, c, CnLast);
   };
   // items (bh, et), item = bh net + et, advanced by the grid
   const int grid = static_cast<int>(gridDim.x), det = grid % net, dbh = grid / net;
@@ -383,11 +378,10 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   using Lay = Scan2Layout<kLp>;
   constexpr int XS = Lay::XS, VS = Lay::VS, PS = Lay::PS, NT = kScanThreads, ET = kScan2ET;
   constexpr int NL = kLp / 8;   // the state's 8-latent tiles per warp
-  constexpr int PPR = kLp / 8;  // 16-byte pieces per Xq / Kq row
   static_assert(kLp % 64 == 0 && kLp <= kScanMaxLp && NT == 256 && ET == 128, "the fixed pieces below");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4;
-  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), Lp = static_cast<int>(d.Lp);
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC);
   const int net = static_cast<int>((d.E + ET - 1) / ET);  // column tiles inside E
   if (net == 0) return;
   const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
@@ -408,23 +402,9 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   bf16* pm = reinterpret_cast<bf16*>(smem_raw + Lay::kPm);
   const float* init_p = static_cast<const float*>(init.p);
   float* rho_p = const_cast<float*>(static_cast<const float*>(rho.p));
-  // The copies of chunk c of item (fbh, fet) into stage fst: version 1's, with v's 128 columns
-  // (zero-filled past Ep: an item's columns may pass the packed rows where E is not a multiple of
-  // 128). One commit group per call of the caller.
+  // the copies of chunk c of item (fbh, fet) into stage fst (scan_fetch_chunk, version 1's)
   auto fetch = [&](int fst, int fbh, int fet, int c) {
-    const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
-    const uint32_t st = s0 + fst * Lay::kStageB;
-    scan_fetch_keys<true, XS, PPR>(st, st + Lay::kK, Xq, Kq, tr, Cn, Lp);
-    const int e0 = fet * ET;
-    const int vtr = tr + d.v_row_delta32(fbh) * static_cast<int>(d.T);
-#pragma unroll 1
-    for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
-      const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
-      const bool ok = i < Cn && e0 + p < d.Ep;
-      cp_async16_u32(st + Lay::kV + tile_offset<true>(i, p / 8, VS),
-                     vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + (ok ? e0 + p : 0)), ok ? 16u : 0u);
-    }
-    scan_fetch_scores<PS>(st + Lay::kP, P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C, Cn, C);
+    scan_fetch_chunk<Lay, true, kLp, ET>(s0 + fst * Lay::kStageB, d, Xq, Kq, vb, P, fbh, fet, c, CnLast);
   };
   // items (bh, et), item = bh net + et, advanced by the grid
   const int grid = static_cast<int>(gridDim.x), det = grid % net, dbh = grid / net;
