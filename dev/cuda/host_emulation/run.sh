@@ -26,4 +26,4 @@ trap 'rm -rf "$dir"' EXIT
 python3 dev/cuda/host_emulation/extract.py "$base" "$dir/kernels.h" "$prev"
 cp dev/cuda/host_emulation/shim.h "$dir/"
 g++ -std=c++20 -O1 -pthread -w -I "$dir" dev/cuda/host_emulation/emulate.cpp -o "$dir/emulate"
-timeout 600 "$dir/emulate"  # a __syncthreads not every thread reaches hangs: the timeout says so
+timeout 600 "$dir/emulate"  # (for a kernel that loops forever; a barrier not every thread reaches is reported)

@@ -2,9 +2,11 @@
 // and synchronisation on a machine without a GPU.
 //
 // What is emulated:
-//   - threads: one std::thread per CUDA thread; the blocks of a launch run one after the other;
-//     __syncthreads is a std::barrier of the block, so a barrier that not every thread reaches
-//     hangs (run.sh / run_mma.sh put a timeout on the run);
+//   - threads: one fiber per CUDA thread (below, "fibers"), switched where it waits at a barrier,
+//     on the launching OS thread; the blocks of a launch run one after the other; __syncthreads
+//     is the block's barrier, and a barrier that not every thread reaches is reported as a
+//     deadlock; which warp runs next is drawn at every block barrier, so that a missing
+//     __syncthreads shows;
 //   - dynamic shared memory: one 16-byte aligned buffer per launch, filled with 0xFF bytes (NaN as
 //     float and as bf16) at the start of every block, so a read of shared memory that the block
 //     never wrote shows as NaN in the outputs;
@@ -30,13 +32,13 @@
 //     products and the accumulator in double and rounds once to float (the GPU's tensor cores
 //     use their own, not bit-specified, accumulation order and truncation);
 //   - timing, occupancy, bank conflicts, register limits, __launch_bounds__, memory ordering
-//     between threads without a barrier (std::barrier orders everything), global-memory bounds
+//     between threads without a barrier (one OS thread runs them all), global-memory bounds
 //     (use the NaN-initialised outputs and the references of the tests).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
-#include <barrier>
+#include <functional>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -45,7 +47,6 @@
 #include <deque>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -143,36 +144,44 @@ namespace emu {
 struct alignas(16) Slot {
   unsigned char b[32];
 };
-// One block's shared memory, barriers and warp exchange buffers; every thread of the block points
-// at its block's (the blocks of a cluster run at once, each with its own).
-struct BlockState {
-  std::vector<unsigned char> buf;
-  unsigned char* smem = nullptr;
-  std::unique_ptr<std::barrier<>> barrier;
-  std::vector<std::unique_ptr<std::barrier<>>> warps;
-  std::vector<Slot> xbuf;  // [2][blockDim.x]: the two alternating exchange buffers
-  void reset(size_t smem_bytes, unsigned block) {
-    buf.assign(smem_bytes + 16, 0xFF);  // (0xFF: NaN as float and bf16, so a read before a write shows)
-    smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(buf.data()) + 15) & ~uintptr_t(15));
-    barrier = std::make_unique<std::barrier<>>(block);
-    warps.clear();
-    for (unsigned w = 0; w < (block + 31) / 32; ++w)
-      warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - 32 * w)));
-    xbuf.assign(2 * block, Slot{});
-  }
+// ---- fibers: the emulated threads --------------------------------------------------------------
+// Every CUDA thread of a block (of a cluster: of all its blocks) is a fiber with its own stack, run
+// on the launching OS thread and switched only where a thread waits at a barrier (__syncthreads,
+// a warp collective, __syncwarp, cluster_wait). Until round 33 each was a std::thread and each
+// barrier a std::barrier: two thirds of the emulation's time went to the kernel's futex waits, and
+// the quick run took ~1100 s of its 1700 s limit on two cores.
+// Which thread runs next is the race check. After a barrier wait, a fiber hands over to the next
+// lane of its own warp that can run; when none can, to another warp in an order drawn anew each
+// time a block barrier opens (a fixed pseudo-random sequence: start warp and direction), so that
+// every warp now and then runs ahead to the next barrier alone, before or after the others. A
+// missing __syncthreads then shows as a read of what the other warps have not written yet (NaN in
+// the 0xFF-filled shared memory, or a stale tile), whichever side of it the reader is on.
+// A barrier that not every thread reaches leaves no fiber that can run: that is reported and the
+// run aborts (with std::thread it hung until the script's timeout).
+struct Barrier {
+  explicit Barrier(std::ptrdiff_t n) : expected(n) {}
+  std::ptrdiff_t expected, count = 0;
+  uint64_t gen = 0;  // the phase: incremented each time every expected thread has arrived
+  bool block = false;  // a __syncthreads barrier (its opening redraws the warps' order)
+  uint64_t arrive();
+  void wait(uint64_t token);
+  void arrive_and_wait() { wait(arrive()); }
 };
+
+// The per-thread state of the emulation (below). The running fiber's is in these thread_local
+// variables; each fiber keeps its own while it does not run (swapped in and out, see FiberState).
 inline thread_local unsigned char* smem = nullptr;  // this thread's block's shared memory
 inline size_t smem_size = 0;                        // (the launch's: every block's is the same)
-inline thread_local std::barrier<>* block_barrier = nullptr;
-inline thread_local std::vector<std::unique_ptr<std::barrier<>>>* warp_barriers = nullptr;
+inline thread_local Barrier* block_barrier = nullptr;
+inline thread_local std::vector<std::unique_ptr<Barrier>>* warp_barriers = nullptr;
 inline thread_local std::vector<Slot>* xbuf = nullptr;
 // The cluster of the thread's block (launch_cluster): its blocks' shared memory by rank, its
 // barrier (every thread of every block), this block's rank; and the thread's token of the
 // barrier's current phase between cluster_arrive and cluster_wait.
 inline thread_local std::vector<unsigned char*>* cluster_smem = nullptr;
-inline thread_local std::barrier<>* cluster_barrier = nullptr;
+inline thread_local Barrier* cluster_barrier = nullptr;
 inline thread_local unsigned cluster_rank_ = 0, cluster_blocks_ = 1;
-inline thread_local std::optional<std::barrier<>::arrival_token> cluster_token;
+inline thread_local uint64_t cluster_token = 0;
 inline thread_local bool cluster_arrived = false;
 inline thread_local unsigned xphase = 0;    // this thread's count of warp collectives
 inline bool cp_async_eager = false;
@@ -195,6 +204,262 @@ struct Wgmma {
 inline thread_local std::vector<Wgmma> open_wgmma;
 inline thread_local std::deque<std::vector<Wgmma>> wgmma_groups;
 inline std::atomic<int> errors{0};
+
+// A fiber's own copy of the variables above while it is not running: swapped with them when it
+// is switched out and in (std::swap: no allocation, the containers' buffers change hands).
+struct FiberState {
+  Dim3 block_idx, thread_idx;
+  unsigned char* smem = nullptr;
+  Barrier* block_barrier = nullptr;
+  std::vector<std::unique_ptr<Barrier>>* warp_barriers = nullptr;
+  std::vector<Slot>* xbuf = nullptr;
+  std::vector<unsigned char*>* cluster_smem = nullptr;
+  Barrier* cluster_barrier = nullptr;
+  unsigned cluster_rank = 0, cluster_blocks = 1;
+  uint64_t cluster_token = 0;
+  bool cluster_arrived = false;
+  unsigned xphase = 0;
+  std::vector<Copy> open_copies;
+  std::deque<std::vector<Copy>> copy_groups;
+  std::vector<Wgmma> open_wgmma;
+  std::deque<std::vector<Wgmma>> wgmma_groups;
+  void swap_with_running() {
+    std::swap(block_idx, blockIdx), std::swap(thread_idx, threadIdx);
+    std::swap(smem, emu::smem), std::swap(block_barrier, emu::block_barrier);
+    std::swap(warp_barriers, emu::warp_barriers), std::swap(xbuf, emu::xbuf);
+    std::swap(cluster_smem, emu::cluster_smem), std::swap(cluster_barrier, emu::cluster_barrier);
+    std::swap(cluster_rank, cluster_rank_), std::swap(cluster_blocks, cluster_blocks_);
+    std::swap(cluster_token, emu::cluster_token), std::swap(cluster_arrived, emu::cluster_arrived);
+    std::swap(xphase, emu::xphase);
+    open_copies.swap(emu::open_copies), copy_groups.swap(emu::copy_groups);
+    open_wgmma.swap(emu::open_wgmma), wgmma_groups.swap(emu::wgmma_groups);
+  }
+};
+
+// The context switch: callee-saved registers on the fiber's own stack, the stack pointer saved in
+// *from and loaded from `to` (x86-64 System V; elsewhere ucontext, which is slower: a system call
+// per switch for the signal mask).
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
+extern "C" void emu_fiber_switch(void** from, void* to);
+asm(R"(
+.text
+.globl emu_fiber_switch
+.type emu_fiber_switch,@function
+emu_fiber_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size emu_fiber_switch, .-emu_fiber_switch
+.section .note.GNU-stack,"",@progbits
+.text
+)");
+struct FiberContext {
+  void* sp = nullptr;
+  void switch_to(FiberContext& to) { emu_fiber_switch(&sp, to.sp); }
+  // a new fiber's stack: the frame emu_fiber_switch pops (mxcsr and the x87 control word of the
+  // caller, zeroed callee-saved registers), returning into entry with the stack as after a call
+  void start(unsigned char* stack, size_t bytes, void (*entry)()) {
+    auto* top = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t(15));
+    uint64_t* p = top - 1;
+    *p-- = 0;                                  // (entry's return address: it never returns)
+    *p-- = reinterpret_cast<uint64_t>(entry);  // ret's target
+    for (int r = 0; r < 6; ++r) *p-- = 0;      // rbp rbx r12 r13 r14 r15
+    uint32_t mx;
+    uint16_t cw;
+    asm volatile("stmxcsr %0" : "=m"(mx));
+    asm volatile("fnstcw %0" : "=m"(cw));
+    *p = uint64_t(mx) | uint64_t(cw) << 32;
+    sp = p;
+  }
+};
+#else
+}  // namespace emu
+#include <ucontext.h>
+namespace emu {
+struct FiberContext {
+  ucontext_t uc{};
+  void switch_to(FiberContext& to) { swapcontext(&uc, &to.uc); }
+  void start(unsigned char* stack, size_t bytes, void (*entry)()) {
+    getcontext(&uc);
+    uc.uc_stack.ss_sp = stack;
+    uc.uc_stack.ss_size = bytes;
+    uc.uc_link = nullptr;
+    makecontext(&uc, entry, 0);
+  }
+};
+#endif
+
+struct Fiber {
+  FiberContext ctx;
+  FiberState state;
+  unsigned rank = 0, tid = 0;    // the block in the cluster, the thread in the block
+  const Barrier* waits = nullptr;  // the barrier it waits at, and that barrier's phase then
+  uint64_t wait_gen = 0;
+  bool done = false;
+  bool runnable() const { return !done && (waits == nullptr || waits->gen != wait_gen); }
+};
+// One cluster's fibers (a plain launch: one block) on the launching OS thread.
+struct Scheduler {
+  std::vector<Fiber> fibers;
+  std::function<void(unsigned, unsigned)> body;  // (rank, thread)
+  FiberContext main;
+  unsigned block = 0, warps_per_block = 0, nwarps = 0;
+  int current = -1;
+  unsigned cursor = 0;  // the warp that runs when its own lanes cannot
+  int dir = 1;
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
+  // stacks, kept across launches (mapped on first touch: 256 KiB reserved, a few KiB used)
+  static constexpr size_t kStack = 256 * 1024;
+  std::vector<std::unique_ptr<unsigned char[]>> stacks;
+  void draw_order() {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    dir = (rng >> 11) & 1 ? 1 : -1;
+    cursor = static_cast<unsigned>((rng >> 12) % nwarps);
+  }
+  unsigned warp_of(const Fiber& f) const { return f.rank * warps_per_block + f.tid / 32; }
+  // the next fiber to run: a lane of the current warp after the current one, else the first that
+  // can run of the warps from the cursor on in the drawn direction; -1 if none can
+  int pick() const {
+    if (current >= 0) {
+      const unsigned w = warp_of(fibers[current]), first = w / warps_per_block * block + 32 * (w % warps_per_block);
+      const unsigned lanes = std::min(32u, block - 32 * (w % warps_per_block));
+      const unsigned lane = fibers[current].tid % 32;
+      for (unsigned k = 1; k <= lanes; ++k) {
+        const unsigned i = first + (lane + k) % lanes;
+        if (fibers[i].runnable()) return static_cast<int>(i);
+      }
+    }
+    for (unsigned k = 0; k < nwarps; ++k) {
+      const unsigned w = (cursor + nwarps + dir * static_cast<int>(k)) % nwarps;
+      const unsigned first = w / warps_per_block * block + 32 * (w % warps_per_block);
+      const unsigned lanes = std::min(32u, block - 32 * (w % warps_per_block));
+      for (unsigned l = 0; l < lanes; ++l)
+        if (fibers[first + l].runnable()) return static_cast<int>(first + l);
+    }
+    return -1;
+  }
+  // from the running fiber to the next (or back to the launch when every fiber is done)
+  void switch_out() {
+    Fiber& me = fibers[current];
+    const int next = pick();
+    if (next < 0) {
+      bool all_done = true;
+      for (const auto& f : fibers) all_done &= f.done;
+      if (!all_done) {
+        std::fprintf(stderr, "emulation error: deadlock: every thread that has not ended (block %u thread %u the last "
+                     "to arrive) waits at a barrier that not every thread reaches\n", blockIdx.x, threadIdx.x);
+        std::fflush(stderr);
+        std::abort();
+      }
+      me.state.swap_with_running();
+      me.ctx.switch_to(main);  // (a done fiber is not switched back to)
+      return;
+    }
+    if (next == current) return;
+    Fiber& to = fibers[next];
+    me.state.swap_with_running();
+    to.state.swap_with_running();
+    current = next;
+    me.ctx.switch_to(to.ctx);
+  }
+  static Scheduler*& active() {
+    static thread_local Scheduler* s = nullptr;
+    return s;
+  }
+  static void entry() {
+    Scheduler& s = *active();
+    {
+      Fiber& f = s.fibers[s.current];
+      s.body(f.rank, f.tid);
+    }
+    s.fibers[s.current].done = true;
+    s.switch_out();
+    std::abort();  // (never resumed)
+  }
+  void run(unsigned cluster, unsigned block_threads) {
+    block = block_threads;
+    warps_per_block = (block + 31) / 32;
+    nwarps = cluster * warps_per_block;
+    const size_t n = size_t{cluster} * block;
+    fibers.clear();
+    fibers.resize(n);
+    while (stacks.size() < n) stacks.emplace_back(new unsigned char[kStack]);
+    for (unsigned r = 0; r < cluster; ++r)
+      for (unsigned t = 0; t < block; ++t) {
+        Fiber& f = fibers[size_t{r} * block + t];
+        f.rank = r, f.tid = t;
+        f.ctx.start(stacks[size_t{r} * block + t].get(), kStack, &Scheduler::entry);
+      }
+    Scheduler* outer = active();
+    active() = this;
+    draw_order();
+    current = pick();
+    fibers[current].state.swap_with_running();
+    main.switch_to(fibers[current].ctx);
+    active() = outer;
+  }
+};
+// the launching OS thread's scheduler (one for every launch: its stacks are kept)
+inline Scheduler& scheduler() {
+  static thread_local Scheduler s;
+  return s;
+}
+inline void block_until(const Barrier& b, uint64_t gen) {
+  Scheduler& s = *Scheduler::active();
+  Fiber& me = s.fibers[s.current];
+  me.waits = &b, me.wait_gen = gen;
+  while (b.gen == gen) s.switch_out();
+  me.waits = nullptr;
+}
+inline uint64_t Barrier::arrive() {
+  const uint64_t token = gen;
+  if (++count == expected) {
+    count = 0, ++gen;
+    if (block) Scheduler::active()->draw_order();
+  }
+  return token;
+}
+inline void Barrier::wait(uint64_t token) {
+  if (gen == token) block_until(*this, token);
+}
+
+// One block's shared memory, barriers and warp exchange buffers; every thread of the block points
+// at its block's (the blocks of a cluster run at once, each with its own).
+struct BlockState {
+  std::vector<unsigned char> buf;
+  unsigned char* smem = nullptr;
+  std::unique_ptr<Barrier> barrier;
+  std::vector<std::unique_ptr<Barrier>> warps;
+  std::vector<Slot> xbuf;  // [2][blockDim.x]: the two alternating exchange buffers
+  void reset(size_t smem_bytes, unsigned block) {
+    buf.assign(smem_bytes + 16, 0xFF);  // (0xFF: NaN as float and bf16, so a read before a write shows)
+    smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(buf.data()) + 15) & ~uintptr_t(15));
+    barrier = std::make_unique<Barrier>(block);
+    barrier->block = true;
+    warps.clear();
+    for (unsigned w = 0; w < (block + 31) / 32; ++w)
+      warps.push_back(std::make_unique<Barrier>(std::min(32u, block - 32 * w)));
+    xbuf.assign(2 * block, Slot{});
+  }
+};
 
 [[noreturn]] inline void fail(const char* what, const void* p) {
   std::fprintf(stderr, "emulation error: %s (address %p, block %u thread %u)\n", what, p, blockIdx.x, threadIdx.x);
@@ -230,7 +495,7 @@ inline void set_cp_async_mode() {
 }
 
 // Runs f() as `grid` blocks in clusters of `cluster` consecutive blocks (grid a multiple of it):
-// the clusters one after the other, the blocks of a cluster at once (cluster × block threads),
+// the clusters one after the other, the blocks of a cluster at once (cluster × block fibers),
 // each with its own shared memory, which the cluster's blocks reach by rank (cluster_map,
 // ld_cluster_*), and one barrier for all of the cluster's threads (cluster_arrive / cluster_wait).
 template <typename F>
@@ -245,22 +510,21 @@ void launch_cluster(unsigned grid, unsigned cluster, unsigned block, size_t smem
   smem_size = smem_bytes;
   std::vector<BlockState> st(cluster);
   std::vector<unsigned char*> bases(cluster);
+  Scheduler& sched = scheduler();
   for (unsigned c0 = 0; c0 < grid; c0 += cluster) {
     for (unsigned r = 0; r < cluster; ++r) st[r].reset(smem_bytes, block), bases[r] = st[r].smem;
-    std::barrier<> cbar(static_cast<std::ptrdiff_t>(cluster) * block);
-    std::vector<std::thread> threads;
-    for (unsigned r = 0; r < cluster; ++r)
-      for (unsigned t = 0; t < block; ++t)
-        threads.emplace_back([&, r, t] {
-          const unsigned b = c0 + r;
-          blockIdx.x = b;
-          threadIdx.x = t;
-          smem = st[r].smem, block_barrier = st[r].barrier.get(), warp_barriers = &st[r].warps, xbuf = &st[r].xbuf;
-          cluster_smem = &bases, cluster_barrier = &cbar, cluster_rank_ = r, cluster_blocks_ = cluster;
-          f();
-          thread_done(b, t);
-        });
-    for (auto& t : threads) t.join();
+    Barrier cbar(static_cast<std::ptrdiff_t>(cluster) * block);
+    sched.body = [&, c0](unsigned r, unsigned t) {
+      const unsigned b = c0 + r;
+      blockIdx.x = b;
+      threadIdx.x = t;
+      smem = st[r].smem, block_barrier = st[r].barrier.get(), warp_barriers = &st[r].warps, xbuf = &st[r].xbuf;
+      cluster_smem = &bases, cluster_barrier = &cbar, cluster_rank_ = r, cluster_blocks_ = cluster;
+      xphase = 0;
+      f();
+      thread_done(b, t);
+    };
+    sched.run(cluster, block);
   }
 }
 
@@ -527,8 +791,7 @@ inline void cluster_arrive() {
 inline void cluster_wait() {
   if (!emu::cluster_arrived) emu::fail("cluster_wait without a cluster_arrive", nullptr);
   emu::cluster_arrived = false;
-  emu::cluster_barrier->wait(std::move(*emu::cluster_token));
-  emu::cluster_token.reset();
+  emu::cluster_barrier->wait(emu::cluster_token);
 }
 inline uint32_t cluster_map(uint32_t addr, unsigned rank) {
   if (rank >= emu::cluster_blocks_ || addr >= (1u << 24)) emu::fail("cluster_map: rank or address out of range", nullptr);
