@@ -326,7 +326,6 @@ mutants=(
   "hv1: quadratic output: V of the pair's row|src/cuda/quadratic.cuh|const int64_t vr = d.v_row(bh);|const int64_t vr = bh;|deferred|caught||quadratic_output_mma"
   "final state: sub-batches (past 2^30 pairs) with the decay of the batch's first head|src/cuda/quadratic.cuh|f(s, first, a32 + h0 * d.L, o);|f(s, first, a32, o);|deferred|caught||final_state_mma, sub-batches"
 )
-missed=0
 # --check-texts: only that every mutant's text is still in its file (a mutant whose text went with a
 # code change counts as missed in a full run, an hour later; eleven had gone stale that way before
 # round 23). It takes a fraction of a second: ctest's emulation.mutant_texts.
@@ -345,11 +344,14 @@ print(len(f) // 3, "mutants,", len(stale), "with text not found")
 sys.exit(1 if stale else 0)'
   exit
 fi
-for m in "${mutants[@]}"; do
+# One mutant in its own directory $dir/N: a copy of src/cuda with the text replaced, the emulation
+# built at -O1 (25 s against -O2's 37; since the emulated threads are fibers the compile is most of
+# a mutant's time) and run. Prints its line and leaves "unexpected" in $dir/N/result where it is.
+run_mutant() {
+  local n=$1 m=$2 name file from to mode expect flags only w="$dir/$1"
   IFS='|' read -r name file from to mode expect flags only <<<"$m"
-  [[ "$name" == *"${1:-}"* ]] || continue
-  rm -rf "$dir/src" && mkdir -p "$dir/src" && cp -r "$root/src/cuda" "$dir/src/"
-  if ! python3 - "$dir/$file" "$from" "$to" <<'PY'
+  rm -rf "$w" && mkdir -p "$w/src" && cp "$dir/shim.h" "$w/" && cp -r "$root/src/cuda" "$w/src/"
+  if ! python3 - "$w/$file" "$from" "$to" <<'PY'
 import sys
 path, a, b = (x.replace("\\n", "\n").replace("\\&", "&") for x in sys.argv[1:4])
 s = open(path).read()
@@ -357,19 +359,38 @@ if a not in s:
     sys.exit(f"mutant text not found in {path}: {a!r}")
 open(path, "w").write(s.replace(a, b, 1))
 PY
-  then missed=$((missed + 1)); continue; fi
-  (cd "$dir" && python3 "$root/dev/cuda/host_emulation/extract.py" --mma kernels_mma.h) &&
-    g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w ${EMU_CXXFLAGS:-} ${flags:-} -I "$dir" "$root/dev/cuda/host_emulation/emulate_mma.cpp" -o "$dir/emu" || exit 2
-  # (the limit covers a whole run: a mutant expected to be missed runs every kernel on every
-  # problem, about 6 minutes on two busy cores since the quadratic forward's cases came in)
-  if EMU_CP_ASYNC=$mode EMU_STOP_AT_FIRST=1 timeout 1200 "$dir/emu" ${only:+"$only"} >"$dir/log" 2>&1; then
+  then echo unexpected > "$w/result"; return; fi
+  if ! { (cd "$w" && python3 "$root/dev/cuda/host_emulation/extract.py" --mma kernels_mma.h) &&
+         g++ -std=c++20 -O1 -fno-strict-aliasing -pthread -w ${EMU_CXXFLAGS:-} ${flags:-} -I "$w" \
+           "$root/dev/cuda/host_emulation/emulate_mma.cpp" -o "$w/emu"; }; then
+    echo "BUILD FAILED: $name"; echo build > "$w/result"; return
+  fi
+  # (the limit covers a whole run: a mutant expected to be missed runs every kernel on every problem)
+  local got
+  if EMU_CP_ASYNC=$mode EMU_STOP_AT_FIRST=1 timeout 1200 "$w/emu" ${only:+"$only"} >"$w/log" 2>&1; then
     got=missed
   else
     got=caught
   fi
-  where=$(grep -m1 -B1 'FAIL\|emulation error' "$dir/log" | head -1 | sed 's/^ *//')
-  if [ "$got" = "$expect" ]; then echo "ok       $got ($mode cp.async): $name${where:+  [$where]}"
-  else echo "UNEXPECTED $got ($mode cp.async): $name"; missed=$((missed + 1)); fi
+  local where
+  where=$(grep -m1 -B1 'FAIL\|emulation error' "$w/log" | head -1 | sed 's/^ *//')
+  if [ "$got" = "$expect" ]; then echo "ok       $got ($mode cp.async): $name${where:+  [$where]}"; echo ok > "$w/result"
+  else echo "UNEXPECTED $got ($mode cp.async): $name"; echo unexpected > "$w/result"; fi
+  rm -rf "$w/src" "$w/emu" "$w/kernels_mma.h"
+}
+# MUTANT_JOBS mutants at a time (default: the machine's cores), each printed as it ends
+jobs_max=${MUTANT_JOBS:-$(nproc)}
+n=0
+for m in "${mutants[@]}"; do
+  IFS='|' read -r name _ <<<"$m"
+  [[ "$name" == *"${1:-}"* ]] || continue
+  n=$((n + 1))
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+  run_mutant "$n" "$m" &
 done
+wait
+build=$(cat "$dir"/*/result 2>/dev/null | grep -c build)
+[ "$build" = 0 ] || exit 2
+missed=$(cat "$dir"/*/result 2>/dev/null | grep -c unexpected)
 echo "$missed unexpected"
 [ "$missed" = 0 ]

@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <sys/mman.h>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -326,9 +327,24 @@ struct Scheduler {
   unsigned cursor = 0;  // the warp that runs when its own lanes cannot
   int dir = 1;
   uint64_t rng = 0x9E3779B97F4A7C15ull;
-  // stacks, kept across launches (mapped on first touch: 256 KiB reserved, a few KiB used)
-  static constexpr size_t kStack = 256 * 1024;
-  std::vector<std::unique_ptr<unsigned char[]>> stacks;
+  // stacks, kept across launches: 256 KiB mapped (pages on first touch; a few KiB used) above a
+  // guard page, so that an overflow faults instead of writing into the next fiber's stack
+  static constexpr size_t kStack = 256 * 1024, kGuard = 4096;
+  struct Stack {
+    unsigned char* base = nullptr;
+    Stack() {
+      void* p = mmap(nullptr, kGuard + kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED || mprotect(p, kGuard, PROT_NONE) != 0) {
+        std::fprintf(stderr, "emulation error: no memory for a fiber's stack\n");
+        std::abort();
+      }
+      base = static_cast<unsigned char*>(p);
+    }
+    Stack(const Stack&) = delete;
+    ~Stack() { munmap(base, kGuard + kStack); }
+    unsigned char* bottom() const { return base + kGuard; }
+  };
+  std::vector<std::unique_ptr<Stack>> stacks;
   void draw_order() {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     dir = (rng >> 11) & 1 ? 1 : -1;
@@ -401,12 +417,12 @@ struct Scheduler {
     const size_t n = size_t{cluster} * block;
     fibers.clear();
     fibers.resize(n);
-    while (stacks.size() < n) stacks.emplace_back(new unsigned char[kStack]);
+    while (stacks.size() < n) stacks.emplace_back(std::make_unique<Stack>());
     for (unsigned r = 0; r < cluster; ++r)
       for (unsigned t = 0; t < block; ++t) {
         Fiber& f = fibers[size_t{r} * block + t];
         f.rank = r, f.tid = t;
-        f.ctx.start(stacks[size_t{r} * block + t].get(), kStack, &Scheduler::entry);
+        f.ctx.start(stacks[size_t{r} * block + t]->bottom(), kStack, &Scheduler::entry);
       }
     Scheduler* outer = active();
     active() = this;
