@@ -47,7 +47,6 @@
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -350,14 +349,15 @@ struct Scheduler {
     dir = (rng >> 11) & 1 ? 1 : -1;
     cursor = static_cast<unsigned>((rng >> 12) % nwarps);
   }
-  unsigned warp_of(const Fiber& f) const { return f.rank * warps_per_block + f.tid / 32; }
+  // warp w of the cluster (block w / warps_per_block): its first fiber and its lanes
+  unsigned first_of(unsigned w) const { return w / warps_per_block * block + 32 * (w % warps_per_block); }
+  unsigned lanes_of(unsigned w) const { return std::min(32u, block - 32 * (w % warps_per_block)); }
   // the next fiber to run: a lane of the current warp after the current one, else the first that
   // can run of the warps from the cursor on in the drawn direction; -1 if none can
   int pick() const {
     if (current >= 0) {
-      const unsigned w = warp_of(fibers[current]), first = w / warps_per_block * block + 32 * (w % warps_per_block);
-      const unsigned lanes = std::min(32u, block - 32 * (w % warps_per_block));
-      const unsigned lane = fibers[current].tid % 32;
+      const unsigned w = fibers[current].rank * warps_per_block + fibers[current].tid / 32;
+      const unsigned first = first_of(w), lanes = lanes_of(w), lane = fibers[current].tid % 32;
       for (unsigned k = 1; k <= lanes; ++k) {
         const unsigned i = first + (lane + k) % lanes;
         if (fibers[i].runnable()) return static_cast<int>(i);
@@ -365,10 +365,8 @@ struct Scheduler {
     }
     for (unsigned k = 0; k < nwarps; ++k) {
       const unsigned w = (cursor + nwarps + dir * static_cast<int>(k)) % nwarps;
-      const unsigned first = w / warps_per_block * block + 32 * (w % warps_per_block);
-      const unsigned lanes = std::min(32u, block - 32 * (w % warps_per_block));
-      for (unsigned l = 0; l < lanes; ++l)
-        if (fibers[first + l].runnable()) return static_cast<int>(first + l);
+      for (unsigned l = 0; l < lanes_of(w); ++l)
+        if (fibers[first_of(w) + l].runnable()) return static_cast<int>(first_of(w) + l);
     }
     return -1;
   }
@@ -396,50 +394,46 @@ struct Scheduler {
     current = next;
     me.ctx.switch_to(to.ctx);
   }
-  static Scheduler*& active() {
-    static thread_local Scheduler* s = nullptr;
-    return s;
-  }
-  static void entry() {
-    Scheduler& s = *active();
-    {
-      Fiber& f = s.fibers[s.current];
-      s.body(f.rank, f.tid);
-    }
-    s.fibers[s.current].done = true;
-    s.switch_out();
-    std::abort();  // (never resumed)
-  }
-  void run(unsigned cluster, unsigned block_threads) {
-    block = block_threads;
-    warps_per_block = (block + 31) / 32;
-    nwarps = cluster * warps_per_block;
-    const size_t n = size_t{cluster} * block;
-    fibers.clear();
-    fibers.resize(n);
-    while (stacks.size() < n) stacks.emplace_back(std::make_unique<Stack>());
-    for (unsigned r = 0; r < cluster; ++r)
-      for (unsigned t = 0; t < block; ++t) {
-        Fiber& f = fibers[size_t{r} * block + t];
-        f.rank = r, f.tid = t;
-        f.ctx.start(stacks[size_t{r} * block + t]->bottom(), kStack, &Scheduler::entry);
-      }
-    Scheduler* outer = active();
-    active() = this;
-    draw_order();
-    current = pick();
-    fibers[current].state.swap_with_running();
-    main.switch_to(fibers[current].ctx);
-    active() = outer;
-  }
+  static void entry();
+  void run(unsigned cluster, unsigned block_threads);
 };
 // the launching OS thread's scheduler (one for every launch: its stacks are kept)
 inline Scheduler& scheduler() {
   static thread_local Scheduler s;
   return s;
 }
+inline void Scheduler::entry() {
+  Scheduler& s = scheduler();
+  {
+    Fiber& f = s.fibers[s.current];
+    s.body(f.rank, f.tid);
+  }
+  s.fibers[s.current].done = true;
+  s.switch_out();
+  std::abort();  // (never resumed)
+}
+inline void Scheduler::run(unsigned cluster, unsigned block_threads) {
+  block = block_threads;
+  warps_per_block = (block + 31) / 32;
+  nwarps = cluster * warps_per_block;
+  const size_t n = size_t{cluster} * block;
+  fibers.clear();
+  fibers.resize(n);
+  while (stacks.size() < n) stacks.emplace_back(std::make_unique<Stack>());
+  for (unsigned r = 0; r < cluster; ++r)
+    for (unsigned t = 0; t < block; ++t) {
+      Fiber& f = fibers[size_t{r} * block + t];
+      f.rank = r, f.tid = t;
+      f.ctx.start(stacks[size_t{r} * block + t]->bottom(), kStack, &Scheduler::entry);
+    }
+  draw_order();
+  current = -1;  // (the last launch's fiber: no warp of this one to continue)
+  current = pick();
+  fibers[current].state.swap_with_running();
+  main.switch_to(fibers[current].ctx);
+}
 inline void block_until(const Barrier& b, uint64_t gen) {
-  Scheduler& s = *Scheduler::active();
+  Scheduler& s = scheduler();
   Fiber& me = s.fibers[s.current];
   me.waits = &b, me.wait_gen = gen;
   while (b.gen == gen) s.switch_out();
@@ -449,7 +443,7 @@ inline uint64_t Barrier::arrive() {
   const uint64_t token = gen;
   if (++count == expected) {
     count = 0, ++gen;
-    if (block) Scheduler::active()->draw_order();
+    if (block) scheduler().draw_order();
   }
   return token;
 }
@@ -536,7 +530,6 @@ void launch_cluster(unsigned grid, unsigned cluster, unsigned block, size_t smem
       threadIdx.x = t;
       smem = st[r].smem, block_barrier = st[r].barrier.get(), warp_barriers = &st[r].warps, xbuf = &st[r].xbuf;
       cluster_smem = &bases, cluster_barrier = &cbar, cluster_rank_ = r, cluster_blocks_ = cluster;
-      xphase = 0;
       f();
       thread_done(b, t);
     };
