@@ -216,8 +216,8 @@ __device__ __forceinline__ void cross_item_decode(int64_t g, int64_t nC, int (&x
 // BDH-base, quadratic_output 0.043 -> 0.032 a forward at BDH-8k). Call 5's SASS (cuobjdump) shows
 // why: with the bf16 stores ptxas 13 takes 128 registers, spills 8 bytes and reads threadIdx (S2R)
 // three times inside the main loop, 7 more instructions per L tile (d9f3628: 127 registers, no
-// spills, no S2R in the loop). Branch round32-candidates has a variant that ptxas allocates
-// without spills; it is not measured yet.
+// spills, no S2R in the loop). cross_scores_wgmma's kParts instantiations are allocated without
+// spills (round32-candidates; not measured yet).
 __device__ __forceinline__ void store_cross_pair(float* o, int j, int C, float x0, float x1) {
   if (C % 2 == 0 && j + 1 < C) {
     *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
@@ -388,6 +388,14 @@ constexpr uint32_t kCwTile = 64 * 128;  // bytes of one 64 × 64 bf16 tile (a sl
 constexpr uint32_t kCwStage = 4 * kCwTile;
 constexpr int kCwSmem = static_cast<int>(kWgmmaAtom - 16 + kCrossNS * kCwStage + 2 * 4 * kMmaLT * sizeof(float));
 static_assert(2 * (kCwSmem + 1024) <= 228 * 1024, "cross_scores_wgmma: two blocks per SM");
+// kParts: the launch's L splits are several (the float32 partials), else one (bf16 Pcross): one
+// store path per instantiation. Why (round 31, ptxas 13 -v and the SASS from cuobjdump): with both
+// paths behind a branch on nsplit, or with the bf16 one alone addressed as Pcross + blk, ptxas took
+// 128 registers and spilled 8 bytes, and read threadIdx again (S2R) three times inside the main
+// loop, 7 more instructions per L tile; the kernel measured 0.039 -> 0.044 ms a launch at BDH-base
+// on an H100. The bf16 instantiation addressed as Pcross + sp plane + blk (sp = 0 with one split:
+// the same address) compiles with no spills (128 registers; d9f3628's float32 kernel: 127, none).
+template <bool kParts>
 static __global__ void __launch_bounds__(kCrossThreads, 2)
     cross_scores_wgmma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const float* a32, bf16* Pcross, float* parts,
                               int nsplit) {
@@ -532,8 +540,8 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
           }
         }
       };
-      if (nsplit > 1) store_block(parts + sp * plane + blk);
-      else store_block(Pcross + blk);
+      if constexpr (kParts) store_block(parts + sp * plane + blk);
+      else store_block(Pcross + sp * plane + blk);  // (sp = 0: see kParts)
     }
   }
 }
@@ -1488,7 +1496,8 @@ inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, c
                   static_cast<int>(nsplit));
   };
   if (wgmma_chosen("RHOSCAN_CUDA_CROSS_SCORES", RHOSCAN_CS_WGMMA != 0))
-    run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel, kCwSmem);
+    nsplit > 1 ? run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel<true>, kCwSmem)
+               : run("cross_scores_wgmma_kernel", cross_scores_wgmma_kernel<false>, kCwSmem);
   else
     run("cross_scores_mma_kernel", cross_scores_mma_kernel<kCrossSwizzle>, kCrossSmem);
   if (nsplit > 1) {

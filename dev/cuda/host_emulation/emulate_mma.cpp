@@ -362,7 +362,9 @@ bool cross_case(const Problem& p, int nsplit) {
   auto parts = nans<float>(std::max<int64_t>(1, cross_parts_planes(nsplit) * plane));
   emu::launch(small_grid(items), kCrossThreads, kWgmma ? kCwSmem : kCrossSmem, [&] {
     if constexpr (kWgmma)
-      cross_scores_wgmma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), P.data(), parts.data(), nsplit);
+      nsplit > 1 ? cross_scores_wgmma_kernel<true>(d, p.Xq.data(), p.Kq.data(), p.a32.data(), P.data(), parts.data(), nsplit)
+                 : cross_scores_wgmma_kernel<false>(d, p.Xq.data(), p.Kq.data(), p.a32.data(), P.data(), parts.data(),
+                                                    nsplit);
     else
       cross_scores_mma_kernel(d, p.Xq.data(), p.Kq.data(), p.a32.data(), P.data(), parts.data(), nsplit);
   });
