@@ -353,8 +353,11 @@ __global__ void __launch_bounds__(kScanThreads, kScanMinBlocks)
 // Shared memory at Lp = 256: two stages of {Xq, Kq [64][256], v [64][128] bf16, P [64][72]
 // float32} and the decay a^C, a^Cn per latent for two items (the next item's written while a
 // slower warp may still scale with the current one's): 200 KiB, 1 block of 8 warps per SM.
-// Selected by RHOSCAN_CUDA_SCAN_VERSION=2 (environment, per call) or -DRHOSCAN_SCAN_VERSION=2 until
-// an A/B on a GPU decides (round 32 wrote it without one).
+// The default since round 34 (written in round 32 without a GPU). Its A/B on an H100 (round 34,
+// BDH-base, three alternating rounds): forward 0.18 ms against version 1's 0.21 every round,
+// forward+backward 0.71 against 0.73-0.74; Nsight Compute, 4 launches: 0.419 against 0.518 ms,
+// 86.0 M warp instructions against 149.4 M (bench/results/round34-2026-12-06/).
+// RHOSCAN_CUDA_SCAN_VERSION=1 (environment, per call) or -DRHOSCAN_SCAN_VERSION=1 runs version 1.
 constexpr int kScan2ET = 128;  // state / output columns per block (8 warps of 16)
 template <int kLp>
 struct Scan2Layout {
@@ -611,18 +614,18 @@ bool scan_applies(const Dims& d, int64_t pairs) {
     return d.Lp <= kScanMaxLp && d.Lp % kMmaLT == 0 && d.C % 4 == 0 && scan_fit_32bit(all);
   }
 }
-// chunk_scan_mma's version: 1 (chunk_scan_mma_kernel, the default) or 2 (chunk_scan_mma_v2_kernel,
-// the state transposed); -DRHOSCAN_SCAN_VERSION=n at build time, RHOSCAN_CUDA_SCAN_VERSION=1|2
-// (environment, per call; another value counts as unset) for the A/B.
+// chunk_scan_mma's version: 2 (chunk_scan_mma_v2_kernel, the state transposed; the default since
+// round 34's A/B) or 1 (chunk_scan_mma_kernel); -DRHOSCAN_SCAN_VERSION=n at build time,
+// RHOSCAN_CUDA_SCAN_VERSION=1|2 (environment, per call; another value counts as unset).
 #ifndef RHOSCAN_SCAN_VERSION
-#define RHOSCAN_SCAN_VERSION 1
+#define RHOSCAN_SCAN_VERSION 2
 #endif
 inline int scan_version() {
   if (const char* v = std::getenv("RHOSCAN_CUDA_SCAN_VERSION")) {
     if (std::strcmp(v, "1") == 0) return 1;
     if (std::strcmp(v, "2") == 0) return 2;
   }
-  return RHOSCAN_SCAN_VERSION == 2 ? 2 : 1;
+  return RHOSCAN_SCAN_VERSION == 1 ? 1 : 2;
 }
 template <typename T>
 void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const float* a32, Str4 init, Str4 ctx,
