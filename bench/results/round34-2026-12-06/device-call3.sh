@@ -19,7 +19,7 @@ grep -E "^\[  (PASSED|FAILED) " $L/test_backends.log | head -5 >> $S
 pack
 stage sanitize
 for tool in memcheck racecheck; do
-  late 230 && { echo "(skipped: late) $tool" >> $S; continue; }
+  late 190 && { echo "(skipped: late) $tool" >> $S; continue; }
   timeout 80 compute-sanitizer --tool $tool --error-exitcode 9 /tmp/b/tests/test_cuda \
     --gtest_filter='Cuda.ReadbackKernelsMmaAndWgmmaAgree' > $L/$tool.log 2>&1
   echo "$tool (ReadbackKernelsMmaAndWgmmaAgree) rc=$?" >> $S; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $L/$tool.log | head -3 >> $S
@@ -31,7 +31,7 @@ timeout 60 $R bench --device cuda --cases BDH-8k,long-T8192,BDH-base,step-8k --b
 pack
 stage ab
 for r in 1 2 3; do
-  late 420 && { echo "(round $r skipped: late)" >> $S; break; }
+  late 300 && { echo "(round $r skipped: late)" >> $S; break; }
   for f in 0 1; do
     echo "-- readback fetch late=$f (round $r)" >> $S
     RHOSCAN_CUDA_READBACK_FETCH_LATE=$f timeout 30 $R bench --device cuda --cases BDH-8k,BDH-base --backward \
@@ -42,7 +42,7 @@ pack
 stage ncu
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum
 for f in 0 1; do
-  late 500 && { echo "(skipped: late) ncu late=$f" >> $S; continue; }
+  late 350 && { echo "(skipped: late) ncu late=$f" >> $S; continue; }
   RHOSCAN_CUDA_READBACK_FETCH_LATE=$f timeout 40 ncu --clock-control none -k regex:quad_readback --metrics $M --csv $R bench \
     --device cuda --cases BDH-8k --backward --repeats 1 > $L/ncu-readback-late$f.csv 2>&1
   echo "-- readback fetch late=$f, BDH-8k" >> $S; python3 dev/cuda/ncu_summary.py $L/ncu-readback-late$f.csv >> $S 2>&1
