@@ -391,26 +391,23 @@ Problem forward_forcing(const ForwardCase& c, const Options& o, const char* env,
 // shared memory (RHOSCAN_CUDA_READBACK_REGA=0) against the reference and the default (A from
 // registers); quad_readback_wgmma with the chunks inner in its item order
 // (RHOSCAN_CUDA_READBACK_CHUNKS_INNER=1: every item computed alike, in another block and order)
-// bitwise the default order's gradients, and so with its fetch issued after the products
-// (RHOSCAN_CUDA_READBACK_FETCH_LATE=1: the same copies and products, in another order in the step).
+// bitwise the default order's gradients.
 TEST_F(Cuda, ReadbackKernelsMmaAndWgmmaAgree) {
   if (const std::string why = wgmma_unavailable(); !why.empty()) GTEST_SKIP() << why;
   ScopedEnv path("RHOSCAN_CUDA_BACKWARD_PATH", "quadratic");
   for (const QuadraticCase& c : quadratic_backward_cases()) {
     SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
     Problem ref = Problem(c.s).reference_solution();
-    Problem mma(c.s), wg(c.s), wg2(c.s), wg_smem(c.s), wg_chunks(c.s), wg_late(c.s);
+    Problem mma(c.s), wg(c.s), wg2(c.s), wg_smem(c.s), wg_chunks(c.s);
     // wg_smem: quad_readback_wgmma with its operand read by the tensor cores from shared memory
     // (RHOSCAN_CUDA_READBACK_REGA=0) instead of A from registers (the default); wg_chunks: its
-    // items with the chunks inner; wg_late: its fetch after the products
-    for (auto [p, kernel, rega, chunks_inner, late] :
-         {std::tuple{&mma, "mma", "1", "0", "0"}, std::tuple{&wg, "wgmma", "1", "0", "0"},
-          std::tuple{&wg2, "wgmma", "1", "0", "0"}, std::tuple{&wg_smem, "wgmma", "0", "0", "0"},
-          std::tuple{&wg_chunks, "wgmma", "1", "1", "0"}, std::tuple{&wg_late, "wgmma", "1", "0", "1"}}) {
+    // items with the chunks inner
+    for (auto [p, kernel, rega, chunks_inner] :
+         {std::tuple{&mma, "mma", "1", "0"}, std::tuple{&wg, "wgmma", "1", "0"}, std::tuple{&wg2, "wgmma", "1", "0"},
+          std::tuple{&wg_smem, "wgmma", "0", "0"}, std::tuple{&wg_chunks, "wgmma", "1", "1"}}) {
       ScopedEnv env("RHOSCAN_CUDA_READBACK", kernel);
       ScopedEnv operand("RHOSCAN_CUDA_READBACK_REGA", rega);
       ScopedEnv order("RHOSCAN_CUDA_READBACK_CHUNKS_INNER", chunks_inner);
-      ScopedEnv fetch("RHOSCAN_CUDA_READBACK_FETCH_LATE", late);
       MirroredProblem m(*p, Device::cuda);
       backward(m.backward_args(), cuda(c.chunk));
       m.copy_outputs_to_host();
@@ -425,7 +422,6 @@ TEST_F(Cuda, ReadbackKernelsMmaAndWgmmaAgree) {
     EXPECT_LE(rms_rel(wg.grad_decay.values(), mma.grad_decay.values()), 1e-4) << "grad_decay, wgmma vs mma";
     expect_same_gradients(wg, wg2);
     expect_same_gradients(wg, wg_chunks);
-    expect_same_gradients(wg, wg_late);
   }
 }
 

@@ -520,18 +520,6 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
 // two backwards, Nsight Compute durations): version 3 (mma.sync) 1.774 ms; this kernel with two
 // stages and two barriers per step 1.493, with two stages and one barrier 1.532, with three stages
 // (a^C still in shared memory, no slack) 1.461.
-// kFetchLate (round 34; RHOSCAN_CUDA_READBACK_FETCH_LATE, below): a step issues its fetch (the
-// pieces of step s + kStages - 1, and at s = 0 the chunk's xk) after its products are issued instead
-// of right after its barrier. The H100 source profile of round 34 (BDH-8k) has the fetch's address
-// arithmetic, ~90 SASS instructions a thread and step (IMAD, ISETP, SEL, LEA: the item's place, M's
-// block, the operand's limits), between the barrier and the first HGMMA, on the path that every
-// step of every warp waits through, while the warps then idle at WARPGROUP.DEPBAR for the products
-// (12.6 % of the samples) and the issue rate is 0.43 per scheduler. Issued after wgmma_commit, the
-// same arithmetic and copies run while the tensor cores work. It fills the stage that the previous
-// step read (free: every warpgroup waited for those products before the barrier), never this step's,
-// and its commit groups come in the same order, so the waits and the data are unchanged: W, U and HdH'
-// bit for bit the default's (emulated). The A fragments (kRegA) stay untouched until the wait (ptxas
-// keeps them: no serialization warning, the same registers).
 constexpr uint32_t kQwTile = 64 * 128;  // bytes of one 64 × 64 bf16 tile
 template <bool kKeyLo>
 constexpr uint32_t quad_readback_wgmma_stage() {  // bytes: M hi, M lo, the operand's two tiles (and remainders')
@@ -543,7 +531,7 @@ constexpr int quad_readback_wgmma_smem() {
 }
 static_assert(2 * (quad_readback_wgmma_smem<false>() + 1024) <= 228 * 1024,
               "quad_readback_wgmma: two blocks per SM (each with the 1 KiB the system reserves)");
-template <bool kKeyLo = false, int kStages = 3, bool kRegA = true, bool kFetchLate = false>
+template <bool kKeyLo = false, int kStages = 3, bool kRegA = true>
 __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
     quad_readback_wgmma_kernel(Dims d, const bf16* Mhi, const bf16* Mlo, const bf16* Kq, const bf16* Xq,
                                const float* a32, float* W, float* U, float* HdH, const bf16* Kq_lo = nullptr,
@@ -729,21 +717,18 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
       cp_async_wait<kStages - 2>();  // step s's pieces (this thread's) have landed (at s = 1, xk's too)
       fence_proxy_async();           // ... and are visible to the tensor cores' reads
       __syncthreads();  // everyone's; and every warpgroup has waited for the previous step's products
-      auto fetch_step = [&]() {
-        if (s == 0) {  // the chunk's own Xq rows (HdH', read from step 1 on: every warp is past the
-                       // previous item's last read of them), in a commit group of their own
-          if (K >= 2) {
-            const int lim = lim_of(pl, K);
-            const bf16* o = Xq + tile0_of(pl) + K * cstride;
+      if (s == 0) {  // the chunk's own Xq rows (HdH', read from step 1 on: every warp is past the
+                     // previous item's last read of them), in a commit group of their own
+        if (K >= 2) {
+          const int lim = lim_of(pl, K);
+          const bf16* o = Xq + tile0_of(pl) + K * cstride;
 #pragma unroll
-            for (int k = 0; k < 4; ++k)
-              cp_async16_u32(xk + (o_off - kOpB) + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
-          }
-          cp_async_commit();
+          for (int k = 0; k < 4; ++k)
+            cp_async16_u32(xk + (o_off - kOpB) + 16 * 128 * k, o + k * o_step, src_bytes(lim, k));
         }
-        fetch_next();  // into the stage the previous step read (not this step's: see kFetchLate)
-      };
-      if constexpr (!kFetchLate) fetch_step();
+        cp_async_commit();
+      }
+      fetch_next();  // into the stage the previous step read
       if (w && s > 0) {  // dp <- a^C dp + sum_i Xq_K[i] acc[.][i] (version 3's terms and order)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -805,7 +790,6 @@ __global__ void __launch_bounds__(kQrThreads, kKeyLo ? 1 : 2)
         for (int k = 0; k < 4; ++k) product(k, false, desc_bu + sd + kLoB / 16 + k * kAtoms2);
       }
       wgmma_commit();
-      if constexpr (kFetchLate) fetch_step();  // its address arithmetic under the products
       wgmma_wait<0>();
       wgmma_fence_operand(acc);
       so = so + kStage == kStages * kStage ? 0u : so + kStage;
@@ -1015,15 +999,6 @@ inline bool readback_rega() { return env_switch("RHOSCAN_CUDA_READBACK_REGA", RH
 inline bool readback_chunks_inner() {
   return env_switch("RHOSCAN_CUDA_READBACK_CHUNKS_INNER", RHOSCAN_QR_CHUNKS_INNER != 0);
 }
-// quad_readback_wgmma's fetch issued after its products (kFetchLate, above the kernel), with the A
-// operand from registers (the default): -DRHOSCAN_QR_FETCH_LATE=1 at build time,
-// RHOSCAN_CUDA_READBACK_FETCH_LATE=0|1 (environment, per call).
-#ifndef RHOSCAN_QR_FETCH_LATE
-#define RHOSCAN_QR_FETCH_LATE 0
-#endif
-inline bool readback_fetch_late() {
-  return env_switch("RHOSCAN_CUDA_READBACK_FETCH_LATE", RHOSCAN_QR_FETCH_LATE != 0);
-}
 
 // The chunked backward's per-chunk M = G v^T (16-bit inputs) on tensor cores: cross_values_mma's
 // diagonal items alone, into M's split 0, after pack_bf16 (o.gb, o.vb; o.glo, o.vlo for float16).
@@ -1074,10 +1049,7 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     launch_kernel(name, kernel, grid_for(d.nbh * d.nC * ((d.Lp + kQrLT - 1) / kQrLT), 1, max_blocks), kQrThreads,
                   smem, stream, d, Mhi, Mlo, o.Kq, o.Xq, a32, W, U, HdH, o.Kq_lo, order...);
   };
-  if (readback_wgmma() && readback_rega() && readback_fetch_late())
-    readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, true, true>,
-             quad_readback_wgmma_smem<kLo>(), true, readback_chunks_inner());
-  else if (readback_wgmma() && readback_rega())
+  if (readback_wgmma() && readback_rega())
     readback("quad_readback_wgmma_kernel", quad_readback_wgmma_kernel<kLo, 3, true>, quad_readback_wgmma_smem<kLo>(),
              true, readback_chunks_inner());
   else if (readback_wgmma())

@@ -1226,9 +1226,9 @@ bool scan_v2_case(const Problem& p, bool with_init) {
 // launch_quadratic_backward's block size and shared memory
 // (kWgmma: its stage count, 2 or 3; kRegA: the operand as A from registers, else from shared memory;
 // kGrid: blocks, 0 for small_grid, -1 for one more block than items; kChunksInner: the wgmma
-// kernel's other item order, the chunks K inner; kFetchLate: its fetch issued after the products)
+// kernel's other item order, the chunks K inner)
 template <bool kKeyLo, bool kSwizzle = RHOSCAN_QR_SWIZZLE != 0, int kWgmma = 0, bool kRegA = true, int kGrid = 0,
-          bool kChunksInner = false, bool kFetchLate = false>
+          bool kChunksInner = false>
 void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W, std::vector<float>& U,
                        std::vector<float>& HdH) {
   const Dims& d = p.d;
@@ -1236,7 +1236,7 @@ void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W,
   if constexpr (kWgmma > 0) {
     const unsigned grid = kGrid == 0 ? small_grid(items) : kGrid < 0 ? unsigned(items + 1) : unsigned(kGrid);
     emu::launch(grid, kQrThreads, quad_readback_wgmma_smem<kKeyLo, kWgmma>(), [&] {
-      quad_readback_wgmma_kernel<kKeyLo, kWgmma, kRegA, kFetchLate>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
+      quad_readback_wgmma_kernel<kKeyLo, kWgmma, kRegA>(d, m.hi.data(), m.lo.data(), p.Kq.data(), p.Xq.data(), p.a32.data(),
                                          W.data(), U.data(), HdH.data(), kKeyLo ? p.Kq_lo.data() : nullptr,
                                          kChunksInner);
     });
@@ -1253,18 +1253,15 @@ void run_quad_readback(const Problem& p, const CrossM& m, std::vector<float>& W,
 // kGrid as run_quad_readback's: its blocks walk their items with a fetch cursor that runs across
 // them (a persistent grid), so the grid's stride and idle blocks are cases of their own, and so is
 // the other item order (kChunksInner: the blocks' items, their fetch cursor and a's loads an item
-// ahead all walk it), and so is the fetch issued after the products (kFetchLate: the emulation
-// carries the products out at the wait, reading shared memory then, so a fetch into the stage being
-// read would show).
-template <bool kKeyLo, int kStages = 3, bool kRegA = true, int kGrid = 0, bool kChunksInner = false,
-          bool kFetchLate = false>
+// ahead all walk it).
+template <bool kKeyLo, int kStages = 3, bool kRegA = true, int kGrid = 0, bool kChunksInner = false>
 bool quad_readback_wgmma_case(const Problem& p) {
   const Dims& d = p.d;
   const CrossM m = run_cross_values<kKeyLo>(p);
   auto W = nans<float>(d.nbh * d.T * d.L), U = W, HdH = nans<float>(d.nbh * d.nC * d.L);
   auto Ww = W, Uw = W, HdHw = HdH;
   run_quad_readback<kKeyLo>(p, m, W, U, HdH);
-  run_quad_readback<kKeyLo, true, kStages, kRegA, kGrid, kChunksInner, kFetchLate>(p, m, Ww, Uw, HdHw);
+  run_quad_readback<kKeyLo, true, kStages, kRegA, kGrid, kChunksInner>(p, m, Ww, Uw, HdHw);
   constexpr const char* v3 = "version 3's (mma.sync)";
   return same_bits("W", W, Ww, v3) & same_bits("U", U, Uw, v3) & same_bits("HdH", HdH, HdHw, v3);
 }
@@ -1773,12 +1770,6 @@ int main(int argc, char** argv) {
        quad_readback_wgmma_case<false, 3, true, 3, true>, true, true},
       {"quad_readback_wgmma, chunks inner, 7 blocks, bitwise version 3",
        quad_readback_wgmma_case<false, 3, true, 7, true>, false, true},
-      {"quad_readback_wgmma, fetch after the products, bitwise version 3",
-       quad_readback_wgmma_case<false, 3, true, 0, false, true>, true, true},
-      {"quad_readback_wgmma, fetch after the products, 3 blocks, bitwise version 3",
-       quad_readback_wgmma_case<false, 3, true, 3, false, true>, false, true},
-      {"quad_readback_wgmma, fetch after the products, chunks inner, 7 blocks, bitwise version 3",
-       quad_readback_wgmma_case<false, 3, true, 7, true, true>, false, true},
       {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, false, true},
       {"quad_readback_mma, swizzled tiles", quad_readback_swizzle_case<false>, true, true},
       {"quad_dv_mma", quad_dv_case<false>, true, true},
@@ -1788,8 +1779,6 @@ int main(int argc, char** argv) {
       {"quad_readback_mma, swizzled tiles, split keys", quad_readback_swizzle_case<true>, false, true},
       {"quad_readback_wgmma slot by slot, split keys", quad_readback_slots_case<true, true>, false, true},
       {"quad_readback_wgmma, split keys, bitwise version 3", quad_readback_wgmma_case<true>, false, true},
-      {"quad_readback_wgmma, split keys, fetch after the products, bitwise version 3",
-       quad_readback_wgmma_case<true, 3, true, 0, false, true>, false, true},
       {"quad_readback_wgmma, split keys, operand from shared memory, bitwise version 3",
        quad_readback_wgmma_case<true, 3, false>, false, true},
       {"quad_dv_mma, split values", quad_dv_case<true>, false, true},
