@@ -496,14 +496,15 @@ TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
   }
 }
 
-// chunk_scan_mma's two versions (chunk_scan.cuh), forced by RHOSCAN_CUDA_SCAN_VERSION on the
-// chunked forward where it runs (bfloat16, L <= 256, chunks of a multiple of 4): version 2 keeps the
-// state transposed and multiplies with A and B exchanged, the same products per element in the same
-// k order, so the context and both states are bitwise version 1's (the host emulation finds them so;
-// this holds the tensor cores to it), and within the reference's tolerance. Shapes: L 256 (the
+// chunk_scan_mma (chunk_scan.cuh) on the chunked forward where it runs (bfloat16, L <= 256, chunks
+// of a multiple of 4) against the two kernels it replaces, chunk_states_mma + chunk_output_mma
+// (RHOSCAN_CUDA_FORWARD_SCAN=0): it keeps the state transposed and multiplies with A and B
+// exchanged, the same products per element in the same k order, so the context and both states are
+// bitwise theirs (the host emulation finds them so; this holds the tensor cores to it), within the
+// reference's tolerance, and bitwise deterministic. Shapes: L 256 (the
 // largest state), 150 (Lp 192), 64; E 130 (a 128-column item past the packed rows), 200, 64; tail
 // chunks, chunk 32 and 48; an initial rho and rho_norm, and none; Hv = H; [B,T,H,x]; T = 1.
-TEST_F(Cuda, ChunkScanVersionsAgree) {
+TEST_F(Cuda, ChunkScanMatchesTheTwoKernels) {
   ScopedEnv path("RHOSCAN_CUDA_FORWARD_PATH", "chunked");
   std::vector<ProblemSpec> specs = {spec(2, 2, 1, 300, 256, 130, DType::bfloat16),
                                     spec(1, 3, 3, 100, 150, 200, DType::bfloat16),
@@ -518,22 +519,23 @@ TEST_F(Cuda, ChunkScanVersionsAgree) {
     const ProblemSpec& s = specs[k];
     SCOPED_TRACE(s.name() + " chunk " + std::to_string(chunks[k]));
     const Problem ref = Problem(s).reference_solution();
-    auto run = [&](const char* version) {
-      ScopedEnv v("RHOSCAN_CUDA_SCAN_VERSION", version);
+    auto run = [&](const char* scan) {
+      ScopedEnv v("RHOSCAN_CUDA_FORWARD_SCAN", scan);
       Problem p(s);
       MirroredProblem m(p, Device::cuda);
       forward(m.forward_args(), cuda(chunks[k]));
       m.copy_outputs_to_host();
       return p;
     };
-    const Problem v1 = run("1"), v2 = run("2"), v2b = run("2");
+    const Problem two = run("0"), scan = run("1"), again = run("1");
     const double ft = forward_tolerance(s.dtype);
-    EXPECT_LE(rms_rel(v2.context.values(), ref.context.values()), ft) << "context, version 2";
-    EXPECT_LE(rms_rel(v2.rho_out.values(), ref.rho_out.values()), ft) << "rho, version 2";
-    EXPECT_TRUE(same_bytes(v2.context, v1.context)) << "context, version 2 vs 1";
-    EXPECT_TRUE(same_bytes(v2.rho_out, v1.rho_out)) << "rho, version 2 vs 1";
-    EXPECT_TRUE(same_bytes(v2.rho_norm_out, v1.rho_norm_out)) << "rho_norm, version 2 vs 1";
-    EXPECT_TRUE(same_bytes(v2.context, v2b.context)) << "version 2 not bitwise deterministic";
+    EXPECT_LE(rms_rel(scan.context.values(), ref.context.values()), ft) << "context, chunk_scan_mma";
+    EXPECT_LE(rms_rel(scan.rho_out.values(), ref.rho_out.values()), ft) << "rho, chunk_scan_mma";
+    EXPECT_LE(rms_rel(two.context.values(), ref.context.values()), ft) << "context, the two kernels";
+    EXPECT_TRUE(same_bytes(scan.context, two.context)) << "context, chunk_scan_mma vs the two kernels";
+    EXPECT_TRUE(same_bytes(scan.rho_out, two.rho_out)) << "rho, chunk_scan_mma vs the two kernels";
+    EXPECT_TRUE(same_bytes(scan.rho_norm_out, two.rho_norm_out)) << "rho_norm, chunk_scan_mma vs the two kernels";
+    EXPECT_TRUE(same_bytes(scan.context, again.context)) << "chunk_scan_mma not bitwise deterministic";
   }
 }
 

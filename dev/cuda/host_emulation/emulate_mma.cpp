@@ -4,7 +4,7 @@
 // chunk_states_mma_kernel and its 64-bit-index fallback chunk_states_mma_wide_kernel (forward with
 // bf16 and with float32 stored states, and reverse),
 // chunk_output_mma_v2_kernel and its version 1 chunk_output_mma_kernel (forward and dv; the two
-// compared bit for bit), chunk_scan_mma_kernel (the fused forward for Lp <= 256: bit for bit
+// compared bit for bit), chunk_scan_mma_v2_kernel (the fused forward for Lp <= 256: bit for bit
 // chunk_states_mma + chunk_output_mma on the same inputs), chunk_readback_mma_kernel (version 2, bitwise against version 1,
 // chunk_readback_mma_v1_kernel), the quadratic forward's
 // cross_scores_mma_kernel, cross_reduce_kernel, final_state_mma_kernel (and launch_final_state's
@@ -882,14 +882,14 @@ bool output_case(const Problem& p) {
   return check(kDv ? "dv" : "context", doubles(out), ref, 1e-2) && same;
 }
 
-// ---- chunk_scan_mma (the fused forward, Lp <= 256, C % 4 == 0): ctx_c = Xq_c · bf16(S_c) +
-//      Pm_c · v_c and S_{c+1} = a^Cn S_c + sum_i q_i a^(Cn-1-i) ⊗ v_i, S_0 = init (or 0), the final
-//      state to rho. Bit for bit the two kernels it replaces (chunk_states_mma with bf16 states, then
-//      chunk_output_mma, the launcher's selections) on the same inputs, on small_grid(items) and on
-//      5 blocks (several items per block: the pipeline across items, the running decomposition),
-//      in the other tile layout (padded or swizzled: RHOSCAN_SCAN_SWIZZLE) on small_grid(items);
-//      and against float64 (S from q and v, as states_case; the context from Xq's bf16 values and
-//      P, as output_case). P's upper triangle and its other splits NaN.
+// ---- chunk_scan_mma (the fused forward, Lp <= 256, C % 4 == 0; chunk_scan_mma_v2_kernel, the state
+//      transposed): ctx_c = Xq_c · bf16(S_c) + Pm_c · v_c and S_{c+1} = a^Cn S_c + sum_i q_i a^(Cn-1-i)
+//      ⊗ v_i, S_0 = init (or 0), the final state to rho. Bit for bit the two kernels it replaces
+//      (chunk_states_mma with bf16 states, then chunk_output_mma, the launcher's selections) on the
+//      same inputs, on small_grid(items) and on 3 blocks (several items per block: the pipeline and
+//      the decay slots across items, the running decomposition); and against float64 (S from q and
+//      v, as states_case; the context from Xq's bf16 values and P, as output_case). P's upper
+//      triangle and its other splits NaN.
 template <typename F>
 void with_scan_lp(int64_t Lp, F f) {
   switch (Lp) {
@@ -928,25 +928,17 @@ bool scan_case(const Problem& p, bool with_init) {
                                                           nullptr, nullptr);
   });
   // the fused kernel on `grid` blocks
-  const int64_t items = d.nbh * ((E + kScanET - 1) / kScanET);
-  // (layout: the launcher's tile layout, or the other)
-  auto run_scan = [&](unsigned grid, std::vector<bf16>& ctx, std::vector<float>& rho, bool other_layout = false) {
+  const int64_t items = d.nbh * ((E + kScan2ET - 1) / kScan2ET);
+  auto run_scan = [&](unsigned grid, std::vector<bf16>& ctx, std::vector<float>& rho) {
     Str4 rs = p.init_s, cs = p.gs;
     rs.p = rho.data(), cs.p = ctx.data();
-    auto in_layout = [&](auto sw) {
-      constexpr bool kSw = decltype(sw)::value;
-      with_scan_lp(d.Lp, [&](auto lp) {
-        constexpr int kLp = decltype(lp)::value;
-        emu::launch(grid, kScanThreads, ScanLayout<kLp, kSw>::bytes, [&] {
-          chunk_scan_mma_kernel<kLp, bf16, kSw>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init,
-                                                cs, rs);
-        });
+    with_scan_lp(d.Lp, [&](auto lp) {
+      constexpr int kLp = decltype(lp)::value;
+      emu::launch(grid, kScanThreads, Scan2Layout<kLp>::bytes, [&] {
+        chunk_scan_mma_v2_kernel<kLp, bf16>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init,
+                                            cs, rs);
       });
-    };
-    if (other_layout)
-      in_layout(std::bool_constant<!kScanSwizzle>{});
-    else
-      in_layout(std::bool_constant<kScanSwizzle>{});
+    });
   };
   auto bits = [](const auto& x, const auto& y) {
     return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
@@ -955,18 +947,15 @@ bool scan_case(const Problem& p, bool with_init) {
   auto rho = nans<float>(p.init.size());
   run_scan(small_grid(items), ctx, rho);
   bool same = true;
-  // 0: the two kernels; 5: the fused kernel again on 5 blocks; 1: in the other tile layout
-  for (unsigned run : {0u, 5u, 1u}) {
-    auto c5 = nans<bf16>(ctx.size());
-    auto r5 = nans<float>(rho.size());
-    if (run == 5u) run_scan(5u, c5, r5);
-    if (run == 1u) run_scan(small_grid(items), c5, r5, true);
-    const auto& cx = run == 0u ? ctx2 : c5;
-    const auto& rx = run == 0u ? rho2 : r5;
+  // 0: the two kernels; 3: the fused kernel again on 3 blocks
+  for (unsigned run : {0u, 3u}) {
+    auto c3 = nans<bf16>(ctx.size());
+    auto r3 = nans<float>(rho.size());
+    if (run == 3u) run_scan(3u, c3, r3);
+    const auto& cx = run == 0u ? ctx2 : c3;
+    const auto& rx = run == 0u ? rho2 : r3;
     const bool ok = bits(ctx, cx) && bits(rho, rx);
-    const char* what = run == 0u   ? "against chunk_states_mma + chunk_output_mma"
-                       : run == 5u ? "on 5 blocks"
-                       : kScanSwizzle ? "padded tiles" : "swizzled tiles";
+    const char* what = run == 0u ? "against chunk_states_mma + chunk_output_mma" : "on 3 blocks";
     std::printf("    %s: ctx %s, rho %s\n", what, bits(ctx, cx) ? "bitwise" : "DIFFERENT", bits(rho, rx) ? "bitwise" : "DIFFERENT");
     if (!ok) std::printf("  FAIL not bit for bit\n");
     same &= ok;
@@ -1149,78 +1138,6 @@ bool cross_values_case(const Problem& p) {
          check("M diagonal (float32)", doubles(m.diag), rdiag, 1e-4);
 }
 
-// ---- chunk_scan_mma version 2 (the state transposed, 128 columns a block): ctx and rho bit for
-//      bit version 1's (which scan_case holds to the two kernels and to float64) on the same
-//      inputs, on small_grid(items) and on 3 blocks (several items per block: the pipeline and the
-//      decay slots across items, the running decomposition).
-bool scan_v2_case(const Problem& p, bool with_init) {
-  const Dims& d = p.d;
-  if (d.Lp > kScanMaxLp || d.C % 4 != 0) {
-    std::printf("    (does not apply: Lp %lld, C %lld)\n", (long long)d.Lp, (long long)d.C);
-    return true;
-  }
-  const int64_t C = d.C;
-  std::vector<float> P(d.nbh * d.nC * d.nsplit * C * C, kNaN);
-  for (int64_t bc = 0; bc < d.nbh * d.nC; ++bc)
-    for (int64_t i = 0; i < C; ++i)
-      for (int64_t j = 0; j < i; ++j) P[(bc * d.nsplit * C + i) * C + j] = float(U01());
-  Str4 init = with_init ? p.init_s : Str4{};
-  auto run = [&](int version, unsigned grid, std::vector<bf16>& ctx, std::vector<float>& rho) {
-    Str4 rs = p.init_s, cs = p.gs;
-    rs.p = rho.data(), cs.p = ctx.data();
-    with_scan_lp(d.Lp, [&](auto lp) {
-      constexpr int kLp = decltype(lp)::value;
-      if (version == 1)
-        emu::launch(grid, kScanThreads, ScanLayout<kLp>::bytes, [&] {
-          chunk_scan_mma_kernel<kLp, bf16>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init, cs,
-                                           rs);
-        });
-      else
-        emu::launch(grid, kScanThreads, Scan2Layout<kLp>::bytes, [&] {
-          chunk_scan_mma_v2_kernel<kLp, bf16>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init,
-                                              cs, rs);
-        });
-    });
-  };
-  auto bits = [](const auto& x, const auto& y) {
-    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
-  };
-  auto ctx1 = nans<bf16>(p.g.size());
-  auto rho1 = nans<float>(p.init.size());
-  run(1, small_grid(d.nbh * ((d.E + kScanET - 1) / kScanET)), ctx1, rho1);
-  bool same = true;
-  for (unsigned grid : {small_grid(d.nbh * ((d.E + kScan2ET - 1) / kScan2ET)), 3u}) {
-    auto ctx2 = nans<bf16>(ctx1.size());
-    auto rho2 = nans<float>(rho1.size());
-    run(2, grid, ctx2, rho2);
-    const bool ok = bits(ctx1, ctx2) && bits(rho1, rho2);
-    std::printf("    version 2 on %u blocks: ctx %s, rho %s\n", grid, bits(ctx1, ctx2) ? "bitwise version 1's" : "DIFFERENT",
-                bits(rho1, rho2) ? "bitwise version 1's" : "DIFFERENT");
-    if (!ok) {
-      std::printf("  FAIL not bit for bit\n");
-      auto show = [](const char* what, const auto& x, const auto& y) {
-        size_t n = 0;
-        for (size_t i = 0; i < x.size() && n < 4; ++i) {
-          auto val = [](auto v) {
-            if constexpr (std::is_same_v<decltype(v), float>)
-              return double(v);
-            else
-              return double(__bfloat162float(v));
-          };
-          const double a = val(x[i]), b = val(y[i]);
-          if (std::memcmp(&x[i], &y[i], sizeof(x[i])) != 0) {
-            std::printf("      %s[%zu]: %.9g against %.9g\n", what, i, b, a);
-            ++n;
-          }
-        }
-      };
-      show("ctx", ctx1, ctx2);
-      show("rho", rho1, rho2);
-    }
-    same &= ok;
-  }
-  return same;
-}
 
 // quad_readback_mma_kernel (or, kWgmma, quad_readback_wgmma_kernel), with
 // launch_quadratic_backward's block size and shared memory
@@ -1653,8 +1570,8 @@ int main(int argc, char** argv) {
   // eight chunks (the last of 2 tokens), as at BDH-8k: cross_scores version 3's rectangles up to
   // rows 6, 7 and both of its diagonal items (the second's row 7 short), the factor up to d = 6
   problems.push_back(make_problem("H1 pairs1 T450 L70 E20 C64", 1, 1, 0, 450, 70, 20, 64, 1, false));
-  // chunk_scan_mma only (`scan_only` below): Lp = 256 (two state blocks per warp) with a tail chunk
-  // of 12 and a column tile straddling E; Lp = 64 (warps 4-7 hold no state, 2 blocks per SM) with
+  // chunk_scan_mma only (`scan_only` below): Lp = 256 (the largest state) with a tail chunk
+  // of 12 and a column tile straddling E; Lp = 64 with
   // chunks of 48 (tail 4), four column tiles (the last of 8 columns), pairs carrying h into b
   problems.push_back(make_problem("H2 pairs3@1 T140 L230 E70 C64", 2, 3, 1, 140, 230, 70, 64, 1, false));
   problems.push_back(make_problem("H3 pairs4@2 T100 L40 E200 C48 [B,T,H,x]", 3, 4, 2, 100, 40, 200, 48, 2, true));
@@ -1702,9 +1619,6 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv, bf16 states", output_case<bf16, float, true>, true},
       {"chunk_scan_mma forward", [](const Problem& p) { return scan_case(p, true); }, true},
       {"chunk_scan_mma forward, no initial state", [](const Problem& p) { return scan_case(p, false); }},
-      {"chunk_scan_mma v2 forward, bitwise version 1", [](const Problem& p) { return scan_v2_case(p, true); }, true},
-      {"chunk_scan_mma v2 forward, no initial state, bitwise version 1",
-       [](const Problem& p) { return scan_v2_case(p, false); }},
       {"chunk_readback_mma", readback_case<false>, true},
       // the quadratic forward
       {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Round 34, call 4: chunk_scan_mma version 1 removed (version 2 the only one, the forward's scan
+# switchable per call by RHOSCAN_CUDA_FORWARD_SCAN). Build with the tests; the CUDA suite (its
+# Cuda.ChunkScanMatchesTheTwoKernels holds the scan to chunk_states_mma + chunk_output_mma bitwise)
+# and the harness's CUDA cases; the scan test under memcheck; BDH-base's figures with the scan and
+# without it. $OUT: summary.txt, bench.jsonl, logs.tgz. Carry .gpucarry (COMMIT, gtest-src).
+LOGS=/tmp/logs4 source bench/results/round32-prepared/call_common.sh
+stage build
+OUT=$L bash scripts/cuda_device_run.sh build >> $S 2>&1 || { pack; exit 1; }
+R=/tmp/b/tools/rhoscan
+stage tests
+(cd /tmp/b && timeout 120 tests/test_cuda > $L/test_cuda.log 2>&1; echo "test_cuda rc=$?") >> $S
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|Which is" $L/test_cuda.log | head -20 >> $S
+(cd /tmp/b && timeout 90 tests/test_backends --gtest_filter='*cuda*' > $L/test_backends.log 2>&1; echo "test_backends (cuda) rc=$?") >> $S
+grep -E "^\[  (PASSED|FAILED) " $L/test_backends.log | head -5 >> $S
+pack
+stage sanitize
+late 170 || { timeout 50 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/b/tests/test_cuda \
+  --gtest_filter='Cuda.ChunkScanMatchesTheTwoKernels' > $L/memcheck.log 2>&1
+  echo "memcheck (ChunkScanMatchesTheTwoKernels) rc=$?" >> $S; grep -E "ERROR SUMMARY" $L/memcheck.log | head -2 >> $S; }
+stage figures
+for sc in 1 0; do
+  echo "-- forward scan=$sc" >> $S
+  RHOSCAN_CUDA_FORWARD_SCAN=$sc timeout 30 $R bench --device cuda --cases BDH-base --backward --repeats 5 --json $J \
+    --commit "$RHOSCAN_COMMIT$([ $sc = 0 ] && echo +forward_scan=off)" 2>&1 | grep -E "^BDH" >> $S
+done
+stage end
+pack
