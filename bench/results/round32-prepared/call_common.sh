@@ -14,3 +14,17 @@ stage() { echo "== $1 ($(( $(date +%s) - t0 )) s)" >> $S; }
 late() { [ $(( $(date +%s) - t0 )) -gt $1 ]; }
 pack() { (cd $L && tar czf $OUT/logs.tgz . 2>/dev/null); }
 nvidia-smi --query-gpu=name --format=csv,noheader >> $S
+#   build_and_test   the build with the tests (scripts/cuda_device_run.sh build, exits on failure),
+#                    then the CUDA suite and the harness's CUDA cases with their lines in the summary
+#                    (limits: TEST_CUDA_S, default 150; TEST_BACKENDS_S, default 120)
+build_and_test() {
+  stage build
+  OUT=$L bash scripts/cuda_device_run.sh build >> $S 2>&1 || { pack; exit 1; }
+  stage tests
+  (cd /tmp/b && timeout ${TEST_CUDA_S:-150} tests/test_cuda > $L/test_cuda.log 2>&1; echo "test_cuda rc=$?") >> $S
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|Which is" $L/test_cuda.log | head -20 >> $S
+  (cd /tmp/b && timeout ${TEST_BACKENDS_S:-120} tests/test_backends --gtest_filter='*cuda*' > $L/test_backends.log 2>&1
+   echo "test_backends (cuda) rc=$?") >> $S
+  grep -E "^\[  (PASSED|FAILED) " $L/test_backends.log | head -5 >> $S
+  pack
+}

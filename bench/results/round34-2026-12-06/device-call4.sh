@@ -5,15 +5,8 @@
 # and the harness's CUDA cases; the scan test under memcheck; BDH-base's figures with the scan and
 # without it. $OUT: summary.txt, bench.jsonl, logs.tgz. Carry .gpucarry (COMMIT, gtest-src).
 LOGS=/tmp/logs4 source bench/results/round32-prepared/call_common.sh
-stage build
-OUT=$L bash scripts/cuda_device_run.sh build >> $S 2>&1 || { pack; exit 1; }
+TEST_CUDA_S=120 TEST_BACKENDS_S=90 build_and_test
 R=/tmp/b/tools/rhoscan
-stage tests
-(cd /tmp/b && timeout 120 tests/test_cuda > $L/test_cuda.log 2>&1; echo "test_cuda rc=$?") >> $S
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|Which is" $L/test_cuda.log | head -20 >> $S
-(cd /tmp/b && timeout 90 tests/test_backends --gtest_filter='*cuda*' > $L/test_backends.log 2>&1; echo "test_backends (cuda) rc=$?") >> $S
-grep -E "^\[  (PASSED|FAILED) " $L/test_backends.log | head -5 >> $S
-pack
 stage sanitize
 late 170 || { timeout 50 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/b/tests/test_cuda \
   --gtest_filter='Cuda.ChunkScanMatchesTheTwoKernels' > $L/memcheck.log 2>&1
