@@ -217,7 +217,7 @@ __device__ __forceinline__ void cross_item_decode(int64_t g, int64_t nC, int (&x
 // why: with the bf16 stores ptxas 13 takes 128 registers, spills 8 bytes and reads threadIdx (S2R)
 // three times inside the main loop, 7 more instructions per L tile (d9f3628: 127 registers, no
 // spills, no S2R in the loop). cross_scores_wgmma's kParts instantiations are allocated without
-// spills (round32-candidates; not measured yet).
+// spills (round 34 on an H100: 0.087 against 0.089 ms over BDH-base's two launches).
 __device__ __forceinline__ void store_cross_pair(float* o, int j, int C, float x0, float x1) {
   if (C % 2 == 0 && j + 1 < C) {
     *reinterpret_cast<float2*>(o) = make_float2(x0, x1);

@@ -28,3 +28,24 @@ build_and_test() {
   grep -E "^\[  (PASSED|FAILED) " $L/test_backends.log | head -5 >> $S
   pack
 }
+#   sanitize TEST LATE TIMEOUT TOOLS...   compute-sanitizer's TOOLS on test_cuda's Cuda.TEST, each
+#                    skipped once the call has run LATE seconds, its rc and summary line in the summary
+sanitize() {
+  local test=$1 after=$2 limit=$3 tool
+  shift 3
+  stage sanitize
+  for tool in "$@"; do
+    late $after && { echo "(skipped: late) $tool" >> $S; continue; }
+    timeout $limit compute-sanitizer --tool $tool --error-exitcode 9 /tmp/b/tests/test_cuda \
+      --gtest_filter="Cuda.$test" > $L/$tool.log 2>&1
+    echo "$tool ($test) rc=$?" >> $S; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $L/$tool.log | head -3 >> $S
+  done
+  pack
+}
+#   figures          main's figures (BDH-8k, long-T8192, BDH-base, the step) into the summary and J
+figures() {
+  stage figures
+  timeout 60 $R bench --device cuda --cases BDH-8k,long-T8192,BDH-base,step-8k --backward --repeats 5 \
+    --json $J --commit "$RHOSCAN_COMMIT" 2>&1 | grep -E "^(BDH|long|step)" >> $S
+  pack
+}

@@ -7,28 +7,11 @@
 # alternating, BDH-8k and BDH-base forward+backward, 3 rounds; (6) Nsight durations of the readback
 # both ways at BDH-8k. $OUT: summary.txt, bench.jsonl, logs.tgz. Carry .gpucarry (COMMIT, gtest-src).
 LOGS=/tmp/logs3 source bench/results/round32-prepared/call_common.sh
-stage build
-OUT=$L bash scripts/cuda_device_run.sh build >> $S 2>&1 || { pack; exit 1; }
+build_and_test
 grep -A2 "quad_readback_wgmma_kernelILb0ELi3ELb1ELb1E" $L/build.log | grep -E "registers|spill" | head -2 >> $S
 R=/tmp/b/tools/rhoscan
-stage tests
-(cd /tmp/b && timeout 150 tests/test_cuda > $L/test_cuda.log 2>&1; echo "test_cuda rc=$?") >> $S
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|Which is" $L/test_cuda.log | head -20 >> $S
-(cd /tmp/b && timeout 120 tests/test_backends --gtest_filter='*cuda*' > $L/test_backends.log 2>&1; echo "test_backends (cuda) rc=$?") >> $S
-grep -E "^\[  (PASSED|FAILED) " $L/test_backends.log | head -5 >> $S
-pack
-stage sanitize
-for tool in memcheck racecheck; do
-  late 190 && { echo "(skipped: late) $tool" >> $S; continue; }
-  timeout 80 compute-sanitizer --tool $tool --error-exitcode 9 /tmp/b/tests/test_cuda \
-    --gtest_filter='Cuda.ReadbackKernelsMmaAndWgmmaAgree' > $L/$tool.log 2>&1
-  echo "$tool (ReadbackKernelsMmaAndWgmmaAgree) rc=$?" >> $S; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $L/$tool.log | head -3 >> $S
-done
-pack
-stage figures
-timeout 60 $R bench --device cuda --cases BDH-8k,long-T8192,BDH-base,step-8k --backward --repeats 5 \
-  --json $J --commit "$RHOSCAN_COMMIT" 2>&1 | grep -E "^(BDH|long|step)" >> $S
-pack
+sanitize ReadbackKernelsMmaAndWgmmaAgree 190 80 memcheck racecheck
+figures
 stage ab
 for r in 1 2 3; do
   late 300 && { echo "(round $r skipped: late)" >> $S; break; }

@@ -7,10 +7,7 @@
 LOGS=/tmp/logs4 source bench/results/round32-prepared/call_common.sh
 TEST_CUDA_S=120 TEST_BACKENDS_S=90 build_and_test
 R=/tmp/b/tools/rhoscan
-stage sanitize
-late 170 || { timeout 50 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/b/tests/test_cuda \
-  --gtest_filter='Cuda.ChunkScanMatchesTheTwoKernels' > $L/memcheck.log 2>&1
-  echo "memcheck (ChunkScanMatchesTheTwoKernels) rc=$?" >> $S; grep -E "ERROR SUMMARY" $L/memcheck.log | head -2 >> $S; }
+sanitize ChunkScanMatchesTheTwoKernels 170 50 memcheck
 stage figures
 for sc in 1 0; do
   echo "-- forward scan=$sc" >> $S

@@ -1570,9 +1570,9 @@ int main(int argc, char** argv) {
   // eight chunks (the last of 2 tokens), as at BDH-8k: cross_scores version 3's rectangles up to
   // rows 6, 7 and both of its diagonal items (the second's row 7 short), the factor up to d = 6
   problems.push_back(make_problem("H1 pairs1 T450 L70 E20 C64", 1, 1, 0, 450, 70, 20, 64, 1, false));
-  // chunk_scan_mma only (`scan_only` below): Lp = 256 (the largest state) with a tail chunk
-  // of 12 and a column tile straddling E; Lp = 64 with
-  // chunks of 48 (tail 4), four column tiles (the last of 8 columns), pairs carrying h into b
+  // chunk_scan_mma only (`scan_only` below): Lp = 256 (the largest state) with a tail chunk of 12
+  // and a column tile straddling E; Lp = 64 with chunks of 48 (tail 4), four column tiles (the last
+  // of 8 columns), pairs carrying h into b
   problems.push_back(make_problem("H2 pairs3@1 T140 L230 E70 C64", 2, 3, 1, 140, 230, 70, 64, 1, false));
   problems.push_back(make_problem("H3 pairs4@2 T100 L40 E200 C48 [B,T,H,x]", 3, 4, 2, 100, 40, 200, 48, 2, true));
   // Hv = 1: v [B,1,T,E], packed once per batch row (d.v_rows), batches that start and end inside a
