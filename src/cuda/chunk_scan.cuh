@@ -5,6 +5,7 @@
 #pragma once
 
 #include "cuda/chunk_products.cuh"
+#include "cuda/quadratic.cuh"  // wgmma_chosen
 
 namespace rhoscan::cuda_detail {
 
@@ -69,18 +70,19 @@ inline bool scan_fit_32bit(const Dims& d) {
 // columns (token rows clamped to Cn - 1 and zero-filled past it, as chunk_states_mma and
 // chunk_output_mma fetch them; v's columns past Ep zero-filled too: a 128-column item may pass the
 // packed rows), P's rows i < Cn (C floats each; the rest is never selected). Lay: the stage layout
-// (tiles at kK, kV, kP, row strides XS, VS, PS; Xq, Kq and v swizzled: chunk c of row r at c ^ (r % 8)).
+// (tiles at kK, kV, kP, P's row stride PS; Lay::x_off (Xq, Kq) and Lay::v_off (v): the byte offset of
+// token row r's 16-byte chunk c inside its tile, swizzled).
 template <typename Lay, int kLp, int ET>
 __device__ __forceinline__ void scan_fetch_chunk(uint32_t st, const Dims& d, const bf16* Xq, const bf16* Kq,
                                                  const bf16* vb, const float* P, int fbh, int fet, int c, int CnLast) {
-  constexpr int NT = kScanThreads, PPR = kLp / 8, XS = Lay::XS, VS = Lay::VS, PS = Lay::PS;  // PPR: pieces a row
+  constexpr int NT = kScanThreads, PPR = kLp / 8, PS = Lay::PS;  // PPR: pieces a row
   const int tid = threadIdx.x, C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), Lp = static_cast<int>(d.Lp);
   const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
 #pragma unroll 1  // (unrolled, the pieces' addresses were hoisted and held across the step: registers)
   for (int r = 0; r < 64 * PPR / NT; ++r) {
     const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
     const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
-    const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + tile_offset<true>(i, p / 8, XS);
+    const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + Lay::x_off(i, p / 8);
     cp_async16_u32(dst, Xq + o, bytes);
     cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
   }
@@ -92,7 +94,7 @@ __device__ __forceinline__ void scan_fetch_chunk(uint32_t st, const Dims& d, con
   for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
     const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
     const bool ok = i < Cn && e0 + p < d.Ep;
-    cp_async16_u32(st + Lay::kV + tile_offset<true>(i, p / 8, VS),
+    cp_async16_u32(st + Lay::kV + Lay::v_off(i, p / 8),
                    vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + (ok ? e0 + p : 0)), ok ? 16u : 0u);
   }
   const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;
@@ -106,6 +108,8 @@ constexpr int kScan2ET = 128;  // state / output columns per block (8 warps of 1
 template <int kLp>
 struct Scan2Layout {
   static constexpr int XS = kLp, VS = kScan2ET, PS = 64 + 8;  // rows: Xq, Kq, v (bf16, swizzled), P (floats)
+  static __host__ __device__ constexpr uint32_t x_off(int r, int c) { return tile_offset<true>(r, c, XS); }
+  static __host__ __device__ constexpr uint32_t v_off(int r, int c) { return tile_offset<true>(r, c, VS); }
   static constexpr uint32_t kXB = 2 * 64 * XS, kVB = 2 * 64 * VS, kPB = 4 * 64 * PS;  // tile bytes
   static constexpr uint32_t kK = kXB, kV = 2 * kXB, kP = 2 * kXB + kVB;               // in a stage
   static constexpr uint32_t kStageB = kP + kPB;
@@ -340,6 +344,265 @@ __global__ void __launch_bounds__(kScanThreads, 1)
     }
   }
 }
+// ---- chunk_scan_mma version 3: version 2 on warpgroup MMA (thirty-fifth round) ----------------
+// Version 2's items, fetch pipeline, state layout and arithmetic, with the products issued as wgmma
+// (sm_90a) instead of mma.sync. In version 2 every warp reads the whole Xq and Kq tiles by ldmatrix
+// for its 16 columns: 8 × (Xq + Kq) a step, 512 KiB of shared-memory reads at Lp = 256 (~4k clocks
+// at 128 bytes a clock) beside ~2.3 µs of products. Here the block's two warpgroups (64 columns
+// each; warp w still holds columns 16 w .. 16 w + 15 of the item, so the accumulators are version
+// 2's registers) have the tensor cores read B from shared memory once per warpgroup:
+//   1. ctx^T = S^T · Xq_c^T: A from registers (the state's tiles rounded to bf16 pairs, version 2's
+//      fragments), B = Xq_c K-major (rows = tokens, 64 latents a 128-byte row): m64n64k16 per 16
+//      latents, in groups of four (one 64-latent block), the fragments of two groups alive;
+//   2. ctx^T += v_c^T · Pm^T: A = v_c^T from shared memory (M-major: v's rows are tokens, columns
+//      contiguous), B = Pm K-major;
+//   3. S^T += v_c^T · Kq_c: A as in 2, B = Kq_c N-major (rows = tokens, latents contiguous), one
+//      m64n64k16 per 64-latent block and 16-token k step.
+// Each element gets version 2's k steps in version 2's order (context: latents ascending, then the
+// intra-chunk tokens ascending; state: tokens ascending), so the host emulation, which sums a k
+// step's 16 terms exactly and rounds once for mma.sync and wgmma alike, finds version 2's bits.
+// Tiles: Xq and Kq as Lp / 64 tiles of [64 tokens][64 latents], v as two [64 tokens][64 columns]
+// (one per warpgroup), Pm [64][64]: 128-byte rows in the 128-byte swizzle on 1024-byte boundaries
+// (wgmma_desc_sw128), the shared base rounded up (1008 bytes of slack). Shared memory at Lp = 256:
+// 209 KiB, 1 block of 8 warps per SM, as version 2.
+// Synchronisation (beside version 2's barriers): each thread's cp.async pieces and Pm's stores are
+// handed to the tensor cores by fence_proxy_async before the barrier that publishes them; every
+// product of a step is waited for before the step ends (the next step's fetch refills the stage
+// it read, and its context reads the state).
+template <int kLp>
+struct Scan3Layout {
+  static constexpr int PS = 64 + 8;  // P's rows (floats)
+  static constexpr uint32_t kTileB = 64 * 128;  // a [64][64] bf16 tile
+  // token row r's 16-byte chunk c (element 8 c) of a row of Lp latents (ET columns): tile c / 8
+  static __host__ __device__ constexpr uint32_t x_off(int r, int c) {
+    return (c / 8) * kTileB + tile_offset<true>(r, c % 8, 64);
+  }
+  static __host__ __device__ constexpr uint32_t v_off(int r, int c) { return x_off(r, c); }
+  static constexpr uint32_t kXB = 128 * kLp, kVB = 2 * kTileB, kPB = 4 * 64 * PS;  // tile bytes
+  static constexpr uint32_t kK = kXB, kV = 2 * kXB, kP = 2 * kXB + kVB;            // in a stage
+  static constexpr uint32_t kStageB = kP + kPB;
+  static constexpr uint32_t kPm = 2 * kStageB;        // Pm [64][64] bf16, swizzled
+  static constexpr uint32_t kDecay = kPm + kTileB;    // [item parity][a^C, a^Cn][kLp] floats
+  static constexpr int bytes = static_cast<int>(kDecay + 4 * kLp * sizeof(float)) + kWgmmaAtom - 16;
+  static_assert(kK % kWgmmaAtom == 0 && kV % kWgmmaAtom == 0 && kP % kWgmmaAtom == 0 && kStageB % kWgmmaAtom == 0,
+                "the tiles on 1024-byte boundaries");
+};
+static_assert(Scan3Layout<kScanMaxLp>::bytes <= 227 * 1024, "chunk_scan_mma v3: shared memory past the H200's");
+// Arguments as chunk_scan_mma_v2_kernel's.
+template <int kLp, typename OutT>
+__global__ void __launch_bounds__(kScanThreads, 1)
+    chunk_scan_wgmma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const bf16* vb, const float* P, const float* a32,
+                            Str4 init, Str4 ctx, Str4 rho) {
+  grid_dependency_wait();
+  using Lay = Scan3Layout<kLp>;
+  constexpr int PS = Lay::PS, NT = kScanThreads, ET = kScan2ET;
+  constexpr int NB = kLp / 64;  // 64-latent blocks: the state's accumulators acc[NB][32]
+  static_assert(kLp % 64 == 0 && kLp <= kScanMaxLp && NT == 256 && ET == 128, "the fixed pieces below");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t s_raw = smem_addr(smem_raw), s0 = (s_raw + kWgmmaAtom - 1) & ~(kWgmmaAtom - 1);
+  unsigned char* sm = smem_raw + (s0 - s_raw);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tq = lane % 4, wg = warp / 4;
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC);
+  const int net = static_cast<int>((d.E + ET - 1) / ET);  // column tiles inside E
+  if (net == 0) return;
+  const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
+  float* decay_s = reinterpret_cast<float*>(sm + Lay::kDecay);
+  bf16* pm = reinterpret_cast<bf16*>(sm + Lay::kPm);
+  const int cw = 16 * warp;  // the warp's columns in the item
+  // stage 0's descriptors (a stage: + so / 16). Xq K-major (a 16-latent k step: 32 bytes; a 64-latent
+  // block: a tile); Kq N-major (a 16-token k step: two atoms; a block: a tile); the warpgroup's v
+  // columns M-major (a k step: two atoms); Pm K-major (a k step: 32 bytes).
+  const uint64_t desc_xq = wgmma_desc_sw128(s0, 0, kWgmmaAtom);
+  const uint64_t desc_kq = wgmma_desc_sw128(s0 + Lay::kK, kWgmmaAtom, kWgmmaAtom);
+  const uint64_t desc_v = wgmma_desc_sw128(s0 + Lay::kV + wg * Lay::kTileB, kWgmmaAtom, kWgmmaAtom);
+  const uint64_t desc_pm = wgmma_desc_sw128(s0 + Lay::kPm, 0, kWgmmaAtom);
+  constexpr uint32_t kTileD = Lay::kTileB / 16, kAtoms2D = 2 * kWgmmaAtom / 16;  // in descriptor units
+  const float* init_p = static_cast<const float*>(init.p);
+  float* rho_p = const_cast<float*>(static_cast<const float*>(rho.p));
+  auto fetch = [&](int fst, int fbh, int fet, int c) {
+    scan_fetch_chunk<Lay, kLp, ET>(s0 + fst * Lay::kStageB, d, Xq, Kq, vb, P, fbh, fet, c, CnLast);
+  };
+  const int grid = static_cast<int>(gridDim.x), det = grid % net, dbh = grid / net;
+  auto advance = [&](int& bh, int& et) { bh += dbh + carry_add(et, det, 0, net); };
+  int bh = static_cast<int>(blockIdx.x) / net, et = static_cast<int>(blockIdx.x) % net;
+  if (bh < d.nbh && nC > 0) fetch(0, bh, et, 0);
+  cp_async_commit();
+  int stage = 0, parity = 0;
+  for (; bh < d.nbh; advance(bh, et), parity ^= 1) {
+    const int e0 = et * ET;
+    auto b_h = [&](int64_t& b, int64_t& h) {
+      const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), qh = x / H;
+      b = qh, h = x - qh * H;
+    };
+    int64_t b, h;
+    b_h(b, h);
+    float* decay = decay_s + parity * 2 * kLp;  // (version 2's slots)
+    for (int l = tid; l < kLp; l += NT) {
+      const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
+      decay[l] = ipow(al, C);
+      decay[kLp + l] = ipow(al, CnLast);
+    }
+    // acc[n / 8][4 (n % 8) + r] is version 2's accT[n][r]: column e0 + cw + g + 8 (r / 2), latent
+    // 8 n + 2 tq + r % 2 (the wgmma accumulators of block n / 8)
+    float acc[NB][32];
+    auto st = [&](int n, int r) -> float& { return acc[n / 8][4 * (n % 8) + r]; };
+    const int ec = e0 + cw + g;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int e = ec + 8 * hf;
+      const bool col = init_p && e < d.E;
+      const float* p = col ? init_p + init.at(b, h, 2 * tq, e) : nullptr;
+#pragma unroll
+      for (int n = 0; n < kLp / 8; ++n, p += col ? 8 * init.s[2] : 0) {
+        const int l = 8 * n + 2 * tq;
+        st(n, 2 * hf) = col && l < d.L ? p[0] : 0.0f;
+        st(n, 2 * hf + 1) = col && l + 1 < d.L ? p[init.s[2]] : 0.0f;
+      }
+    }
+    for (int c = 0; c < nC; ++c) {
+      const bool last = c == nC - 1;
+      const int Cn = last ? CnLast : C;
+      cp_async_wait<0>();  // this thread's copies of chunk c
+      fence_proxy_async();  // ... visible to the tensor cores
+      __syncthreads();      // everyone's (and the decay); the other stage's products (step c - 1) waited for
+      if (!last) {
+        fetch(stage ^ 1, bh, et, c + 1);
+      } else {
+        int nbh = bh, nt_ = et;
+        advance(nbh, nt_);
+        if (nbh < d.nbh) fetch(stage ^ 1, nbh, nt_, 0);
+      }
+      cp_async_commit();
+      const uint32_t so = stage * Lay::kStageB;
+      const uint64_t sd = so / 16;
+      // Pm as version 2's (the same selects and rounding), into the swizzled tile
+      {
+        const float* pt = reinterpret_cast<const float*>(sm + so + Lay::kP);
+#pragma unroll
+        for (int r = 0; r < 64 * 32 / NT; ++r) {
+          const int idx = tid + NT * r, i = idx / 32, j = 2 * (idx % 32);
+          const float2 w = *reinterpret_cast<const float2*>(pt + i * PS + j);
+          const bool in = i < Cn;
+          *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<unsigned char*>(pm) + tile_offset<true>(i, j / 8, 64) +
+                                             2 * (j % 8)) =
+              __floats2bfloat162_rn(in && j < i ? w.x : 0.0f, in && j + 1 < i ? w.y : 0.0f);
+        }
+        fence_proxy_async();
+      }
+      // 1. ctx^T = S^T · Xq_c^T, a 64-latent block a group: its four k steps' A fragments (version 2's
+      // af), then the block's tiles scaled by a^Cn; a group's fragments stay the tensor cores' until
+      // the wait after the next group's commit
+      const float* f = decay + (last ? kLp : 0) + 2 * tq;
+      float ctxT[32];  // version 2's ctxT[nt][r] at 4 nt + r (column e0 + cw + g + 8 (r / 2), token 8 nt + 2 tq + r % 2)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) ctxT[i] = 0.0f;
+      uint32_t af[2][4][4];
+#pragma unroll
+      for (int kb = 0; kb < NB; ++kb) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int kt = 4 * kb + k;
+#pragma unroll
+          for (int t = 0; t < 2; ++t)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+              const __nv_bfloat162 x = __floats2bfloat162_rn(st(2 * kt + t, 2 * hf), st(2 * kt + t, 2 * hf + 1));
+              af[kb & 1][k][2 * t + hf] = *reinterpret_cast<const uint32_t*>(&x);
+            }
+#pragma unroll
+          for (int t = 0; t < 2; ++t) {
+            const float2 fx = *reinterpret_cast<const float2*>(f + 8 * (2 * kt + t));
+            st(2 * kt + t, 0) *= fx.x, st(2 * kt + t, 1) *= fx.y;
+            st(2 * kt + t, 2) *= fx.x, st(2 * kt + t, 3) *= fx.y;
+          }
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < 4; ++k) wgmma_m64n64k16_bf16_rs<0>(ctxT, af[kb & 1][k], desc_xq + sd + kb * kTileD + 2 * k);
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous group's products: its fragments are free
+#pragma unroll
+        for (int k = 0; k < 4; ++k) wgmma_fence_operand(af[(kb + 1) & 1][k]);
+      }
+      // 2. ctx^T += v_c^T · Pm^T over all 64 tokens j (16 kk ..), after Pm is complete
+      __syncthreads();
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_bf16<1, 0>(ctxT, desc_v + sd + kk * kAtoms2D, desc_pm + 2 * kk);
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_fence_operand(ctxT);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) wgmma_fence_operand(af[0][k]), wgmma_fence_operand(af[1][k]);
+      // the context, stored as version 2 stores it
+      const int64_t t0 = static_cast<int64_t>(c) * C;
+      b_h(b, h);
+      const bool odd = g & 1;
+      const int pc = cw + (g & ~1);
+      OutT* base = nullptr;
+      if constexpr (sizeof(OutT) == 2) {
+        if (Cn == 64 && e0 + cw + 16 <= d.E && ctx.s[3] == 1 && ctx.s[2] % 2 == 0) {
+          base = static_cast<OutT*>(const_cast<void*>(ctx.p)) + ctx.at(b, h, t0, e0 + pc);
+          if (reinterpret_cast<uintptr_t>(base) % 4 != 0) base = nullptr;
+        }
+      }
+      if (base != nullptr) {
+        struct alignas(4) Pair {
+          OutT x, y;
+        };
+        OutT* row = base + (2 * tq + (odd ? 1 : 0)) * ctx.s[2];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt, row += 8 * ctx.s[2])
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const float x0 = ctxT[4 * nt + 2 * hf], x1 = ctxT[4 * nt + 2 * hf + 1];
+            const float other = __shfl_xor_sync(0xffffffffu, odd ? x0 : x1, 4);
+            *reinterpret_cast<Pair*>(row + 8 * hf) = Pair{from_float<OutT>(odd ? other : x0), from_float<OutT>(odd ? x1 : other)};
+          }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int i = 8 * nt + 2 * tq + r % 2;
+            const int64_t e = ec + 8 * (r / 2);
+            if (i < Cn && e < d.E) store<OutT>(const_cast<void*>(ctx.p), ctx.at(b, h, t0 + i, e), ctxT[4 * nt + r]);
+          }
+      }
+      // 3. S^T += v_c^T · Kq_c: token k steps j < (Cn + 15) / 16, increasing (version 2's order per
+      // element), each over the Lp / 64 blocks
+      const int nk = (Cn + 15) / 16;
+      wgmma_fence();
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (j >= nk) break;  // (block-uniform)
+#pragma unroll
+        for (int p = 0; p < NB; ++p)
+          wgmma_m64n64k16_bf16<1, 1>(acc[p], desc_v + sd + j * kAtoms2D, desc_kq + sd + p * kTileD + j * kAtoms2D);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+#pragma unroll
+      for (int p = 0; p < NB; ++p) wgmma_fence_operand(acc[p]);
+      stage ^= 1;
+    }
+    if (rho_p) {
+      b_h(b, h);
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int e = ec + 8 * hf;
+        if (e >= d.E) continue;
+        float* p = rho_p + rho.at(b, h, 2 * tq, e);
+#pragma unroll
+        for (int n = 0; n < kLp / 8; ++n, p += 8 * rho.s[2]) {
+          const int l = 8 * n + 2 * tq;
+          if (l < d.L) p[0] = st(n, 2 * hf);
+          if (l + 1 < d.L) p[rho.s[2]] = st(n, 2 * hf + 1);
+        }
+      }
+    }
+  }
+}
 // ---- launchers (chunk_scan) -------------------------------------------------------------------
 
 // RHOSCAN_FORWARD_SCAN: 1 (default) runs chunk_scan_mma where it applies, 0 always the two
@@ -363,6 +626,13 @@ bool scan_applies(const Dims& d, int64_t pairs) {
            env_switch("RHOSCAN_CUDA_FORWARD_SCAN", true);
   }
 }
+// RHOSCAN_SCAN_WGMMA: 1 runs version 3 (chunk_scan_wgmma_kernel) where wgmma runs (quadratic.cuh's
+// wgmma_chosen: an sm_90a build on a compute capability 9.0 device), 0 (default, until measured)
+// version 2; RHOSCAN_CUDA_SCAN=mma|wgmma (environment, per call) forces either.
+#ifndef RHOSCAN_SCAN_WGMMA
+#define RHOSCAN_SCAN_WGMMA 0
+#endif
+inline bool scan_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_SCAN", RHOSCAN_SCAN_WGMMA != 0); }
 template <typename T>
 void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const float* a32, Str4 init, Str4 ctx,
                        Str4 rho, cudaStream_t stream) {
@@ -373,15 +643,16 @@ void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const
       constexpr int kLp = decltype(lp)::value;
       // as many blocks as fit at once (at most one per item): each block's cp.async pipeline runs on
       // across its items
-      auto kernel = chunk_scan_mma_v2_kernel<kLp, T>;
-      constexpr int smem = Scan2Layout<kLp>::bytes;
+      const bool v3 = scan_wgmma();
+      auto kernel = v3 ? chunk_scan_wgmma_kernel<kLp, T> : chunk_scan_mma_v2_kernel<kLp, T>;
+      const int smem = v3 ? Scan3Layout<kLp>::bytes : Scan2Layout<kLp>::bytes;
       RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       int dev = 0, sms = 0, per_sm = 0;
       RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
       RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
       RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kScanThreads, smem));
       const int64_t items = d.nbh * ((d.E + kScan2ET - 1) / kScan2ET);
-      launch_kernel("chunk_scan_mma_v2_kernel", kernel, grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm)),
+      launch_kernel(v3 ? "chunk_scan_wgmma_kernel" : "chunk_scan_mma_v2_kernel", kernel, grid_for(items, 1, std::max<int64_t>(1, int64_t{sms} * per_sm)),
                     kScanThreads, smem, stream, d, o.Xq, o.Kq, o.vb, P, a32, init, ctx, rho);
     };
     switch (d.Lp) {

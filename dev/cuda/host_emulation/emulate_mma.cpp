@@ -900,6 +900,9 @@ void with_scan_lp(int64_t Lp, F f) {
     default: std::abort();
   }
 }
+// kWgmma: version 3 (chunk_scan_wgmma_kernel, the products on warpgroup MMA) in place of version 2,
+// held to the same bits.
+template <bool kWgmma = false>
 bool scan_case(const Problem& p, bool with_init) {
   const Dims& d = p.d;
   if (d.Lp > kScanMaxLp || d.C % 4 != 0) {
@@ -934,10 +937,17 @@ bool scan_case(const Problem& p, bool with_init) {
     rs.p = rho.data(), cs.p = ctx.data();
     with_scan_lp(d.Lp, [&](auto lp) {
       constexpr int kLp = decltype(lp)::value;
-      emu::launch(grid, kScanThreads, Scan2Layout<kLp>::bytes, [&] {
-        chunk_scan_mma_v2_kernel<kLp, bf16>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init,
-                                            cs, rs);
-      });
+      if constexpr (kWgmma) {
+        emu::launch(grid, kScanThreads, Scan3Layout<kLp>::bytes, [&] {
+          chunk_scan_wgmma_kernel<kLp, bf16>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init,
+                                             cs, rs);
+        });
+      } else {
+        emu::launch(grid, kScanThreads, Scan2Layout<kLp>::bytes, [&] {
+          chunk_scan_mma_v2_kernel<kLp, bf16>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init,
+                                              cs, rs);
+        });
+      }
     });
   };
   auto bits = [](const auto& x, const auto& y) {
@@ -1619,6 +1629,8 @@ int main(int argc, char** argv) {
       {"chunk_output_mma dv, bf16 states", output_case<bf16, float, true>, true},
       {"chunk_scan_mma forward", [](const Problem& p) { return scan_case(p, true); }, true},
       {"chunk_scan_mma forward, no initial state", [](const Problem& p) { return scan_case(p, false); }},
+      {"chunk_scan_mma v3 (wgmma) forward", [](const Problem& p) { return scan_case<true>(p, true); }, true},
+      {"chunk_scan_mma v3 (wgmma) forward, no initial state", [](const Problem& p) { return scan_case<true>(p, false); }},
       {"chunk_readback_mma", readback_case<false>, true},
       // the quadratic forward
       {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},
