@@ -526,11 +526,23 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       }
       // 2. ctx^T += v_c^T · Pm^T over all 64 tokens j (16 kk ..), after Pm is complete
       __syncthreads();
-      wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16_bf16<1, 0>(ctxT, desc_v + sd + kk * kAtoms2D, desc_pm + 2 * kk);
       wgmma_commit();
-      wgmma_wait<0>();
+      // 3. S^T += v_c^T · Kq_c: token k steps j < (Cn + 15) / 16, increasing (version 2's order per
+      // element), each over the Lp / 64 tiles; issued before the context is stored, so that its
+      // products run under the stores (the state's tiles were last scaled before the context's last
+      // wgmma_fence: no other fence is due)
+      const int nk = (Cn + 15) / 16;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (j >= nk) break;  // (block-uniform)
+#pragma unroll
+        for (int p = 0; p < NB; ++p)
+          wgmma_m64n64k16_bf16<1, 1>(acc[p], desc_v + sd + j * kAtoms2D, desc_kq + sd + p * kTileD + j * kAtoms2D);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the context's products (the update's may still run)
       wgmma_fence_operand(ctxT);
 #pragma unroll
       for (int k = 0; k < 4; ++k) wgmma_fence_operand(af[0][k]), wgmma_fence_operand(af[1][k]);
@@ -569,19 +581,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
             if (i < Cn && e < d.E) store<OutT>(const_cast<void*>(ctx.p), ctx.at(b, h, t0 + i, e), ctxT[4 * nt + r]);
           }
       }
-      // 3. S^T += v_c^T · Kq_c: token k steps j < (Cn + 15) / 16, increasing (version 2's order per
-      // element), each over the Lp / 64 blocks
-      const int nk = (Cn + 15) / 16;
-      wgmma_fence();
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (j >= nk) break;  // (block-uniform)
-#pragma unroll
-        for (int p = 0; p < NB; ++p)
-          wgmma_m64n64k16_bf16<1, 1>(acc[p], desc_v + sd + j * kAtoms2D, desc_kq + sd + p * kTileD + j * kAtoms2D);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<0>();  // the update's products: the next step refills this stage and reads the state
 #pragma unroll
       for (int p = 0; p < NB; ++p) wgmma_fence_operand(acc[p]);
       stage ^= 1;
