@@ -503,7 +503,8 @@ TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
 // (RHOSCAN_CUDA_FORWARD_SCAN=0): it keeps the state transposed and multiplies with A and B
 // exchanged, the same products per element in the same k order, so the context and both states are
 // bitwise theirs (the host emulation finds them so; this holds the tensor cores to it), within the
-// reference's tolerance, and bitwise deterministic. Shapes: L 256 (the
+// reference's tolerance, and bitwise deterministic; the default (version 3 on warpgroup MMA where
+// wgmma runs) and version 2 (RHOSCAN_CUDA_SCAN=mma) alike. Shapes: L 256 (the
 // largest state), 150 (Lp 192), 64; E 130 (a 128-column item past the packed rows), 200, 64; tail
 // chunks, chunk 32 and 48; an initial rho and rho_norm, and none; Hv = H; [B,T,H,x]; T = 1.
 TEST_F(Cuda, ChunkScanMatchesTheTwoKernels) {
@@ -521,22 +522,27 @@ TEST_F(Cuda, ChunkScanMatchesTheTwoKernels) {
     const ProblemSpec& s = specs[k];
     SCOPED_TRACE(s.name() + " chunk " + std::to_string(chunks[k]));
     const Problem ref = Problem(s).reference_solution();
-    auto run = [&](const char* scan) {
+    auto run = [&](const char* scan, const char* version = "") {
       ScopedEnv v("RHOSCAN_CUDA_FORWARD_SCAN", scan);
+      ScopedEnv which("RHOSCAN_CUDA_SCAN", version);  // "" (unset): the build's default
       Problem p(s);
       MirroredProblem m(p, Device::cuda);
       forward(m.forward_args(), cuda(chunks[k]));
       m.copy_outputs_to_host();
       return p;
     };
-    const Problem two = run("0"), scan = run("1"), again = run("1");
+    const Problem two = run("0"), scan = run("1"), again = run("1"), v2 = run("1", "mma");
     const double ft = forward_tolerance(s.dtype);
     EXPECT_LE(rms_rel(scan.context.values(), ref.context.values()), ft) << "context, chunk_scan_mma";
     EXPECT_LE(rms_rel(scan.rho_out.values(), ref.rho_out.values()), ft) << "rho, chunk_scan_mma";
     EXPECT_LE(rms_rel(two.context.values(), ref.context.values()), ft) << "context, the two kernels";
-    EXPECT_TRUE(same_bytes(scan.context, two.context)) << "context, chunk_scan_mma vs the two kernels";
-    EXPECT_TRUE(same_bytes(scan.rho_out, two.rho_out)) << "rho, chunk_scan_mma vs the two kernels";
-    EXPECT_TRUE(same_bytes(scan.rho_norm_out, two.rho_norm_out)) << "rho_norm, chunk_scan_mma vs the two kernels";
+    // the default (version 3 where wgmma runs) and version 2
+    for (const Problem* x : {&scan, &v2}) {
+      const char* what = x == &scan ? "chunk_scan_mma (default)" : "chunk_scan_mma version 2";
+      EXPECT_TRUE(same_bytes(x->context, two.context)) << "context, " << what << " vs the two kernels";
+      EXPECT_TRUE(same_bytes(x->rho_out, two.rho_out)) << "rho, " << what << " vs the two kernels";
+      EXPECT_TRUE(same_bytes(x->rho_norm_out, two.rho_norm_out)) << "rho_norm, " << what << " vs the two kernels";
+    }
     EXPECT_TRUE(same_bytes(scan.context, again.context)) << "chunk_scan_mma not bitwise deterministic";
   }
 }

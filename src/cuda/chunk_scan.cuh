@@ -344,7 +344,8 @@ __global__ void __launch_bounds__(kScanThreads, 1)
     }
   }
 }
-// ---- chunk_scan_mma version 3: version 2 on warpgroup MMA (thirty-fifth round) ----------------
+// ---- chunk_scan_mma version 3: version 2 on warpgroup MMA (thirty-fifth round; the default where
+// wgmma runs) ----
 // Version 2's items, fetch pipeline, state layout and arithmetic, with the products issued as wgmma
 // (sm_90a) instead of mma.sync. In version 2 every warp reads the whole Xq and Kq tiles by ldmatrix
 // for its 16 columns: 8 × (Xq + Kq) a step, 512 KiB of shared-memory reads at Lp = 256 (~4k clocks
@@ -369,6 +370,11 @@ __global__ void __launch_bounds__(kScanThreads, 1)
 // handed to the tensor cores by fence_proxy_async before the barrier that publishes them; every
 // product of a step is waited for before the step ends (the next step's fetch refills the stage
 // it read, and its context reads the state).
+// Measured on an H100 (round 35, bench/results/round35-2026-12-06/, three alternating rounds against
+// version 2): BDH-base forward 0.17 against 0.19 ms, B8 T2048 L256 0.24-0.25 against 0.29, B32 T512
+// L128 0.13-0.14 against 0.14-0.15; Nsight Compute at BDH-base 0.158 against 0.210 ms over two
+// launches (39.1 M against 43.0 M warp instructions). Bitwise version 2's outputs on the GPU too
+// (Cuda.ChunkScanWgmmaMatchesVersion2 on its five shapes).
 template <int kLp>
 struct Scan3Layout {
   static constexpr int PS = 64 + 8;  // P's rows (floats)
@@ -626,11 +632,13 @@ bool scan_applies(const Dims& d, int64_t pairs) {
            env_switch("RHOSCAN_CUDA_FORWARD_SCAN", true);
   }
 }
-// RHOSCAN_SCAN_WGMMA: 1 runs version 3 (chunk_scan_wgmma_kernel) where wgmma runs (quadratic.cuh's
-// wgmma_chosen: an sm_90a build on a compute capability 9.0 device), 0 (default, until measured)
-// version 2; RHOSCAN_CUDA_SCAN=mma|wgmma (environment, per call) forces either.
+// RHOSCAN_SCAN_WGMMA: 1 (default since round 35's A/B on an H100: BDH-base forward 0.17 against
+// 0.19 ms every round, the kernel 0.158 against 0.210 ms over two launches) runs version 3
+// (chunk_scan_wgmma_kernel) where wgmma runs (quadratic.cuh's wgmma_chosen: an sm_90a build on a
+// compute capability 9.0 device), else version 2; 0 version 2 always; RHOSCAN_CUDA_SCAN=mma|wgmma
+// (environment, per call) forces either.
 #ifndef RHOSCAN_SCAN_WGMMA
-#define RHOSCAN_SCAN_WGMMA 0
+#define RHOSCAN_SCAN_WGMMA 1
 #endif
 inline bool scan_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_SCAN", RHOSCAN_SCAN_WGMMA != 0); }
 template <typename T>
