@@ -498,6 +498,18 @@ TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
   }
 }
 
+// The scan tests' problems and chunk sizes (0: the default).
+std::pair<std::vector<ProblemSpec>, std::vector<int64_t>> scan_cases() {
+  std::vector<ProblemSpec> specs = {spec(2, 2, 1, 300, 256, 130, DType::bfloat16),
+                                    spec(1, 3, 3, 100, 150, 200, DType::bfloat16),
+                                    spec(3, 2, 1, 77, 64, 64, DType::bfloat16),
+                                    spec(1, 2, 1, 1, 256, 256, DType::bfloat16)};
+  specs[0].initial_rho = specs[0].initial_rho_norm = true;
+  specs[1].bthl_layout = true;
+  specs[2].initial_rho = true;
+  specs[2].zero_q_rows = true;
+  return {specs, {0, 32, 48, 0}};
+}
 // chunk_scan_mma (chunk_scan.cuh) on the chunked forward where it runs (bfloat16, L <= 256, chunks
 // of a multiple of 4) against the two kernels it replaces, chunk_states_mma + chunk_output_mma
 // (RHOSCAN_CUDA_FORWARD_SCAN=0): it keeps the state transposed and multiplies with A and B
@@ -509,15 +521,7 @@ TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
 // chunks, chunk 32 and 48; an initial rho and rho_norm, and none; Hv = H; [B,T,H,x]; T = 1.
 TEST_F(Cuda, ChunkScanMatchesTheTwoKernels) {
   ScopedEnv path("RHOSCAN_CUDA_FORWARD_PATH", "chunked");
-  std::vector<ProblemSpec> specs = {spec(2, 2, 1, 300, 256, 130, DType::bfloat16),
-                                    spec(1, 3, 3, 100, 150, 200, DType::bfloat16),
-                                    spec(3, 2, 1, 77, 64, 64, DType::bfloat16),
-                                    spec(1, 2, 1, 1, 256, 256, DType::bfloat16)};
-  specs[0].initial_rho = specs[0].initial_rho_norm = true;
-  specs[1].bthl_layout = true;
-  specs[2].initial_rho = true;
-  specs[2].zero_q_rows = true;
-  const int64_t chunks[] = {0, 32, 48, 0};
+  const auto [specs, chunks] = scan_cases();
   for (size_t k = 0; k < specs.size(); ++k) {
     const ProblemSpec& s = specs[k];
     SCOPED_TRACE(s.name() + " chunk " + std::to_string(chunks[k]));
@@ -556,16 +560,9 @@ TEST_F(Cuda, ChunkScanMatchesTheTwoKernels) {
 TEST_F(Cuda, ChunkScanWgmmaMatchesVersion2) {
   if (const std::string why = wgmma_unavailable(); !why.empty()) GTEST_SKIP() << why;
   ScopedEnv path("RHOSCAN_CUDA_FORWARD_PATH", "chunked");
-  std::vector<ProblemSpec> specs = {spec(2, 2, 1, 300, 256, 130, DType::bfloat16),
-                                    spec(1, 3, 3, 100, 150, 200, DType::bfloat16),
-                                    spec(3, 2, 1, 77, 64, 64, DType::bfloat16),
-                                    spec(1, 2, 1, 1, 256, 256, DType::bfloat16),
-                                    spec(2, 4, 1, 512, 256, 256, DType::bfloat16)};
-  specs[0].initial_rho = specs[0].initial_rho_norm = true;
-  specs[1].bthl_layout = true;
-  specs[2].initial_rho = true;
-  specs[2].zero_q_rows = true;
-  const int64_t chunks[] = {0, 32, 48, 0, 0};
+  auto [specs, chunks] = scan_cases();
+  specs.push_back(spec(2, 4, 1, 512, 256, 256, DType::bfloat16));  // BDH-base's L and E, eight chunks
+  chunks.push_back(0);
   for (size_t k = 0; k < specs.size(); ++k) {
     const ProblemSpec& s = specs[k];
     SCOPED_TRACE(s.name() + " chunk " + std::to_string(chunks[k]));

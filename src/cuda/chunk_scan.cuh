@@ -121,6 +121,100 @@ struct Scan2Layout {
                 "swizzled tiles; Pm's rows 16-byte aligned");
 };
 static_assert(Scan2Layout<kScanMaxLp>::bytes <= 227 * 1024, "chunk_scan_mma v2: shared memory past the H200's");
+// ---- the pieces versions 2 and 3 share (the same item, state and context layouts) -------------
+// b, h of pair bh0 + bh by a 32-bit division (scan_fit_32bit); recomputed where used, not held
+// across the chunk loop (registers)
+__device__ __forceinline__ void scan_b_h(const Dims& d, int bh, int64_t& b, int64_t& h) {
+  const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), qh = x / H;
+  b = qh, h = x - qh * H;
+}
+// The decay of the item's latents into decay: a^C at [l], the last chunk's a^Cn at [kLp + l]
+template <int kLp>
+__device__ __forceinline__ void scan_decays(const Dims& d, const float* a32, int bh, int C, int CnLast, float* decay) {
+  int64_t b, h;
+  scan_b_h(d, bh, b, h);
+  for (int l = threadIdx.x; l < kLp; l += kScanThreads) {
+    const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
+    decay[l] = ipow(al, C);
+    decay[kLp + l] = ipow(al, CnLast);
+  }
+}
+// The thread's state elements st(n, r) (column ec + 8 (r / 2), latent 8 n + 2 tq + r % 2, n < kLp / 8)
+// from init (zeros where init.p is null, past L or past E), or (kStore) into rho where rho.p is set.
+// (A running pointer down each of the thread's two columns: the unrolled element loop's 64-bit
+// offsets took ptxas past 255 registers at Lp = 256.)
+template <int kLp, bool kStore, typename St>
+__device__ __forceinline__ void scan_state_io(const Dims& d, const Str4& t, int bh, int ec, int tq, St&& st) {
+  float* tp = const_cast<float*>(static_cast<const float*>(t.p));
+  if (kStore && tp == nullptr) return;
+  int64_t b, h;
+  scan_b_h(d, bh, b, h);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int e = ec + 8 * hf;
+    const bool col = tp && e < d.E;
+    if (kStore && !col) continue;
+    float* p = col ? tp + t.at(b, h, 2 * tq, e) : nullptr;
+#pragma unroll
+    for (int n = 0; n < kLp / 8; ++n, p += col ? 8 * t.s[2] : 0) {
+      const int l = 8 * n + 2 * tq;
+      if constexpr (kStore) {
+        if (l < d.L) p[0] = st(n, 2 * hf);
+        if (l + 1 < d.L) p[t.s[2]] = st(n, 2 * hf + 1);
+      } else {
+        st(n, 2 * hf) = col && l < d.L ? p[0] : 0.0f;
+        st(n, 2 * hf + 1) = col && l + 1 < d.L ? p[t.s[2]] : 0.0f;
+      }
+    }
+  }
+}
+// The context of a chunk (tokens t0 .., Cn of them) from x(nt, r), the warp's 16 columns cw ..
+// of the item at e0 against the chunk's 64 tokens (column e0 + cw + g + 8 (r / 2), token 8 nt + 2 tq
+// + r % 2), rows i < Cn and columns e < E, rounded as chunk_output_mma's: partner lanes (g even, g + 1)
+// exchange one value, so that the even lane holds token 8 nt + 2 tq at columns g, g + 1 and the odd
+// one token 8 nt + 2 tq + 1 at columns g - 1, g (a 16-bit pair each).
+template <typename OutT, typename X>
+__device__ __forceinline__ void scan_store_context(const Dims& d, const Str4& ctx, int bh, int64_t t0, int Cn, int e0,
+                                                   int cw, X&& x) {
+  const int lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  int64_t b, h;
+  scan_b_h(d, bh, b, h);
+  const bool odd = g & 1;
+  const int pc = cw + (g & ~1);  // the pair's first column in the item
+  OutT* base = nullptr;
+  if constexpr (sizeof(OutT) == 2) {
+    if (Cn == 64 && e0 + cw + 16 <= d.E && ctx.s[3] == 1 && ctx.s[2] % 2 == 0) {
+      base = static_cast<OutT*>(const_cast<void*>(ctx.p)) + ctx.at(b, h, t0, e0 + pc);
+      if (reinterpret_cast<uintptr_t>(base) % 4 != 0) base = nullptr;
+    }
+  }
+  // (base is warp-uniform, as the shuffles below need: the warp's columns, Cn, the strides, and
+  // the pairs' alignment, the same for every lane's even column)
+  if (base != nullptr) {
+    struct alignas(4) Pair {
+      OutT x, y;
+    };
+    OutT* row = base + (2 * tq + (odd ? 1 : 0)) * ctx.s[2];  // token 8 nt + 2 tq (+ 1 where odd)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt, row += 8 * ctx.s[2])
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const float x0 = x(nt, 2 * hf), x1 = x(nt, 2 * hf + 1);
+        const float other = __shfl_xor_sync(0xffffffffu, odd ? x0 : x1, 4);
+        *reinterpret_cast<Pair*>(row + 8 * hf) = Pair{from_float<OutT>(odd ? other : x0), from_float<OutT>(odd ? x1 : other)};
+      }
+  } else {
+    const int ec = e0 + cw + g;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i = 8 * nt + 2 * tq + r % 2;
+        const int64_t e = ec + 8 * (r / 2);
+        if (i < Cn && e < d.E) store<OutT>(const_cast<void*>(ctx.p), ctx.at(b, h, t0 + i, e), x(nt, r));
+      }
+  }
+}
 // Xq, Kq: [bh][T][Lp] (norm_apply); vb: [v_row(bh)][T][Ep] (pack_bf16); P: [bh][c][nsplit][C][C], split 0
 // the sum, 16-byte aligned, C % 4 == 0 (its rows by 16-byte cp.async); init, rho: float32
 // [B,H,L,E] strided (init.p null: zeros; rho.p null: no final state); ctx: OutT [B,H,T,E] strided.
@@ -154,8 +248,6 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   constexpr int PmS = Lay::PmS;
   const uint32_t b_pm = s0 + Lay::kPm + tile_offset<false>((lane >> 4) * 8 + (lane & 7), (lane >> 3) & 1, PmS);
   bf16* pm = reinterpret_cast<bf16*>(smem_raw + Lay::kPm);
-  const float* init_p = static_cast<const float*>(init.p);
-  float* rho_p = const_cast<float*>(static_cast<const float*>(rho.p));
   // the copies of chunk c of item (fbh, fet) into stage fst
   auto fetch = [&](int fst, int fbh, int fet, int c) {
     scan_fetch_chunk<Lay, kLp, ET>(s0 + fst * Lay::kStageB, d, Xq, Kq, vb, P, fbh, fet, c, CnLast);
@@ -169,38 +261,16 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   int stage = 0, parity = 0;  // the current chunk's stage; the item's decay slot
   for (; bh < d.nbh; advance(bh, et), parity ^= 1) {
     const int e0 = et * ET;
-    auto b_h = [&](int64_t& b, int64_t& h) {
-      const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), qh = x / H;
-      b = qh, h = x - qh * H;
-    };
-    int64_t b, h;
-    b_h(b, h);
     // the decay of this item's latents, in its own slot: the previous item's readers (a slower warp
     // in its last step) use the other one; this slot's last readers (two items ago) are past the
     // barriers of the previous item's steps. Read after the next barrier.
     float* decay = decay_s + parity * 2 * kLp;
-    for (int l = tid; l < kLp; l += NT) {
-      const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
-      decay[l] = ipow(al, C);
-      decay[kLp + l] = ipow(al, CnLast);
-    }
+    scan_decays<kLp>(d, a32, bh, C, CnLast, decay);
     // accT[n][r]: the state at column e0 + cw + g + 8 (r / 2), latent 8 n + 2 tq + r % 2
     float accT[NL][4];
     const int ec = e0 + cw + g;
-    // (a running pointer down each of the thread's two columns: the unrolled element loop's 64-bit
-    // offsets took ptxas past 255 registers at Lp = 256)
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int e = ec + 8 * hf;
-      const bool col = init_p && e < d.E;
-      const float* p = col ? init_p + init.at(b, h, 2 * tq, e) : nullptr;
-#pragma unroll
-      for (int n = 0; n < NL; ++n, p += col ? 8 * init.s[2] : 0) {
-        const int l = 8 * n + 2 * tq;
-        accT[n][2 * hf] = col && l < d.L ? p[0] : 0.0f;
-        accT[n][2 * hf + 1] = col && l + 1 < d.L ? p[init.s[2]] : 0.0f;
-      }
-    }
+    auto state = [&](int n, int r) -> float& { return accT[n][r]; };
+    scan_state_io<kLp, false>(d, init, bh, ec, tq, state);
     for (int c = 0; c < nC; ++c) {
       const bool last = c == nC - 1;
       const int Cn = last ? CnLast : C;
@@ -272,45 +342,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
           mma_bf16_16816(ctxT[2 * np], av[kk], bf[0], bf[1]);
           mma_bf16_16816(ctxT[2 * np + 1], av[kk], bf[2], bf[3]);
         }
-      // the context rows i < Cn, columns e < E, rounded as chunk_output_mma's: partner lanes (g even,
-      // g + 1) exchange one value, so that the even lane holds token 8 nt + 2 tq at columns g, g + 1
-      // and the odd one token 8 nt + 2 tq + 1 at columns g - 1, g (a 16-bit pair each)
-      const int64_t t0 = static_cast<int64_t>(c) * C;
-      b_h(b, h);
-      const bool odd = g & 1;
-      const int pc = cw + (g & ~1);  // the pair's first column in the item
-      OutT* base = nullptr;
-      if constexpr (sizeof(OutT) == 2) {
-        if (Cn == 64 && e0 + cw + 16 <= d.E && ctx.s[3] == 1 && ctx.s[2] % 2 == 0) {
-          base = static_cast<OutT*>(const_cast<void*>(ctx.p)) + ctx.at(b, h, t0, e0 + pc);
-          if (reinterpret_cast<uintptr_t>(base) % 4 != 0) base = nullptr;
-        }
-      }
-      // (base is warp-uniform, as the shuffles below need: the warp's columns, Cn, the strides, and
-      // the pairs' alignment, the same for every lane's even column)
-      if (base != nullptr) {
-        struct alignas(4) Pair {
-          OutT x, y;
-        };
-        OutT* row = base + (2 * tq + (odd ? 1 : 0)) * ctx.s[2];  // token 8 nt + 2 tq (+ 1 where odd)
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt, row += 8 * ctx.s[2])
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const float x0 = ctxT[nt][2 * hf], x1 = ctxT[nt][2 * hf + 1];
-            const float other = __shfl_xor_sync(0xffffffffu, odd ? x0 : x1, 4);
-            *reinterpret_cast<Pair*>(row + 8 * hf) = Pair{from_float<OutT>(odd ? other : x0), from_float<OutT>(odd ? x1 : other)};
-          }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int i = 8 * nt + 2 * tq + r % 2;
-            const int64_t e = ec + 8 * (r / 2);
-            if (i < Cn && e < d.E) store<OutT>(const_cast<void*>(ctx.p), ctx.at(b, h, t0 + i, e), ctxT[nt][r]);
-          }
-      }
+      scan_store_context<OutT>(d, ctx, bh, int64_t{c} * C, Cn, e0, cw, [&](int nt, int r) { return ctxT[nt][r]; });
       // 3. S^T += v_c^T · Kq_c, after the context is stored (its accumulators dead here): token k
       // steps j < (Cn + 15) / 16 (rows past Cn zero), increasing
       const int nk = (Cn + 15) / 16;
@@ -327,21 +359,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       }
       stage ^= 1;
     }
-    if (rho_p) {
-      b_h(b, h);
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int e = ec + 8 * hf;
-        if (e >= d.E) continue;
-        float* p = rho_p + rho.at(b, h, 2 * tq, e);
-#pragma unroll
-        for (int n = 0; n < NL; ++n, p += 8 * rho.s[2]) {
-          const int l = 8 * n + 2 * tq;
-          if (l < d.L) p[0] = accT[n][2 * hf];
-          if (l + 1 < d.L) p[rho.s[2]] = accT[n][2 * hf + 1];
-        }
-      }
-    }
+    scan_state_io<kLp, true>(d, rho, bh, ec, tq, state);
   }
 }
 // ---- chunk_scan_mma version 3: version 2 on warpgroup MMA (thirty-fifth round; the default where
@@ -423,8 +441,6 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   const uint64_t desc_v = wgmma_desc_sw128(s0 + Lay::kV + wg * Lay::kTileB, kWgmmaAtom, kWgmmaAtom);
   const uint64_t desc_pm = wgmma_desc_sw128(s0 + Lay::kPm, 0, kWgmmaAtom);
   constexpr uint32_t kTileD = Lay::kTileB / 16, kAtoms2D = 2 * kWgmmaAtom / 16;  // in descriptor units
-  const float* init_p = static_cast<const float*>(init.p);
-  float* rho_p = const_cast<float*>(static_cast<const float*>(rho.p));
   auto fetch = [&](int fst, int fbh, int fet, int c) {
     scan_fetch_chunk<Lay, kLp, ET>(s0 + fst * Lay::kStageB, d, Xq, Kq, vb, P, fbh, fet, c, CnLast);
   };
@@ -436,35 +452,14 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   int stage = 0, parity = 0;
   for (; bh < d.nbh; advance(bh, et), parity ^= 1) {
     const int e0 = et * ET;
-    auto b_h = [&](int64_t& b, int64_t& h) {
-      const uint32_t x = static_cast<uint32_t>(d.bh0 + bh), H = static_cast<uint32_t>(d.H), qh = x / H;
-      b = qh, h = x - qh * H;
-    };
-    int64_t b, h;
-    b_h(b, h);
     float* decay = decay_s + parity * 2 * kLp;  // (version 2's slots)
-    for (int l = tid; l < kLp; l += NT) {
-      const float al = l < d.L ? a32[h * d.L + l] : 0.0f;
-      decay[l] = ipow(al, C);
-      decay[kLp + l] = ipow(al, CnLast);
-    }
+    scan_decays<kLp>(d, a32, bh, C, CnLast, decay);
     // acc[n / 8][4 (n % 8) + r] is version 2's accT[n][r]: column e0 + cw + g + 8 (r / 2), latent
     // 8 n + 2 tq + r % 2 (the wgmma accumulators of block n / 8)
     float acc[NB][32];
     auto st = [&](int n, int r) -> float& { return acc[n / 8][4 * (n % 8) + r]; };
     const int ec = e0 + cw + g;
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int e = ec + 8 * hf;
-      const bool col = init_p && e < d.E;
-      const float* p = col ? init_p + init.at(b, h, 2 * tq, e) : nullptr;
-#pragma unroll
-      for (int n = 0; n < kLp / 8; ++n, p += col ? 8 * init.s[2] : 0) {
-        const int l = 8 * n + 2 * tq;
-        st(n, 2 * hf) = col && l < d.L ? p[0] : 0.0f;
-        st(n, 2 * hf + 1) = col && l + 1 < d.L ? p[init.s[2]] : 0.0f;
-      }
-    }
+    scan_state_io<kLp, false>(d, init, bh, ec, tq, st);
     for (int c = 0; c < nC; ++c) {
       const bool last = c == nC - 1;
       const int Cn = last ? CnLast : C;
@@ -552,61 +547,13 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       wgmma_fence_operand(ctxT);
 #pragma unroll
       for (int k = 0; k < 4; ++k) wgmma_fence_operand(af[0][k]), wgmma_fence_operand(af[1][k]);
-      // the context, stored as version 2 stores it
-      const int64_t t0 = static_cast<int64_t>(c) * C;
-      b_h(b, h);
-      const bool odd = g & 1;
-      const int pc = cw + (g & ~1);
-      OutT* base = nullptr;
-      if constexpr (sizeof(OutT) == 2) {
-        if (Cn == 64 && e0 + cw + 16 <= d.E && ctx.s[3] == 1 && ctx.s[2] % 2 == 0) {
-          base = static_cast<OutT*>(const_cast<void*>(ctx.p)) + ctx.at(b, h, t0, e0 + pc);
-          if (reinterpret_cast<uintptr_t>(base) % 4 != 0) base = nullptr;
-        }
-      }
-      if (base != nullptr) {
-        struct alignas(4) Pair {
-          OutT x, y;
-        };
-        OutT* row = base + (2 * tq + (odd ? 1 : 0)) * ctx.s[2];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt, row += 8 * ctx.s[2])
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const float x0 = ctxT[4 * nt + 2 * hf], x1 = ctxT[4 * nt + 2 * hf + 1];
-            const float other = __shfl_xor_sync(0xffffffffu, odd ? x0 : x1, 4);
-            *reinterpret_cast<Pair*>(row + 8 * hf) = Pair{from_float<OutT>(odd ? other : x0), from_float<OutT>(odd ? x1 : other)};
-          }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const int i = 8 * nt + 2 * tq + r % 2;
-            const int64_t e = ec + 8 * (r / 2);
-            if (i < Cn && e < d.E) store<OutT>(const_cast<void*>(ctx.p), ctx.at(b, h, t0 + i, e), ctxT[4 * nt + r]);
-          }
-      }
+      scan_store_context<OutT>(d, ctx, bh, int64_t{c} * C, Cn, e0, cw, [&](int nt, int r) { return ctxT[4 * nt + r]; });
       wgmma_wait<0>();  // the update's products: the next step refills this stage and reads the state
 #pragma unroll
       for (int p = 0; p < NB; ++p) wgmma_fence_operand(acc[p]);
       stage ^= 1;
     }
-    if (rho_p) {
-      b_h(b, h);
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int e = ec + 8 * hf;
-        if (e >= d.E) continue;
-        float* p = rho_p + rho.at(b, h, 2 * tq, e);
-#pragma unroll
-        for (int n = 0; n < kLp / 8; ++n, p += 8 * rho.s[2]) {
-          const int l = 8 * n + 2 * tq;
-          if (l < d.L) p[0] = st(n, 2 * hf);
-          if (l + 1 < d.L) p[rho.s[2]] = st(n, 2 * hf + 1);
-        }
-      }
-    }
+    scan_state_io<kLp, true>(d, rho, bh, ec, tq, st);
   }
 }
 // ---- launchers (chunk_scan) -------------------------------------------------------------------
