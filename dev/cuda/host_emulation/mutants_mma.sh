@@ -75,7 +75,7 @@ mutants=(
   "scan: the fetched v tile without its column tile's offset|src/cuda/chunk_scan.cuh|const int e0 = fet * ET;|const int e0 = 0 * ET;|deferred|caught||chunk_scan_mma"
   "scan: the next item's first chunk fetched from the current item|src/cuda/chunk_scan.cuh|if (nbh < d.nbh) fetch(stage ^ 1, nbh, nt_, 0);|if (nbh < d.nbh) fetch(stage ^ 1, bh, et, 0);|deferred|caught||chunk_scan_mma"
   "scan: no barrier between the copies' wait and the reads|src/cuda/chunk_scan.cuh|      __syncthreads();     // everyone's (and the decay)|      //     // everyone's (and the decay)|deferred|caught||chunk_scan_mma"
-  "scan: the initial state left out|src/cuda/chunk_scan.cuh|const bool col = init_p \&\& e < d.E;|const bool col = false \&\& init_p \&\& e < d.E;|deferred|caught||chunk_scan_mma"
+  "scan: the initial state left out|src/cuda/chunk_scan.cuh|st(n, 2 * hf) = col \&\& l < d.L ? p[0] : 0.0f;|st(n, 2 * hf) = false \&\& col \&\& l < d.L ? p[0] : 0.0f;|deferred|caught||chunk_scan_mma"
   "cross: a split's partial left out of the sum|src/cuda/quadratic.cuh|for (int s = 1; s < nsplit; ++s) acc +=|for (int s = 2; s < nsplit; ++s) acc +=|deferred|caught"
   "cross: a key fragment's upper 8 latents with the lower ones' factors (the warp tile)|src/cuda/quadratic.cuh|bf[c][np][3] = scale_bf16x2(bf[c][np][3], f1)|bf[c][np][3] = scale_bf16x2(bf[c][np][3], f0)|deferred|caught"
   "cross v3: the second row block's factor at the first one's distance|src/cuda/quadratic.cuh|max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0) * C|max(xI0 - (ck ? kJ1 : kJ0) - 1, 0) * C|deferred|caught"
