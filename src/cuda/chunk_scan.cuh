@@ -72,12 +72,78 @@ inline bool scan_fit_32bit(const Dims& d) {
 // packed rows), P's rows i < Cn (C floats each; the rest is never selected). Lay: the stage layout
 // (tiles at kK, kV, kP, P's row stride PS; Lay::x_off (Xq, Kq) and Lay::v_off (v): the byte offset of
 // token row r's 16-byte chunk c inside its tile, swizzled).
-template <typename Lay, int kLp, int ET>
+// kStepped (round 35, a candidate: RHOSCAN_CUDA_SCAN_FETCH_STEPPED): the same copies with the
+// addresses stepped instead of recomputed. A thread's pieces of a tile are rows i0, i0 + R, i0 + 2 R ..
+// of one 16-byte chunk (R = threads / pieces a row, a multiple of 8, so the swizzle's XOR is the same on
+// each: Lay::kXRowB / kVRowB bytes a row), so each round adds constants to two pointers and a shared
+// address, where the indexed loop divides, clamps and multiplies in 64 bits per piece (call 3's source
+// profile: the fetch ~600 of a warp's ~1,600 instructions a chunk step, between the step's barrier
+// and its products). Rows past Cn read the chunk's last row with 0 bytes, as the indexed loop's clamp.
+// Lp = 192 (24 pieces a row: rows do not repeat per thread) keeps the indexed Xq / Kq loop.
+template <typename Lay, int kLp, int ET, bool kStepped = false>
 __device__ __forceinline__ void scan_fetch_chunk(uint32_t st, const Dims& d, const bf16* Xq, const bf16* Kq,
                                                  const bf16* vb, const float* P, int fbh, int fet, int c, int CnLast) {
   constexpr int NT = kScanThreads, PPR = kLp / 8, PS = Lay::PS;  // PPR: pieces a row
   const int tid = threadIdx.x, C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), Lp = static_cast<int>(d.Lp);
   const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
+  if constexpr (kStepped) {
+    // the thread's index read afresh (a volatile read): what derives from it is computed here, not
+    // hoisted out of the chunk loop and held through the products (32 bytes of spills at Lp = 256)
+    int tid;
+#if defined(__CUDA_ARCH__)
+    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+#else
+    tid = static_cast<int>(threadIdx.x);
+#endif
+    const int e0 = fet * ET;
+    const int vtr = tr + d.v_row_delta32(fbh) * static_cast<int>(d.T);
+    if constexpr (NT % PPR == 0) {
+      constexpr int R = NT / PPR;
+      static_assert(R % 8 == 0, "the swizzle's XOR the same on a thread's rows");
+      const int i0 = tid / PPR, pc = tid % PPR;
+      const int64_t o0 = static_cast<int64_t>(tr + i0) * Lp + 8 * pc, ol = static_cast<int64_t>(tr + Cn - 1) * Lp + 8 * pc;
+      const bf16 *xr = Xq + o0, *kr = Kq + o0;
+      uint32_t dst = st + Lay::x_off(i0, pc);
+#pragma unroll 1
+      for (int i = i0; i < 64; i += R, xr += R * Lp, kr += R * Lp, dst += R * Lay::kXRowB) {
+        const bool in = i < Cn;
+        cp_async16_u32(dst, in ? xr : Xq + ol, in ? 16u : 0u);
+        cp_async16_u32(dst + Lay::kK, in ? kr : Kq + ol, in ? 16u : 0u);
+      }
+    } else {
+#pragma unroll 1
+      for (int r = 0; r < 64 * PPR / NT; ++r) {
+        const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
+        const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
+        const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + Lay::x_off(i, p / 8);
+        cp_async16_u32(dst, Xq + o, bytes);
+        cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
+      }
+    }
+    {  // v: 16 rows a round (ET / 8 = 16 pieces a row), the thread's chunk pc
+      constexpr int PV = ET / 8, R = NT / PV;
+      static_assert(NT % PV == 0 && R % 8 == 0, "v's rows step by constants");
+      const int i0 = tid / PV, pc = tid % PV;
+      const bool col = e0 + 8 * pc < d.Ep;
+      const bf16* vr = vb + (static_cast<int64_t>(vtr + i0) * d.Ep + (col ? e0 + 8 * pc : 0));
+      const bf16* vl = vb + static_cast<int64_t>(vtr + Cn - 1) * d.Ep;
+      uint32_t dst = st + Lay::kV + Lay::v_off(i0, pc);
+#pragma unroll 1
+      for (int i = i0; i < 64; i += R, vr += R * d.Ep, dst += R * Lay::kVRowB) {
+        const bool ok = i < Cn && col;
+        cp_async16_u32(dst, i < Cn ? vr : vl, ok ? 16u : 0u);
+      }
+    }
+    {  // P: 16 rows a round, the thread's 4 floats p
+      const int i0 = tid / 16, p = 4 * (tid % 16);
+      const float* pr = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C + i0 * C + p;
+      uint32_t dst = st + Lay::kP + 4 * (i0 * PS + p);
+#pragma unroll 1
+      for (int i = i0; i < 64; i += 16, pr += 16 * C, dst += 4 * 16 * PS)
+        if (i < Cn && p < C) cp_async16_u32(dst, pr);
+    }
+    return;
+  }
 #pragma unroll 1  // (unrolled, the pieces' addresses were hoisted and held across the step: registers)
   for (int r = 0; r < 64 * PPR / NT; ++r) {
     const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
@@ -110,6 +176,7 @@ struct Scan2Layout {
   static constexpr int XS = kLp, VS = kScan2ET, PS = 64 + 8;  // rows: Xq, Kq, v (bf16, swizzled), P (floats)
   static __host__ __device__ constexpr uint32_t x_off(int r, int c) { return tile_offset<true>(r, c, XS); }
   static __host__ __device__ constexpr uint32_t v_off(int r, int c) { return tile_offset<true>(r, c, VS); }
+  static constexpr uint32_t kXRowB = 2 * XS, kVRowB = 2 * VS;  // x_off / v_off from row r to r + 8 k: 8 k rows of these
   static constexpr uint32_t kXB = 2 * 64 * XS, kVB = 2 * 64 * VS, kPB = 4 * 64 * PS;  // tile bytes
   static constexpr uint32_t kK = kXB, kV = 2 * kXB, kP = 2 * kXB + kVB;               // in a stage
   static constexpr uint32_t kStageB = kP + kPB;
@@ -402,6 +469,7 @@ struct Scan3Layout {
     return (c / 8) * kTileB + tile_offset<true>(r, c % 8, 64);
   }
   static __host__ __device__ constexpr uint32_t v_off(int r, int c) { return x_off(r, c); }
+  static constexpr uint32_t kXRowB = 128, kVRowB = 128;  // x_off / v_off from row r to r + 8 k: 8 k rows of these
   static constexpr uint32_t kXB = 128 * kLp, kVB = 2 * kTileB, kPB = 4 * 64 * PS;  // tile bytes
   static constexpr uint32_t kK = kXB, kV = 2 * kXB, kP = 2 * kXB + kVB;            // in a stage
   static constexpr uint32_t kStageB = kP + kPB;
@@ -413,7 +481,7 @@ struct Scan3Layout {
 };
 static_assert(Scan3Layout<kScanMaxLp>::bytes <= 227 * 1024, "chunk_scan_mma v3: shared memory past the H200's");
 // Arguments as chunk_scan_mma_v2_kernel's.
-template <int kLp, typename OutT>
+template <int kLp, typename OutT, bool kStepped = false>
 __global__ void __launch_bounds__(kScanThreads, 1)
     chunk_scan_wgmma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const bf16* vb, const float* P, const float* a32,
                             Str4 init, Str4 ctx, Str4 rho) {
@@ -442,7 +510,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   const uint64_t desc_pm = wgmma_desc_sw128(s0 + Lay::kPm, 0, kWgmmaAtom);
   constexpr uint32_t kTileD = Lay::kTileB / 16, kAtoms2D = 2 * kWgmmaAtom / 16;  // in descriptor units
   auto fetch = [&](int fst, int fbh, int fet, int c) {
-    scan_fetch_chunk<Lay, kLp, ET>(s0 + fst * Lay::kStageB, d, Xq, Kq, vb, P, fbh, fet, c, CnLast);
+    scan_fetch_chunk<Lay, kLp, ET, kStepped>(s0 + fst * Lay::kStageB, d, Xq, Kq, vb, P, fbh, fet, c, CnLast);
   };
   const int grid = static_cast<int>(gridDim.x), det = grid % net, dbh = grid / net;
   auto advance = [&](int& bh, int& et) { bh += dbh + carry_add(et, det, 0, net); };
@@ -588,6 +656,15 @@ bool scan_applies(const Dims& d, int64_t pairs) {
 #define RHOSCAN_SCAN_WGMMA 1
 #endif
 inline bool scan_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_SCAN", RHOSCAN_SCAN_WGMMA != 0); }
+// RHOSCAN_SCAN_FETCH_STEPPED: 1 builds version 3's fetch with stepped addresses (scan_fetch_chunk's
+// kStepped; the same copies) as the default; RHOSCAN_CUDA_SCAN_FETCH_STEPPED=0|1 (environment, per
+// call) forces either. Default 0 until measured (round 35's candidate).
+#ifndef RHOSCAN_SCAN_FETCH_STEPPED
+#define RHOSCAN_SCAN_FETCH_STEPPED 0
+#endif
+inline bool scan_fetch_stepped() {
+  return env_switch("RHOSCAN_CUDA_SCAN_FETCH_STEPPED", RHOSCAN_SCAN_FETCH_STEPPED != 0);
+}
 template <typename T>
 void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const float* a32, Str4 init, Str4 ctx,
                        Str4 rho, cudaStream_t stream) {
@@ -598,8 +675,10 @@ void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const
       constexpr int kLp = decltype(lp)::value;
       // as many blocks as fit at once (at most one per item): each block's cp.async pipeline runs on
       // across its items
-      const bool v3 = scan_wgmma();
-      auto kernel = v3 ? chunk_scan_wgmma_kernel<kLp, T> : chunk_scan_mma_v2_kernel<kLp, T>;
+      const bool v3 = scan_wgmma(), stepped = scan_fetch_stepped();
+      // (the stepped fetch with version 3 only: version 2's spills 8 bytes at Lp = 256 with it)
+      auto kernel = v3 ? (stepped ? chunk_scan_wgmma_kernel<kLp, T, true> : chunk_scan_wgmma_kernel<kLp, T, false>)
+                       : chunk_scan_mma_v2_kernel<kLp, T>;
       const int smem = v3 ? Scan3Layout<kLp>::bytes : Scan2Layout<kLp>::bytes;
       RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       int dev = 0, sms = 0, per_sm = 0;
