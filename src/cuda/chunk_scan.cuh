@@ -84,90 +84,77 @@ template <typename Lay, int kLp, int ET, bool kStepped = false>
 __device__ __forceinline__ void scan_fetch_chunk(uint32_t st, const Dims& d, const bf16* Xq, const bf16* Kq,
                                                  const bf16* vb, const float* P, int fbh, int fet, int c, int CnLast) {
   constexpr int NT = kScanThreads, PPR = kLp / 8, PS = Lay::PS;  // PPR: pieces a row
-  const int tid = threadIdx.x, C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), Lp = static_cast<int>(d.Lp);
-  const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
+  int tid = static_cast<int>(threadIdx.x);
   if constexpr (kStepped) {
     // the thread's index read afresh (a volatile read): what derives from it is computed here, not
     // hoisted out of the chunk loop and held through the products (32 bytes of spills at Lp = 256)
-    int tid;
 #if defined(__CUDA_ARCH__)
     asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
-#else
-    tid = static_cast<int>(threadIdx.x);
 #endif
-    const int e0 = fet * ET;
-    const int vtr = tr + d.v_row_delta32(fbh) * static_cast<int>(d.T);
-    if constexpr (NT % PPR == 0) {
-      constexpr int R = NT / PPR;
-      static_assert(R % 8 == 0, "the swizzle's XOR the same on a thread's rows");
-      const int i0 = tid / PPR, pc = tid % PPR;
-      const int64_t o0 = static_cast<int64_t>(tr + i0) * Lp + 8 * pc, ol = static_cast<int64_t>(tr + Cn - 1) * Lp + 8 * pc;
-      const bf16 *xr = Xq + o0, *kr = Kq + o0;
-      uint32_t dst = st + Lay::x_off(i0, pc);
-#pragma unroll 1
-      for (int i = i0; i < 64; i += R, xr += R * Lp, kr += R * Lp, dst += R * Lay::kXRowB) {
-        const bool in = i < Cn;
-        cp_async16_u32(dst, in ? xr : Xq + ol, in ? 16u : 0u);
-        cp_async16_u32(dst + Lay::kK, in ? kr : Kq + ol, in ? 16u : 0u);
-      }
-    } else {
-#pragma unroll 1
-      for (int r = 0; r < 64 * PPR / NT; ++r) {
-        const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
-        const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
-        const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + Lay::x_off(i, p / 8);
-        cp_async16_u32(dst, Xq + o, bytes);
-        cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
-      }
-    }
-    {  // v: 16 rows a round (ET / 8 = 16 pieces a row), the thread's chunk pc
-      constexpr int PV = ET / 8, R = NT / PV;
-      static_assert(NT % PV == 0 && R % 8 == 0, "v's rows step by constants");
-      const int i0 = tid / PV, pc = tid % PV;
-      const bool col = e0 + 8 * pc < d.Ep;
-      const bf16* vr = vb + (static_cast<int64_t>(vtr + i0) * d.Ep + (col ? e0 + 8 * pc : 0));
-      const bf16* vl = vb + static_cast<int64_t>(vtr + Cn - 1) * d.Ep;
-      uint32_t dst = st + Lay::kV + Lay::v_off(i0, pc);
-#pragma unroll 1
-      for (int i = i0; i < 64; i += R, vr += R * d.Ep, dst += R * Lay::kVRowB) {
-        const bool ok = i < Cn && col;
-        cp_async16_u32(dst, i < Cn ? vr : vl, ok ? 16u : 0u);
-      }
-    }
-    {  // P: 16 rows a round, the thread's 4 floats p
-      const int i0 = tid / 16, p = 4 * (tid % 16);
-      const float* pr = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C + i0 * C + p;
-      uint32_t dst = st + Lay::kP + 4 * (i0 * PS + p);
-#pragma unroll 1
-      for (int i = i0; i < 64; i += 16, pr += 16 * C, dst += 4 * 16 * PS)
-        if (i < Cn && p < C) cp_async16_u32(dst, pr);
-    }
-    return;
   }
+  const int C = static_cast<int>(d.C), nC = static_cast<int>(d.nC), Lp = static_cast<int>(d.Lp);
+  const int Cn = c == nC - 1 ? CnLast : C, tr = fbh * static_cast<int>(d.T) + c * C;  // first token row
+  if constexpr (kStepped && NT % PPR == 0) {  // Xq, Kq: rows i0 + R r of the thread's chunk pc
+    constexpr int R = NT / PPR;
+    static_assert(R % 8 == 0, "the swizzle's XOR the same on a thread's rows");
+    const int i0 = tid / PPR, pc = tid % PPR;
+    const int64_t o0 = static_cast<int64_t>(tr + i0) * Lp + 8 * pc, ol = static_cast<int64_t>(tr + Cn - 1) * Lp + 8 * pc;
+    const bf16 *xr = Xq + o0, *kr = Kq + o0;
+    uint32_t dst = st + Lay::x_off(i0, pc);
+#pragma unroll 1
+    for (int i = i0; i < 64; i += R, xr += R * Lp, kr += R * Lp, dst += R * Lay::kXRowB) {
+      const bool in = i < Cn;
+      cp_async16_u32(dst, in ? xr : Xq + ol, in ? 16u : 0u);
+      cp_async16_u32(dst + Lay::kK, in ? kr : Kq + ol, in ? 16u : 0u);
+    }
+  } else {
 #pragma unroll 1  // (unrolled, the pieces' addresses were hoisted and held across the step: registers)
-  for (int r = 0; r < 64 * PPR / NT; ++r) {
-    const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
-    const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
-    const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + Lay::x_off(i, p / 8);
-    cp_async16_u32(dst, Xq + o, bytes);
-    cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
+    for (int r = 0; r < 64 * PPR / NT; ++r) {
+      const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
+      const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
+      const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + Lay::x_off(i, p / 8);
+      cp_async16_u32(dst, Xq + o, bytes);
+      cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
+    }
   }
   const int e0 = fet * ET;
   // v's first token row: pair fbh's packed row (its batch row's with Hv = 1, d.v_rows; never past
   // tr, so within scan_fit_32bit's bounds)
   const int vtr = tr + d.v_row_delta32(fbh) * static_cast<int>(d.T);
+  if constexpr (kStepped) {  // v: 16 rows a round (ET / 8 = 16 pieces a row), the thread's chunk pc
+    constexpr int PV = ET / 8, R = NT / PV;
+    static_assert(NT % PV == 0 && R % 8 == 0, "v's rows step by constants");
+    const int i0 = tid / PV, pc = tid % PV;
+    const bool col = e0 + 8 * pc < d.Ep;
+    const bf16* vr = vb + (static_cast<int64_t>(vtr + i0) * d.Ep + (col ? e0 + 8 * pc : 0));
+    const bf16* vl = vb + static_cast<int64_t>(vtr + Cn - 1) * d.Ep;
+    uint32_t dst = st + Lay::kV + Lay::v_off(i0, pc);
 #pragma unroll 1
-  for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
-    const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
-    const bool ok = i < Cn && e0 + p < d.Ep;
-    cp_async16_u32(st + Lay::kV + Lay::v_off(i, p / 8),
-                   vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + (ok ? e0 + p : 0)), ok ? 16u : 0u);
+    for (int i = i0; i < 64; i += R, vr += R * d.Ep, dst += R * Lay::kVRowB)
+      cp_async16_u32(dst, i < Cn ? vr : vl, i < Cn && col ? 16u : 0u);
+  } else {
+#pragma unroll 1
+    for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
+      const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
+      const bool ok = i < Cn && e0 + p < d.Ep;
+      cp_async16_u32(st + Lay::kV + Lay::v_off(i, p / 8),
+                     vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + (ok ? e0 + p : 0)), ok ? 16u : 0u);
+    }
   }
   const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;
+  if constexpr (kStepped) {  // P: 16 rows a round, the thread's 4 floats p
+    const int i0 = tid / 16, p = 4 * (tid % 16);
+    const float* pr = Pc + i0 * C + p;
+    uint32_t dst = st + Lay::kP + 4 * (i0 * PS + p);
 #pragma unroll 1
-  for (int r = 0; r < 64 * 16 / NT; ++r) {
-    const int idx = tid + NT * r, i = idx / 16, p = 4 * (idx % 16);
-    if (i < Cn && p < C) cp_async16_u32(st + Lay::kP + 4 * (i * PS + p), Pc + i * C + p);
+    for (int i = i0; i < 64; i += 16, pr += 16 * C, dst += 4 * 16 * PS)
+      if (i < Cn && p < C) cp_async16_u32(dst, pr);
+  } else {
+#pragma unroll 1
+    for (int r = 0; r < 64 * 16 / NT; ++r) {
+      const int idx = tid + NT * r, i = idx / 16, p = 4 * (idx % 16);
+      if (i < Cn && p < C) cp_async16_u32(st + Lay::kP + 4 * (i * PS + p), Pc + i * C + p);
+    }
   }
 }
 constexpr int kScan2ET = 128;  // state / output columns per block (8 warps of 16)
