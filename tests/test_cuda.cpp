@@ -498,6 +498,14 @@ TEST_F(Cuda, FinalStateKernelsMmaAndWgmmaAgree) {
   }
 }
 
+// A forward of s on the GPU with options o, its outputs copied back to the host.
+Problem forward_on_gpu(const ProblemSpec& s, const Options& o) {
+  Problem p(s);
+  MirroredProblem m(p, Device::cuda);
+  forward(m.forward_args(), o);
+  m.copy_outputs_to_host();
+  return p;
+}
 // The scan tests' problems and chunk sizes (0: the default).
 std::pair<std::vector<ProblemSpec>, std::vector<int64_t>> scan_cases() {
   std::vector<ProblemSpec> specs = {spec(2, 2, 1, 300, 256, 130, DType::bfloat16),
@@ -530,11 +538,7 @@ TEST_F(Cuda, ChunkScanMatchesTheTwoKernels) {
       ScopedEnv v("RHOSCAN_CUDA_FORWARD_SCAN", scan);
       ScopedEnv which("RHOSCAN_CUDA_SCAN", version);  // "" (unset): the build's default
       ScopedEnv fetch("RHOSCAN_CUDA_SCAN_FETCH_STEPPED", stepped);
-      Problem p(s);
-      MirroredProblem m(p, Device::cuda);
-      forward(m.forward_args(), cuda(chunks[k]));
-      m.copy_outputs_to_host();
-      return p;
+      return forward_on_gpu(s, cuda(chunks[k]));
     };
     const Problem two = run("0"), scan = run("1"), again = run("1"), v2 = run("1", "mma"),
                   stepped = run("1", "", "1");
@@ -574,11 +578,7 @@ TEST_F(Cuda, ChunkScanWgmmaMatchesVersion2) {
     const Problem ref = Problem(s).reference_solution();
     auto run = [&](const char* version) {
       ScopedEnv v("RHOSCAN_CUDA_SCAN", version);
-      Problem p(s);
-      MirroredProblem m(p, Device::cuda);
-      forward(m.forward_args(), cuda(chunks[k]));
-      m.copy_outputs_to_host();
-      return p;
+      return forward_on_gpu(s, cuda(chunks[k]));
     };
     const Problem v2 = run("mma"), v3 = run("wgmma"), again = run("wgmma");
     const double ft = forward_tolerance(s.dtype);
