@@ -49,3 +49,34 @@ figures() {
     --json $J --commit "$RHOSCAN_COMMIT" 2>&1 | grep -E "^(BDH|long|step)" >> $S
   pack
 }
+#   ab VAR "VALUES" ROUNDS LATE BENCH_ARGS...   rounds of `rhoscan bench` alternating VAR over VALUES
+#                    (each round skipped once the call has run LATE seconds), JSON commit labels
+#                    "$RHOSCAN_COMMIT+VAR_lowercase=value"
+ab() {
+  local var=$1 values=$2 rounds=$3 after=$4 r v
+  shift 4
+  stage ab
+  for r in $(seq $rounds); do
+    late $after && { echo "(round $r skipped: late)" >> $S; break; }
+    for v in $values; do
+      echo "-- $var=$v (round $r)" >> $S
+      env $var=$v timeout 40 $R bench --device cuda "$@" --repeats 5 --json $J \
+        --commit "$RHOSCAN_COMMIT+$(echo ${var#RHOSCAN_CUDA_} | tr A-Z a-z)=$v" 2>&1 | grep -E "^(BDH|long|shape|step)" >> $S
+    done
+  done
+  pack
+}
+#   ncu_durations VAR "VALUES" REGEX CASE LATE   Nsight Compute's durations, DRAM bytes and warp
+#                    instructions of the kernels matching REGEX in CASE's bench, per value of VAR
+ncu_durations() {
+  local var=$1 values=$2 regex=$3 case_name=$4 after=$5 v
+  local m=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum
+  stage ncu
+  for v in $values; do
+    late $after && { echo "(skipped: late) ncu $var=$v" >> $S; continue; }
+    env $var=$v timeout 40 ncu --clock-control none -k regex:$regex --metrics $m --csv $R bench \
+      --device cuda --cases $case_name --repeats 1 > $L/ncu-$regex-$v.csv 2>&1
+    echo "-- $var=$v, $case_name" >> $S; python3 dev/cuda/ncu_summary.py $L/ncu-$regex-$v.csv >> $S 2>&1
+  done
+  pack
+}

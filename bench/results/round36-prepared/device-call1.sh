@@ -12,23 +12,7 @@ grep -A2 "chunk_scan_wgmma_kernelILi256E13__nv_bfloat16Lb1E" $L/build.log | grep
 R=/tmp/b/tools/rhoscan
 sanitize ChunkScanMatchesTheTwoKernels 200 60 memcheck
 figures
-stage ab
-for r in 1 2 3; do
-  late 330 && { echo "(round $r skipped: late)" >> $S; break; }
-  for f in 0 1; do
-    echo "-- scan fetch stepped=$f (round $r)" >> $S
-    RHOSCAN_CUDA_SCAN_FETCH_STEPPED=$f timeout 40 $R bench --device cuda --cases BDH-base --shape 8,4,1,2048,256,256 \
-      --backward --repeats 5 --json $J --commit "$RHOSCAN_COMMIT+scan_fetch_stepped=$f" 2>&1 | grep -E "^(BDH|shape)" >> $S
-  done
-done
-pack
-stage ncu
-M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum
-for f in 0 1; do
-  late 420 && { echo "(skipped: late) ncu stepped=$f" >> $S; continue; }
-  RHOSCAN_CUDA_SCAN_FETCH_STEPPED=$f timeout 40 ncu --clock-control none -k regex:chunk_scan --metrics $M --csv $R bench \
-    --device cuda --cases BDH-base --repeats 1 > $L/ncu-scan-stepped$f.csv 2>&1
-  echo "-- scan fetch stepped=$f, BDH-base" >> $S; python3 dev/cuda/ncu_summary.py $L/ncu-scan-stepped$f.csv >> $S 2>&1
-done
+ab RHOSCAN_CUDA_SCAN_FETCH_STEPPED "0 1" 3 330 --cases BDH-base --shape 8,4,1,2048,256,256 --backward
+ncu_durations RHOSCAN_CUDA_SCAN_FETCH_STEPPED "0 1" chunk_scan BDH-base 420
 stage end
 pack
