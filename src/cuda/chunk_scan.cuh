@@ -269,6 +269,19 @@ __device__ __forceinline__ void scan_store_context(const Dims& d, const Str4& ct
       }
   }
 }
+// Pm = bf16(P[i][j]) for j < i < Cn, else 0 (chunk_output_mma's selects and rounding), from P's
+// float32 tile pt (rows PS floats apart), once per step for the whole block: thread pairs (i, j)
+// with j even, a warp one row's 64 values, stored at pm_at(i, j) (the kernel's Pm layout).
+template <int PS, typename At>
+__device__ __forceinline__ void scan_make_pm(const float* pt, int Cn, At&& pm_at) {
+#pragma unroll
+  for (int r = 0; r < 64 * 32 / kScanThreads; ++r) {
+    const int idx = static_cast<int>(threadIdx.x) + kScanThreads * r, i = idx / 32, j = 2 * (idx % 32);
+    const float2 w = *reinterpret_cast<const float2*>(pt + i * PS + j);
+    const bool in = i < Cn;
+    *pm_at(i, j) = __floats2bfloat162_rn(in && j < i ? w.x : 0.0f, in && j + 1 < i ? w.y : 0.0f);
+  }
+}
 // Xq, Kq: [bh][T][Lp] (norm_apply); vb: [v_row(bh)][T][Ep] (pack_bf16); P: [bh][c][nsplit][C][C], split 0
 // the sum, 16-byte aligned, C % 4 == 0 (its rows by 16-byte cp.async); init, rho: float32
 // [B,H,L,E] strided (init.p null: zeros; rho.p null: no final state); ctx: OutT [B,H,T,E] strided.
@@ -339,20 +352,10 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       }
       cp_async_commit();
       const uint32_t so = stage * Lay::kStageB;
-      // Pm = bf16(P[i][j]) for j < i < Cn, else 0 (chunk_output_mma's selects and rounding), once for the
-      // block: every warp's intra-chunk term reads all of it (its last readers, the previous step's,
-      // are past the barrier above). Thread: pairs (i, j) with j even, a warp one row's 64 values.
-      {
-        const float* pt = reinterpret_cast<const float*>(smem_raw + so + Lay::kP);
-#pragma unroll
-        for (int r = 0; r < 64 * 32 / NT; ++r) {
-          const int idx = tid + NT * r, i = idx / 32, j = 2 * (idx % 32);
-          const float2 w = *reinterpret_cast<const float2*>(pt + i * PS + j);
-          const bool in = i < Cn;
-          *reinterpret_cast<__nv_bfloat162*>(pm + i * PmS + j) =
-              __floats2bfloat162_rn(in && j < i ? w.x : 0.0f, in && j + 1 < i ? w.y : 0.0f);
-        }
-      }
+      // Pm, once for the block: every warp's intra-chunk term reads all of it (its last readers, the
+      // previous step's, are past the barrier above)
+      scan_make_pm<PS>(reinterpret_cast<const float*>(smem_raw + so + Lay::kP), Cn,
+                       [&](int i, int j) { return reinterpret_cast<__nv_bfloat162*>(pm + i * PmS + j); });
       // 1. ctx^T = S^T · Xq_c^T: k steps of 16 latents, increasing (chunk_output_mma's order), A from the
       // state's tiles 2 kt, 2 kt + 1 rounded to bf16, which are then scaled by a^Cn of their latents
       const float* f = decay + (last ? kLp : 0) + 2 * tq;
@@ -486,7 +489,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   if (net == 0) return;
   const int CnLast = nC > 0 ? static_cast<int>(d.chunk_len(nC - 1)) : 0;
   float* decay_s = reinterpret_cast<float*>(sm + Lay::kDecay);
-  bf16* pm = reinterpret_cast<bf16*>(sm + Lay::kPm);
+  unsigned char* pm = sm + Lay::kPm;  // Pm [64][64] bf16, swizzled
   const int cw = 16 * warp;  // the warp's columns in the item
   // stage 0's descriptors (a stage: + so / 16). Xq K-major (a 16-latent k step: 32 bytes; a 64-latent
   // block: a tile); Kq N-major (a 16-token k step: two atoms; a block: a tile); the warpgroup's v
@@ -531,20 +534,11 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       cp_async_commit();
       const uint32_t so = stage * Lay::kStageB;
       const uint64_t sd = so / 16;
-      // Pm as version 2's (the same selects and rounding), into the swizzled tile
-      {
-        const float* pt = reinterpret_cast<const float*>(sm + so + Lay::kP);
-#pragma unroll
-        for (int r = 0; r < 64 * 32 / NT; ++r) {
-          const int idx = tid + NT * r, i = idx / 32, j = 2 * (idx % 32);
-          const float2 w = *reinterpret_cast<const float2*>(pt + i * PS + j);
-          const bool in = i < Cn;
-          *reinterpret_cast<__nv_bfloat162*>(reinterpret_cast<unsigned char*>(pm) + tile_offset<true>(i, j / 8, 64) +
-                                             2 * (j % 8)) =
-              __floats2bfloat162_rn(in && j < i ? w.x : 0.0f, in && j + 1 < i ? w.y : 0.0f);
-        }
-        fence_proxy_async();
-      }
+      // Pm as version 2's, into the swizzled tile
+      scan_make_pm<PS>(reinterpret_cast<const float*>(sm + so + Lay::kP), Cn, [&](int i, int j) {
+        return reinterpret_cast<__nv_bfloat162*>(pm + tile_offset<true>(i, j / 8, 64) + 2 * (j % 8));
+      });
+      fence_proxy_async();
       // 1. ctx^T = S^T · Xq_c^T, a 64-latent block a group: its four k steps' A fragments (version 2's
       // af), then the block's tiles scaled by a^Cn; a group's fragments stay the tensor cores' until
       // the wait after the next group's commit
