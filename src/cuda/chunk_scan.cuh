@@ -72,14 +72,17 @@ inline bool scan_fit_32bit(const Dims& d) {
 // packed rows), P's rows i < Cn (C floats each; the rest is never selected). Lay: the stage layout
 // (tiles at kK, kV, kP, P's row stride PS; Lay::x_off (Xq, Kq) and Lay::v_off (v): the byte offset of
 // token row r's 16-byte chunk c inside its tile, swizzled).
-// kStepped (round 35, a candidate: RHOSCAN_CUDA_SCAN_FETCH_STEPPED): the same copies with the
-// addresses stepped instead of recomputed. A thread's pieces of a tile are rows i0, i0 + R, i0 + 2 R ..
-// of one 16-byte chunk (R = threads / pieces a row, a multiple of 8, so the swizzle's XOR is the same on
-// each: Lay::kXRowB / kVRowB bytes a row), so each round adds constants to two pointers and a shared
-// address, where the indexed loop divides, clamps and multiplies in 64 bits per piece (call 3's source
-// profile: the fetch ~600 of a warp's ~1,600 instructions a chunk step, between the step's barrier
-// and its products). Rows past Cn read the chunk's last row with 0 bytes, as the indexed loop's clamp.
-// Lp = 192 (24 pieces a row: rows do not repeat per thread) keeps the indexed Xq / Kq loop.
+// kStepped (version 3's fetch since round 36's A/B on an H100: the kernel 0.152 against 0.160 ms over
+// two launches at BDH-base, B8 T2048 L256's forward 0.23 against 0.24-0.25 ms): the same copies with
+// the addresses stepped instead of recomputed. A thread's pieces of a tile are rows i0, i0 + R,
+// i0 + 2 R .. of one 16-byte chunk (R = threads / pieces a row, a multiple of 8, so the swizzle's XOR is
+// the same on each: Lay::kXRowB / kVRowB bytes a row), so each round adds constants to two pointers and
+// a shared address, where the indexed loop divides, clamps and multiplies in 64 bits per piece (round
+// 35's source profile: the fetch ~600 of a warp's ~1,600 instructions a chunk step, between the step's
+// barrier and its products; stepped, 33.6 M warp instructions a forward instead of 39.1 M). Rows past
+// Cn read the chunk's last row with 0 bytes, as the indexed loop's clamp. Lp = 192 (24 pieces a row:
+// rows do not repeat per thread) keeps the indexed Xq / Kq loop. Version 2 keeps the indexed loops:
+// stepped, it spilled 8 bytes at Lp = 256.
 template <typename Lay, int kLp, int ET, bool kStepped = false>
 __device__ __forceinline__ void scan_fetch_chunk(uint32_t st, const Dims& d, const bf16* Xq, const bf16* Kq,
                                                  const bf16* vb, const float* P, int fbh, int fet, int c, int CnLast) {
@@ -471,7 +474,7 @@ struct Scan3Layout {
 };
 static_assert(Scan3Layout<kScanMaxLp>::bytes <= 227 * 1024, "chunk_scan_mma v3: shared memory past the H200's");
 // Arguments as chunk_scan_mma_v2_kernel's.
-template <int kLp, typename OutT, bool kStepped = false>
+template <int kLp, typename OutT>
 __global__ void __launch_bounds__(kScanThreads, 1)
     chunk_scan_wgmma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const bf16* vb, const float* P, const float* a32,
                             Str4 init, Str4 ctx, Str4 rho) {
@@ -500,7 +503,7 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   const uint64_t desc_pm = wgmma_desc_sw128(s0 + Lay::kPm, 0, kWgmmaAtom);
   constexpr uint32_t kTileD = Lay::kTileB / 16, kAtoms2D = 2 * kWgmmaAtom / 16;  // in descriptor units
   auto fetch = [&](int fst, int fbh, int fet, int c) {
-    scan_fetch_chunk<Lay, kLp, ET, kStepped>(s0 + fst * Lay::kStageB, d, Xq, Kq, vb, P, fbh, fet, c, CnLast);
+    scan_fetch_chunk<Lay, kLp, ET, true>(s0 + fst * Lay::kStageB, d, Xq, Kq, vb, P, fbh, fet, c, CnLast);
   };
   const int grid = static_cast<int>(gridDim.x), det = grid % net, dbh = grid / net;
   auto advance = [&](int& bh, int& et) { bh += dbh + carry_add(et, det, 0, net); };
@@ -637,15 +640,6 @@ bool scan_applies(const Dims& d, int64_t pairs) {
 #define RHOSCAN_SCAN_WGMMA 1
 #endif
 inline bool scan_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_SCAN", RHOSCAN_SCAN_WGMMA != 0); }
-// RHOSCAN_SCAN_FETCH_STEPPED: 1 builds version 3's fetch with stepped addresses (scan_fetch_chunk's
-// kStepped; the same copies) as the default; RHOSCAN_CUDA_SCAN_FETCH_STEPPED=0|1 (environment, per
-// call) forces either. Default 0 until measured (round 35's candidate).
-#ifndef RHOSCAN_SCAN_FETCH_STEPPED
-#define RHOSCAN_SCAN_FETCH_STEPPED 0
-#endif
-inline bool scan_fetch_stepped() {
-  return env_switch("RHOSCAN_CUDA_SCAN_FETCH_STEPPED", RHOSCAN_SCAN_FETCH_STEPPED != 0);
-}
 template <typename T>
 void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const float* a32, Str4 init, Str4 ctx,
                        Str4 rho, cudaStream_t stream) {
@@ -656,10 +650,8 @@ void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const
       constexpr int kLp = decltype(lp)::value;
       // as many blocks as fit at once (at most one per item): each block's cp.async pipeline runs on
       // across its items
-      const bool v3 = scan_wgmma(), stepped = scan_fetch_stepped();
-      // (the stepped fetch with version 3 only: version 2's spills 8 bytes at Lp = 256 with it)
-      auto kernel = v3 ? (stepped ? chunk_scan_wgmma_kernel<kLp, T, true> : chunk_scan_wgmma_kernel<kLp, T, false>)
-                       : chunk_scan_mma_v2_kernel<kLp, T>;
+      const bool v3 = scan_wgmma();
+      auto kernel = v3 ? chunk_scan_wgmma_kernel<kLp, T> : chunk_scan_mma_v2_kernel<kLp, T>;
       const int smem = v3 ? Scan3Layout<kLp>::bytes : Scan2Layout<kLp>::bytes;
       RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       int dev = 0, sms = 0, per_sm = 0;
