@@ -534,25 +534,19 @@ TEST_F(Cuda, ChunkScanMatchesTheTwoKernels) {
     const ProblemSpec& s = specs[k];
     SCOPED_TRACE(s.name() + " chunk " + std::to_string(chunks[k]));
     const Problem ref = Problem(s).reference_solution();
-    auto run = [&](const char* scan, const char* version = "", const char* defer = "") {
+    auto run = [&](const char* scan, const char* version = "") {
       ScopedEnv v("RHOSCAN_CUDA_FORWARD_SCAN", scan);
       ScopedEnv which("RHOSCAN_CUDA_SCAN", version);  // "" (unset): the build's default
-      ScopedEnv deferred("RHOSCAN_CUDA_SCAN_DEFER", defer);
       return forward_on_gpu(s, cuda(chunks[k]));
     };
-    const Problem two = run("0"), scan = run("1"), again = run("1"), v2 = run("1", "mma"),
-                  deferred = run("1", "", "1");
+    const Problem two = run("0"), scan = run("1"), again = run("1"), v2 = run("1", "mma");
     const double ft = forward_tolerance(s.dtype);
     EXPECT_LE(rms_rel(scan.context.values(), ref.context.values()), ft) << "context, chunk_scan_mma";
     EXPECT_LE(rms_rel(scan.rho_out.values(), ref.rho_out.values()), ft) << "rho, chunk_scan_mma";
     EXPECT_LE(rms_rel(two.context.values(), ref.context.values()), ft) << "context, the two kernels";
-    // the default (version 3 where wgmma runs: its fetch's addresses stepped), version 2 (indexed),
-    // and version 3 with its update waited for at the next step (round 36's candidate; version 2
-    // ignores the switch)
-    for (const Problem* x : {&scan, &v2, &deferred}) {
-      const char* what = x == &scan ? "chunk_scan_mma (default)"
-                         : x == &v2 ? "chunk_scan_mma version 2"
-                                    : "chunk_scan_mma, deferred update";
+    // the default (version 3 where wgmma runs: its fetch's addresses stepped) and version 2 (indexed)
+    for (const Problem* x : {&scan, &v2}) {
+      const char* what = x == &scan ? "chunk_scan_mma (default)" : "chunk_scan_mma version 2";
       EXPECT_TRUE(same_bytes(x->context, two.context)) << "context, " << what << " vs the two kernels";
       EXPECT_TRUE(same_bytes(x->rho_out, two.rho_out)) << "rho, " << what << " vs the two kernels";
       EXPECT_TRUE(same_bytes(x->rho_norm_out, two.rho_norm_out)) << "rho_norm, " << what << " vs the two kernels";

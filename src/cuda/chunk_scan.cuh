@@ -83,13 +83,9 @@ inline bool scan_fit_32bit(const Dims& d) {
 // Cn read the chunk's last row with 0 bytes, as the indexed loop's clamp. Lp = 192 (24 pieces a row:
 // rows do not repeat per thread) keeps the indexed Xq / Kq loop. Version 2 keeps the indexed loops:
 // stepped, it spilled 8 bytes at Lp = 256.
-// kParts: which copies (kScanFetchXP: Xq and P; kScanFetchKV: Kq and v; both by default), so that
-// version 3 can refill a stage's Xq and P while the previous step's update still reads its Kq and v.
-constexpr int kScanFetchXP = 1, kScanFetchKV = 2, kScanFetchAll = 3;
-template <typename Lay, int kLp, int ET, bool kStepped = false, int kParts = kScanFetchAll>
+template <typename Lay, int kLp, int ET, bool kStepped = false>
 __device__ __forceinline__ void scan_fetch_chunk(uint32_t st, const Dims& d, const bf16* Xq, const bf16* Kq,
                                                  const bf16* vb, const float* P, int fbh, int fet, int c, int CnLast) {
-  constexpr bool kXP = (kParts & kScanFetchXP) != 0, kKV = (kParts & kScanFetchKV) != 0;
   constexpr int NT = kScanThreads, PPR = kLp / 8, PS = Lay::PS;  // PPR: pieces a row
   int tid = static_cast<int>(threadIdx.x);
   if constexpr (kStepped) {
@@ -109,10 +105,10 @@ __device__ __forceinline__ void scan_fetch_chunk(uint32_t st, const Dims& d, con
     const bf16 *xr = Xq + o0, *kr = Kq + o0;
     uint32_t dst = st + Lay::x_off(i0, pc);
 #pragma unroll 1
-    for (int k = 0, i = i0; k < 64 / R; ++k, i += R, xr += R * Lp, kr += R * Lp, dst += R * Lay::kXRowB) {
+    for (int i = i0; i < 64; i += R, xr += R * Lp, kr += R * Lp, dst += R * Lay::kXRowB) {
       const bool in = i < Cn;
-      if constexpr (kXP) cp_async16_u32(dst, in ? xr : Xq + ol, in ? 16u : 0u);
-      if constexpr (kKV) cp_async16_u32(dst + Lay::kK, in ? kr : Kq + ol, in ? 16u : 0u);
+      cp_async16_u32(dst, in ? xr : Xq + ol, in ? 16u : 0u);
+      cp_async16_u32(dst + Lay::kK, in ? kr : Kq + ol, in ? 16u : 0u);
     }
   } else {
 #pragma unroll 1  // (unrolled, the pieces' addresses were hoisted and held across the step: registers)
@@ -120,53 +116,47 @@ __device__ __forceinline__ void scan_fetch_chunk(uint32_t st, const Dims& d, con
       const int idx = tid + NT * r, i = idx / PPR, p = 8 * (idx - i * PPR);
       const int64_t o = static_cast<int64_t>(tr + min(i, Cn - 1)) * Lp + p;
       const uint32_t bytes = i < Cn ? 16u : 0u, dst = st + Lay::x_off(i, p / 8);
-      if constexpr (kXP) cp_async16_u32(dst, Xq + o, bytes);
-      if constexpr (kKV) cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
+      cp_async16_u32(dst, Xq + o, bytes);
+      cp_async16_u32(dst + Lay::kK, Kq + o, bytes);
     }
   }
-  if constexpr (kKV) {
-    const int e0 = fet * ET;
-    // v's first token row: pair fbh's packed row (its batch row's with Hv = 1, d.v_rows; never past
-    // tr, so within scan_fit_32bit's bounds)
-    const int vtr = tr + d.v_row_delta32(fbh) * static_cast<int>(d.T);
-    if constexpr (kStepped) {  // v: 16 rows a round (ET / 8 = 16 pieces a row), the thread's chunk pc
-      constexpr int PV = ET / 8, R = NT / PV;
-      static_assert(NT % PV == 0 && R % 8 == 0, "v's rows step by constants");
-      const int i0 = tid / PV, pc = tid % PV;
-      const bool col = e0 + 8 * pc < d.Ep;
-      const bf16* vr = vb + (static_cast<int64_t>(vtr + i0) * d.Ep + (col ? e0 + 8 * pc : 0));
-      const bf16* vl = vb + static_cast<int64_t>(vtr + Cn - 1) * d.Ep;
-      uint32_t dst = st + Lay::kV + Lay::v_off(i0, pc);
+  const int e0 = fet * ET;
+  // v's first token row: pair fbh's packed row (its batch row's with Hv = 1, d.v_rows; never past
+  // tr, so within scan_fit_32bit's bounds)
+  const int vtr = tr + d.v_row_delta32(fbh) * static_cast<int>(d.T);
+  if constexpr (kStepped) {  // v: 16 rows a round (ET / 8 = 16 pieces a row), the thread's chunk pc
+    constexpr int PV = ET / 8, R = NT / PV;
+    static_assert(NT % PV == 0 && R % 8 == 0, "v's rows step by constants");
+    const int i0 = tid / PV, pc = tid % PV;
+    const bool col = e0 + 8 * pc < d.Ep;
+    const bf16* vr = vb + (static_cast<int64_t>(vtr + i0) * d.Ep + (col ? e0 + 8 * pc : 0));
+    const bf16* vl = vb + static_cast<int64_t>(vtr + Cn - 1) * d.Ep;
+    uint32_t dst = st + Lay::kV + Lay::v_off(i0, pc);
 #pragma unroll 1
-      for (int k = 0, i = i0; k < 64 / R; ++k, i += R, vr += R * d.Ep, dst += R * Lay::kVRowB)
-        cp_async16_u32(dst, i < Cn ? vr : vl, i < Cn && col ? 16u : 0u);
-    } else {
+    for (int i = i0; i < 64; i += R, vr += R * d.Ep, dst += R * Lay::kVRowB)
+      cp_async16_u32(dst, i < Cn ? vr : vl, i < Cn && col ? 16u : 0u);
+  } else {
 #pragma unroll 1
-      for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
-        const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
-        const bool ok = i < Cn && e0 + p < d.Ep;
-        cp_async16_u32(st + Lay::kV + Lay::v_off(i, p / 8),
-                       vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + (ok ? e0 + p : 0)), ok ? 16u : 0u);
-      }
+    for (int r = 0; r < 64 * (ET / 8) / NT; ++r) {
+      const int idx = tid + NT * r, i = idx / (ET / 8), p = 8 * (idx % (ET / 8));
+      const bool ok = i < Cn && e0 + p < d.Ep;
+      cp_async16_u32(st + Lay::kV + Lay::v_off(i, p / 8),
+                     vb + (static_cast<int64_t>(vtr + min(i, Cn - 1)) * d.Ep + (ok ? e0 + p : 0)), ok ? 16u : 0u);
     }
   }
-  if constexpr (kXP) {
-    const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;
-    if constexpr (kStepped) {  // P: 16 rows a round, the thread's 4 floats p
-      const int i0 = tid / 16, p = 4 * (tid % 16);
-      const float* pr = Pc + i0 * C + p;
-      uint32_t dst = st + Lay::kP + 4 * (i0 * PS + p);
+  const float* Pc = P + static_cast<int64_t>(fbh * nC + c) * d.nsplit * C * C;
+  if constexpr (kStepped) {  // P: 16 rows a round, the thread's 4 floats p
+    const int i0 = tid / 16, p = 4 * (tid % 16);
+    const float* pr = Pc + i0 * C + p;
+    uint32_t dst = st + Lay::kP + 4 * (i0 * PS + p);
 #pragma unroll 1
-      for (int k = 0, i = i0; k < 4; ++k, i += 16, pr += 16 * C, dst += 4 * 16 * PS) {
-        const bool ok = i < Cn && p < C;  // (else zeros: rows past Cn and columns past C are never selected)
-        cp_async16_u32(dst, ok ? pr : Pc, ok ? 16u : 0u);
-      }
-    } else {
+    for (int i = i0; i < 64; i += 16, pr += 16 * C, dst += 4 * 16 * PS)
+      if (i < Cn && p < C) cp_async16_u32(dst, pr);
+  } else {
 #pragma unroll 1
-      for (int r = 0; r < 64 * 16 / NT; ++r) {
-        const int idx = tid + NT * r, i = idx / 16, p = 4 * (idx % 16);
-        if (i < Cn && p < C) cp_async16_u32(st + Lay::kP + 4 * (i * PS + p), Pc + i * C + p);
-      }
+    for (int r = 0; r < 64 * 16 / NT; ++r) {
+      const int idx = tid + NT * r, i = idx / 16, p = 4 * (idx % 16);
+      if (i < Cn && p < C) cp_async16_u32(st + Lay::kP + 4 * (i * PS + p), Pc + i * C + p);
     }
   }
 }
@@ -484,16 +474,7 @@ struct Scan3Layout {
 };
 static_assert(Scan3Layout<kScanMaxLp>::bytes <= 227 * 1024, "chunk_scan_mma v3: shared memory past the H200's");
 // Arguments as chunk_scan_mma_v2_kernel's.
-// kDefer (round 36, a candidate: RHOSCAN_CUDA_SCAN_DEFER=1): a step's update (S^T += v^T Kq) is
-// waited for at the next step's context, not at the step's end, so that its products run under the
-// next step's barrier, its fetch's issue and its Pm, where round 35's source profile had the warps
-// waiting (the step is latency-bound: one block of 8 warps per SM). The stage that the update reads
-// is refilled in two parts for that: Xq and P at the step's start, Kq and v after the context loop
-// (scan_fetch_chunk's kParts). The same products in the same order: bitwise the default's (emulated,
-// deferred and eager copies). ptxas (sm_90a, nvcc 13) reports C7520 (products serialized around a
-// warpgroup.arrive it injects in a divergent path: the context's stores with the update in flight;
-// without the stores it reports C7515 instead), so the overlap may be partial: measured by the A/B.
-template <int kLp, typename OutT, bool kDefer = false>
+template <int kLp, typename OutT>
 __global__ void __launch_bounds__(kScanThreads, 1)
     chunk_scan_wgmma_kernel(Dims d, const bf16* Xq, const bf16* Kq, const bf16* vb, const float* P, const float* a32,
                             Str4 init, Str4 ctx, Str4 rho) {
@@ -521,17 +502,13 @@ __global__ void __launch_bounds__(kScanThreads, 1)
   const uint64_t desc_v = wgmma_desc_sw128(s0 + Lay::kV + wg * Lay::kTileB, kWgmmaAtom, kWgmmaAtom);
   const uint64_t desc_pm = wgmma_desc_sw128(s0 + Lay::kPm, 0, kWgmmaAtom);
   constexpr uint32_t kTileD = Lay::kTileB / 16, kAtoms2D = 2 * kWgmmaAtom / 16;  // in descriptor units
-  auto fetch = [&](auto parts, int fst, int fbh, int fet, int c) {
-    scan_fetch_chunk<Lay, kLp, ET, true, decltype(parts)::value>(s0 + fst * Lay::kStageB, d, Xq, Kq, vb, P, fbh, fet,
-                                                                 c, CnLast);
+  auto fetch = [&](int fst, int fbh, int fet, int c) {
+    scan_fetch_chunk<Lay, kLp, ET, true>(s0 + fst * Lay::kStageB, d, Xq, Kq, vb, P, fbh, fet, c, CnLast);
   };
-  using FetchAll = std::integral_constant<int, kScanFetchAll>;
-  using FetchXP = std::integral_constant<int, kScanFetchXP>;
-  using FetchKV = std::integral_constant<int, kScanFetchKV>;
   const int grid = static_cast<int>(gridDim.x), det = grid % net, dbh = grid / net;
   auto advance = [&](int& bh, int& et) { bh += dbh + carry_add(et, det, 0, net); };
   int bh = static_cast<int>(blockIdx.x) / net, et = static_cast<int>(blockIdx.x) % net;
-  if (bh < d.nbh && nC > 0) fetch(FetchAll{}, 0, bh, et, 0);
+  if (bh < d.nbh && nC > 0) fetch(0, bh, et, 0);
   cp_async_commit();
   int stage = 0, parity = 0;
   for (; bh < d.nbh; advance(bh, et), parity ^= 1) {
@@ -549,17 +526,13 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       const int Cn = last ? CnLast : C;
       cp_async_wait<0>();  // this thread's copies of chunk c
       fence_proxy_async();  // ... visible to the tensor cores
-      __syncthreads();      // everyone's (and the decay); step c - 1's context and intra products waited for
-      // the next chunk (this item's, or the next item's first) into the other stage. kDefer: its Xq
-      // and P now (step c - 1's context and Pm read the stage's), its Kq and v after this step's
-      // context loop, by which every warp has waited for step c - 1's update, which reads the stage's
-      int fbh = bh, fet = et, fc = c + 1;
-      if (last) advance(fbh, fet), fc = 0;
-      const bool next = fbh < d.nbh;
-      if constexpr (kDefer) {
-        if (next) fetch(FetchXP{}, stage ^ 1, fbh, fet, fc);
+      __syncthreads();      // everyone's (and the decay); the other stage's products (step c - 1) waited for
+      if (!last) {
+        fetch(stage ^ 1, bh, et, c + 1);
       } else {
-        if (next) fetch(FetchAll{}, stage ^ 1, fbh, fet, fc);
+        int nbh = bh, nt_ = et;
+        advance(nbh, nt_);
+        if (nbh < d.nbh) fetch(stage ^ 1, nbh, nt_, 0);
       }
       cp_async_commit();
       const uint32_t so = stage * Lay::kStageB;
@@ -573,11 +546,6 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       // af), then the block's tiles scaled by a^Cn; a group's fragments stay the tensor cores' until
       // the wait after the next group's commit
       const float* f = decay + (last ? kLp : 0) + 2 * tq;
-      if constexpr (kDefer) {  // step c - 1's update ran under this step's barrier, fetch and Pm
-        wgmma_wait<0>();
-#pragma unroll
-        for (int p = 0; p < NB; ++p) wgmma_fence_operand(acc[p]);
-      }
       float ctxT[32];  // version 2's ctxT[nt][r] at 4 nt + r (column e0 + cw + g + 8 (r / 2), token 8 nt + 2 tq + r % 2)
 #pragma unroll
       for (int i = 0; i < 32; ++i) ctxT[i] = 0.0f;
@@ -616,8 +584,8 @@ __global__ void __launch_bounds__(kScanThreads, 1)
       wgmma_commit();
       // 3. S^T += v_c^T · Kq_c: token k steps j < (Cn + 15) / 16, increasing (version 2's order per
       // element), each over the Lp / 64 tiles; issued before the context is stored, so that its
-      // products run under the stores and the next step's barrier, fetch and Pm (the state's tiles
-      // were last scaled before the context's last wgmma_fence: no other fence is due)
+      // products run under the stores (the state's tiles were last scaled before the context's last
+      // wgmma_fence: no other fence is due)
       const int nk = (Cn + 15) / 16;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -627,28 +595,15 @@ __global__ void __launch_bounds__(kScanThreads, 1)
           wgmma_m64n64k16_bf16<1, 1>(acc[p], desc_v + sd + j * kAtoms2D, desc_kq + sd + p * kTileD + j * kAtoms2D);
       }
       wgmma_commit();
-      if constexpr (kDefer) {
-        // the next chunk's Kq and v (every warp waited for step c - 1's update before its context
-        // loop, before the barrier above)
-        if (next) fetch(FetchKV{}, stage ^ 1, fbh, fet, fc);
-        cp_async_commit();
-      }
-      wgmma_wait<1>();  // the context's and the intra-chunk products (the update's may still run)
+      wgmma_wait<1>();  // the context's products (the update's may still run)
       wgmma_fence_operand(ctxT);
 #pragma unroll
       for (int k = 0; k < 4; ++k) wgmma_fence_operand(af[0][k]), wgmma_fence_operand(af[1][k]);
       scan_store_context<OutT>(d, ctx, bh, int64_t{c} * C, Cn, e0, cw, [&](int nt, int r) { return ctxT[4 * nt + r]; });
-      if constexpr (!kDefer) {
-        wgmma_wait<0>();  // the update's products: the next step refills this stage and reads the state
-#pragma unroll
-        for (int p = 0; p < NB; ++p) wgmma_fence_operand(acc[p]);
-      }
-      stage ^= 1;
-    }
-    if constexpr (kDefer) {
-      wgmma_wait<0>();  // the item's last update: the state goes out (and the next item's comes in)
+      wgmma_wait<0>();  // the update's products: the next step refills this stage and reads the state
 #pragma unroll
       for (int p = 0; p < NB; ++p) wgmma_fence_operand(acc[p]);
+      stage ^= 1;
     }
     scan_state_io<kLp, true>(d, rho, bh, ec, tq, st);
   }
@@ -685,13 +640,6 @@ bool scan_applies(const Dims& d, int64_t pairs) {
 #define RHOSCAN_SCAN_WGMMA 1
 #endif
 inline bool scan_wgmma() { return wgmma_chosen("RHOSCAN_CUDA_SCAN", RHOSCAN_SCAN_WGMMA != 0); }
-// RHOSCAN_SCAN_DEFER: 1 builds version 3 with kDefer as the default (the update waited for at the
-// next step); RHOSCAN_CUDA_SCAN_DEFER=0|1 (environment, per call) forces either. Default 0 until
-// measured (round 36's candidate).
-#ifndef RHOSCAN_SCAN_DEFER
-#define RHOSCAN_SCAN_DEFER 0
-#endif
-inline bool scan_defer() { return env_switch("RHOSCAN_CUDA_SCAN_DEFER", RHOSCAN_SCAN_DEFER != 0); }
 template <typename T>
 void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const float* a32, Str4 init, Str4 ctx,
                        Str4 rho, cudaStream_t stream) {
@@ -702,9 +650,8 @@ void launch_chunk_scan(const Dims& d, const Operands16& o, const float* P, const
       constexpr int kLp = decltype(lp)::value;
       // as many blocks as fit at once (at most one per item): each block's cp.async pipeline runs on
       // across its items
-      const bool v3 = scan_wgmma(), defer = scan_defer();
-      auto kernel = v3 ? (defer ? chunk_scan_wgmma_kernel<kLp, T, true> : chunk_scan_wgmma_kernel<kLp, T, false>)
-                       : chunk_scan_mma_v2_kernel<kLp, T>;
+      const bool v3 = scan_wgmma();
+      auto kernel = v3 ? chunk_scan_wgmma_kernel<kLp, T> : chunk_scan_mma_v2_kernel<kLp, T>;
       const int smem = v3 ? Scan3Layout<kLp>::bytes : Scan2Layout<kLp>::bytes;
       RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       int dev = 0, sms = 0, per_sm = 0;

@@ -901,9 +901,8 @@ void with_scan_lp(int64_t Lp, F f) {
   }
 }
 // kWgmma: version 3 (chunk_scan_wgmma_kernel, the products on warpgroup MMA) in place of version 2,
-// held to the same bits (its fetch's addresses stepped, version 2's indexed: the same copies);
-// kDefer: version 3 with its update waited for at the next step.
-template <bool kWgmma = false, bool kDefer = false>
+// held to the same bits (its fetch's addresses stepped, version 2's indexed: the same copies).
+template <bool kWgmma = false>
 bool scan_case(const Problem& p, bool with_init) {
   const Dims& d = p.d;
   if (d.Lp > kScanMaxLp || d.C % 4 != 0) {
@@ -940,7 +939,7 @@ bool scan_case(const Problem& p, bool with_init) {
       constexpr int kLp = decltype(lp)::value;
       if constexpr (kWgmma) {
         emu::launch(grid, kScanThreads, Scan3Layout<kLp>::bytes, [&] {
-          chunk_scan_wgmma_kernel<kLp, bf16, kDefer>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init,
+          chunk_scan_wgmma_kernel<kLp, bf16>(d, p.Xq.data(), p.Kq.data(), p.vb.data(), P.data(), p.a32.data(), init,
                                              cs, rs);
         });
       } else {
@@ -1632,8 +1631,6 @@ int main(int argc, char** argv) {
       {"chunk_scan_mma forward, no initial state", [](const Problem& p) { return scan_case(p, false); }},
       {"chunk_scan_mma v3 (wgmma) forward", [](const Problem& p) { return scan_case<true>(p, true); }, true},
       {"chunk_scan_mma v3 (wgmma) forward, no initial state", [](const Problem& p) { return scan_case<true>(p, false); }},
-      {"chunk_scan_mma v3 (wgmma) forward, deferred update", [](const Problem& p) { return scan_case<true, true>(p, true); },
-       true},
       {"chunk_readback_mma", readback_case<false>, true},
       // the quadratic forward
       {"cross_scores_mma", [](const Problem& p) { return cross_case(p, 1); }, true, true},
