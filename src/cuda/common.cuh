@@ -55,6 +55,16 @@ __device__ __forceinline__ float ipow(float a, int n) {
   return r;
 }
 
+// ipow(a, m * 2^k) bit for bit, 2^k = p2 (a power of two): ipow's first k steps only square b (the
+// exponent's low k bits are 0), so b = a^(2^k) by k squarings, then ipow(b, m): the same
+// multiplications in the same order, with k + bits(m) steps instead of k + bits(m) loop trips of
+// ipow's test-and-shift (cross_scores_wgmma's factors a^(D C): round 36's source profile, an H100,
+// had ipow's loop at ~10 % of the kernel's stall samples).
+__device__ __forceinline__ float ipow_times_pow2(float a, int p2, int m) {
+  for (int s = 1; s < p2; s <<= 1) a *= a;
+  return ipow(a, m);
+}
+
 // ipow for V lanes with one exponent: each lane the same products as ipow (bitwise), one loop.
 template <int V>
 __device__ __forceinline__ void ipow_lanes(const float (&a)[V], int n, float (&r)[V]) {

@@ -309,8 +309,13 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
     };
     const int cr = tid / LT / 2, ck = tid / LT % 2;  // this thread's combination (row slot, key slot)
     // (an unused combination, d < 0: a factor never read, exponent 0)
-    const int fexp = max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0) * C;
-    auto factor = [&](int kt) { fs[((kt - kt0) & 1) * 4 * LT + tid] = ipow(anext, fexp); };
+    // a^(D C), D = the combination's chunk distance less one: by C's squarings where C is a power of
+    // two (ipow_times_pow2: the same bits), else ipow
+    const int fdist = max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0), fexp = fdist * C;
+    const bool c_pow2 = (C & (C - 1)) == 0;
+    auto factor = [&](int kt) {
+      fs[((kt - kt0) & 1) * 4 * LT + tid] = c_pow2 ? ipow_times_pow2(anext, C, fdist) : ipow(anext, fexp);
+    };
     float acc[4][4][4] = {};  // acc[mt][nt]: rows 16 mt (+ g, + 8), columns wc + 8 nt (+ 2 tq, + 1)
     __syncthreads();          // the previous item's stages are consumed
 #pragma unroll
@@ -446,8 +451,13 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
       anext = l < d.L ? __ldg(arow + l) : 0.0f;
     };
     const int cr = tid / LT / 2, ck = tid / LT % 2;
-    const int fexp = max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0) * C;
-    auto factor = [&](int kt) { fs[((kt - kt0) & 1) * 4 * LT + tid] = ipow(anext, fexp); };
+    // a^(D C), D = the combination's chunk distance less one: by C's squarings where C is a power of
+    // two (ipow_times_pow2: the same bits), else ipow
+    const int fdist = max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0), fexp = fdist * C;
+    const bool c_pow2 = (C & (C - 1)) == 0;
+    auto factor = [&](int kt) {
+      fs[((kt - kt0) & 1) * 4 * LT + tid] = c_pow2 ? ipow_times_pow2(anext, C, fdist) : ipow(anext, fexp);
+    };
     float acc[2][32];  // acc[wk][i]: row 16 w4 + g + 8 ((i >> 1) & 1), key 8 (i >> 2) + 2 tq + (i & 1)
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[0][i] = acc[1][i] = 0.0f;
@@ -1337,6 +1347,24 @@ __global__ void __launch_bounds__(kFwThreads, 2)
   int lt = static_cast<int>(blockIdx.x / net % nlt), et = static_cast<int>(blockIdx.x % net);
   // acc[4 j + 2 hf + c]: latent l0 + lr + 8 hf, column e0 + 8 j + 2 q + c
   float acc[kN / 2];
+  // The decays of the thread's rows, an item ahead: loaded at the previous item's start, so that
+  // their latency runs under its steps (loaded at the item's start, their first use held 8-10 % of
+  // the warps' stall samples at BDH-8k: round 36's source profile, an H100).
+  auto head_of = [&](int x) {  // h of pair bh0 + x (32-bit: bh0 + nbh < 2^30)
+    const uint32_t y = static_cast<uint32_t>(d.bh0 + x), H = static_cast<uint32_t>(d.H);
+    return static_cast<int>(y - y / H * H);
+  };
+  float a_next[2] = {0.0f, 0.0f};
+  auto load_decays = [&](int xbh, int xlt) {
+    if (xbh >= d.nbh) return;
+    const int xh = head_of(xbh);
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int l = xlt * LT + lr + 8 * hf;
+      a_next[hf] = l < d.L ? __ldg(a32 + xh * d.L + l) : 0.0f;
+    }
+  };
+  load_decays(bh, lt);
   for (; bh < d.nbh; advance(bh, lt, et)) {
     const int l0 = lt * LT, e0 = et * ET;
     int b, h;  // b, h of bh in 32-bit arithmetic (bh0 + nbh < 2^30)
@@ -1345,13 +1373,15 @@ __global__ void __launch_bounds__(kFwThreads, 2)
       b = qt, h = x - qt * H;
     }
     const bool active = l0 + 64 * wg < d.Lp;  // false: the warpgroup's latents are past Lp (an odd last tile)
-    float fC[2], fLast[2];                    // a^C and a^CnLast of the thread's rows
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int l = l0 + lr + 8 * hf;
-      const float a = l < d.L ? __ldg(a32 + h * d.L + l) : 0.0f;
-      fC[hf] = ipow(a, C), fLast[hf] = ipow(a, CnLast);
+    const float a_item[2] = {a_next[0], a_next[1]};
+    {
+      int xbh = bh, xlt = lt, xet = et;  // the block's next item
+      advance(xbh, xlt, xet);
+      load_decays(xbh, xlt);
     }
+    float fC[2], fLast[2];  // a^C and a^CnLast of the thread's rows
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) fC[hf] = ipow(a_item[hf], C), fLast[hf] = ipow(a_item[hf], CnLast);
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
     for (int c = 0; c < nC; ++c) {  // step c: chunk c
