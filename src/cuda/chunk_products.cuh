@@ -1328,7 +1328,7 @@ struct NormScoreSmem : ScoreSmem {
 // norm_apply's batch rule (ipow of the segment's last exponent, then a product per token
 // downwards). y(m, e): q of token i0 + m, latent l + e, as a float. The powers are formed before
 // the barrier (the squares are dead by the walk: fewer live registers beside the scores' sums).
-template <typename T, typename Y>
+template <typename T, bool kUnrolledCarry, typename Y>
 __device__ __forceinline__ void norm_scores_tile(NormScoreSmem& S, PairWord<bf16> (&pc)[8], const float (&a)[2],
                                                  const float (&n0)[2], Y&& y, const Dims& d, int64_t bh, int64_t t0,
                                                  int l, int i0, int Cn, bf16* Xq, bf16* Kq) {
@@ -1379,10 +1379,27 @@ __device__ __forceinline__ void norm_scores_tile(NormScoreSmem& S, PairWord<bf16
     return;
   }
   float N[2] = {n0[0], n0[1]};
-  for (int v = 0; v < warp; ++v) {
-    const float2 zv = *reinterpret_cast<const float2*>(&S.red[v][2 * lane]);
-    N[0] = a8[0] * N[0] + zv.x;
-    N[1] = a8[1] * N[1] + zv.y;
+  // the earlier segments, v ascending (the same operations in the same order either way).
+  // kUnrolledCarry (the staged fetch's instantiations): unrolled with each step under v < warp
+  // (warp-uniform), so that the loads issue together, where a loop of the warp's trip count waits for
+  // each in turn (warp 7's seven load latencies, which the products' barrier waits for: 7 % of the
+  // stall samples there in round 36's source profile at BDH-8k, an H100). (The register fetch's
+  // instantiations keep the loop: unrolled, they spilled 12 bytes.)
+  if constexpr (kUnrolledCarry) {
+#pragma unroll
+    for (int v = 0; v < 7; ++v) {
+      if (v < warp) {
+        const float2 zv = *reinterpret_cast<const float2*>(&S.red[v][2 * lane]);
+        N[0] = a8[0] * N[0] + zv.x;
+        N[1] = a8[1] * N[1] + zv.y;
+      }
+    }
+  } else {
+    for (int v = 0; v < warp; ++v) {
+      const float2 zv = *reinterpret_cast<const float2*>(&S.red[v][2 * lane]);
+      N[0] = a8[0] * N[0] + zv.x;
+      N[1] = a8[1] * N[1] + zv.y;
+    }
   }
   const float4 s_lo = *reinterpret_cast<const float4*>(&S.s[i0]), s_hi = *reinterpret_cast<const float4*>(&S.s[i0 + 4]);
   const float sv[8] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w, s_hi.x, s_hi.y, s_hi.z, s_hi.w};
@@ -1553,7 +1570,7 @@ __device__ __forceinline__ void chunk_scores_mma_body(Dims d, Str4 q, const floa
         return e ? y1 : y0;
       };
       if constexpr (kFused)
-        norm_scores_tile<T>(S, pc, a, n0, y, d, bh, t0, static_cast<int>(l0 + 2 * lane), i0, Cn, Xq, Kq);
+        norm_scores_tile<T, kStaged>(S, pc, a, n0, y, d, bh, t0, static_cast<int>(l0 + 2 * lane), i0, Cn, Xq, Kq);
       if (!kStaged && kScoresEarlyFetch && l0 + LT < l_end) fetch(l0 + LT, 0);  // in flight during this tile's work
       float a8[2];
 #pragma unroll

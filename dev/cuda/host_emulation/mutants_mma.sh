@@ -36,6 +36,7 @@ mutants=(
   "scores: diagonal quadrant rows of the upper half|src/cuda/chunk_products.cuh|i = 16 * sb + 8 + g,|i = 16 * sb + g,|deferred|caught"
   "scores: diagonal quadrant A rows 8-15 from the next block|src/cuda/chunk_products.cuh|ldsm_x4(af, A + (lane \\& 7) * kScS + k0 + 16 * kk|ldsm_x4(af, A + (lane \\& 15) * kScS + k0 + 16 * kk|deferred|caught"
   "scores: triangle sums to the wrong lanes|src/cuda/chunk_products.cuh|halving_step<2>(v, lane), halving_step<1>(v, lane);|halving_step<1>(v, lane), halving_step<2>(v, lane);|deferred|caught"
+  "norm scores: the unrolled carry one segment short (kUnrolledCarry)|src/cuda/chunk_products.cuh|    for (int v = 0; v < 7; ++v) {\n      if (v < warp) {\n        const float2 zv = *reinterpret_cast<const float2*>(\&S.red[v][2 * lane]);|    for (int v = 0; v < 7; ++v) {\n      if (v + 1 < warp) {\n        const float2 zv = *reinterpret_cast<const float2*>(\&S.red[v][2 * lane]);|deferred|caught||norm_scores"
   "norm scores: N carried over a segment by a^4, not a^8|src/cuda/chunk_products.cuh|    a8[e] = sq[e][3];|    a8[e] = sq[e][2];|deferred|caught||norm_scores"
   "norm scores: Kq's a^ex0 without its low three bits (their branch never taken)|src/cuda/chunk_products.cuh|  if (ex0 \& 7) {|  if (ex0 \& 0) {|deferred|caught||norm_scores"
   "norm scores: N at the segment's start from its own z too|src/cuda/chunk_products.cuh|for (int v = 0; v < warp; ++v) {|for (int v = 0; v <= warp; ++v) {|deferred|caught||norm_scores"
