@@ -427,6 +427,28 @@ TEST_F(Cuda, ReadbackKernelsMmaAndWgmmaAgree) {
   }
 }
 
+// quad_dv_mma summing the heads into grad_v itself (kHeadSum, RHOSCAN_CUDA_DV_HEAD_SUM=1: bfloat16,
+// Hv = 1, the whole backward in one batch) against the per-pair kernel and dv_accumulate (=0): every
+// gradient bitwise (the same products, and the pairs' dv added in the same order from 0.0f and
+// rounded once), and within the reference's tolerance. (Where the head sum does not apply, float16
+// or Hv = H, both runs take the per-pair kernel: the comparison holds trivially.)
+TEST_F(Cuda, DvHeadSumMatchesThePerPairKernel) {
+  ScopedEnv path("RHOSCAN_CUDA_BACKWARD_PATH", "quadratic");
+  for (const QuadraticCase& c : quadratic_backward_cases()) {
+    SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
+    Problem ref = Problem(c.s).reference_solution();
+    Problem per_pair(c.s), head_sum(c.s);
+    for (auto [p, on] : {std::pair{&per_pair, "0"}, std::pair{&head_sum, "1"}}) {
+      ScopedEnv env("RHOSCAN_CUDA_DV_HEAD_SUM", on);
+      MirroredProblem m(*p, Device::cuda);
+      backward(m.backward_args(), cuda(c.chunk));
+      m.copy_outputs_to_host();
+    }
+    expect_gradients_near(head_sum, ref, c.s.dtype, "quad_dv_mma with the head sum");
+    expect_same_gradients(per_pair, head_sum);
+  }
+}
+
 // The quadratic paths' two cross-score kernels (quadratic.cuh): cross_scores_wgmma (warpgroup MMA
 // with the factor a^(d C) on Xq in registers, sm_90a, the default where it runs) and
 // cross_scores_mma (the factor on the keys), forced by RHOSCAN_CUDA_CROSS_SCORES. They round

@@ -2072,13 +2072,20 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     const bool fork = (quadratic ? kTC : true) && side_streams_on();
     cudaStream_t s1 = fork ? side_stream(1) : stream;
     const SideStreamsJoin join{stream, fork ? s1 : nullptr, nullptr};
+    // quad_dv_mma summing the heads into grad_v itself (no dvp, no dv_accumulate): after the checks
+    // (bfloat16 only: float16's split values need a second pass, and the kernel spilled 160 bytes)
+    const bool dv_head_sum = kTC && !kSplitValues<T> && quadratic && quad_dv_head_sum_applies(d, p.B, p.Hv, one_batch);
     if (quadratic) {
       if constexpr (kTC) {
         if (!saved_scores) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
         if (fork) stream_wait(s1, stream);
-        launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream, s1);
+        launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream, s1,
+                                                   dv_head_sum);
       }
       gate.settle();
+      if constexpr (kTC && !kSplitValues<T>) {
+        if (dv_head_sum) launch_quad_dv_head_sum<false, T>(d, Pcross, P, o, dv, s1);
+      }
       // dR_0 = A_0: the reverse recurrence's final state, no chunk states stored (GR is zero here)
       if (dr0.p != nullptr)
         launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, static_cast<BState*>(nullptr), dr0, stream);
@@ -2138,8 +2145,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
       dq_final(std::integral_constant<int, 2>{});
     else
       dq_final(std::integral_constant<int, 1>{});
-    if (fork && quadratic) stream_wait(stream, s1);  // dvp
-    {
+    if (fork && quadratic) stream_wait(stream, s1);  // dvp (or grad_v)
+    if (!dv_head_sum) {
       const int64_t rows = ((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT;
       if (E % 4 == 0 && one_batch)
         launch_kernel("dv_accumulate_kernel", dv_accumulate_kernel<4, T, true>, grid_for(rows * (E / 4), 256), 256, 0,

@@ -835,10 +835,16 @@ template <bool kLo>
 constexpr int quad_dv_smem() {
   return 2 * quad_dv_stage<kLo>() * static_cast<int>(sizeof(bf16));
 }
-template <bool kLo = false, bool kSwizzle = kQdSwizzle>
+// kHeadSum (Hv = 1, the whole backward in one batch from pair 0: launch_quad_dv_head_sum): an item
+// is (batch row b, J, 128 columns) and runs the H pairs of b in turn, each into fresh accumulators
+// added in increasing h to a sum that starts from 0.0f, which goes to grad_v (gv, OutT) as
+// dv_accumulate_kernel's kStore adds and stores the pairs' dvp: the same bits without dvp's write
+// and read and dv_accumulate's launch (round 36: 22 µs of Nsight time a backward at BDH-base, an
+// H100, on the main stream after the join).
+template <bool kLo = false, bool kSwizzle = kQdSwizzle, typename OutT = float, bool kHeadSum = false>
 __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, const bf16* Pcross, const float* P,
                                                                     const bf16* gb, float* dvp,
-                                                                    const bf16* glo = nullptr) {
+                                                                    const bf16* glo = nullptr, Str4 gv = Str4{}) {
   grid_dependency_wait();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   constexpr int PS = kQdPS<kSwizzle>, GS = kQdGS<kSwizzle>;
@@ -851,12 +857,16 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
   const uint32_t a_p = s0 + warp_mma_lane_a_tile<kSwizzle, true>(lane, wm, PS);
   const uint32_t b_g = s0 + kG + warp_mma_lane_b_tile<kSwizzle, false>(lane, wn, GS);
   const int C = static_cast<int>(d.C);
-  const int64_t net = d.Ep / kMmaET, per_col = d.nbh * net;
+  const int64_t groups = kHeadSum ? d.nbh / d.H : d.nbh;  // (kHeadSum: batch rows, else pairs)
+  const int64_t net = d.Ep / kMmaET, per_col = groups * net;
   // Items in increasing column block J (nC - J steps each): the blocks dispatched first take the
   // longest, as quadratic_output_mma's (until round 25 in (bh, J, columns) order).
   for (int64_t item = blockIdx.x; item < d.nC * per_col; item += gridDim.x) {
-    const int64_t rest = item % per_col, bh = rest / net, J = item / per_col, e0 = (rest % net) * kMmaET;
+    const int64_t rest = item % per_col, grp = rest / net, J = item / per_col, e0 = (rest % net) * kMmaET;
     const int CnJ = static_cast<int>(d.chunk_len(J));
+    float total[2][4][4] = {};  // (kHeadSum: the pairs' sum)
+    for (int64_t hh = 0; hh < (kHeadSum ? d.H : 1); ++hh) {
+    const int64_t bh = kHeadSum ? grp * d.H + hh : grp;
     const int64_t nsteps = d.nC - J;
     // G_I's rows of step s by cp.async into stage st
     auto fetch_g = [&](int64_t s, int st) {
@@ -957,6 +967,15 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
     }
     // (pairs of columns as 8-byte stores where E is even: in round 31's profile at BDH-base the
     // scalar stores and their address arithmetic were a fifth of the kernel's samples)
+    if constexpr (kHeadSum) {
+#pragma unroll
+      for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) total[a][b][r] += acc[a][b][r];
+      continue;
+    }
     for_each_acc_pair(acc, wm, wn, [&](int j, int ec, float x0, float x1) {
       const int64_t e = e0 + ec;
       if (j >= CnJ || e >= d.E) return;
@@ -968,6 +987,16 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
         if (e + 1 < d.E) o[1] = x1;
       }
     });
+    }  // (the pairs of the item)
+    if constexpr (kHeadSum) {  // grad_v[b][0][t][e] (b = grp: the batch starts at pair 0)
+      for_each_acc_pair(total, wm, wn, [&](int j, int ec, float x0, float x1) {
+        const int64_t e = e0 + ec;
+        if (j >= CnJ || e >= d.E) return;
+        const int64_t go = gv.at(grp, 0, J * d.C + j, e);
+        store<OutT>(const_cast<void*>(gv.p), go, x0);
+        if (e + 1 < d.E) store<OutT>(const_cast<void*>(gv.p), go + gv.s[3], x1);
+      });
+    }
   }
 }
 // ---- end of the quadratic backward's kernels
@@ -1022,10 +1051,11 @@ void launch_diagonal_values(const Dims& d, const Operands16& o, float* M, cudaSt
 // M: bwd_local's per-chunk M = G v^T ([bh][nC][nsplit][C][C], split 0), written here by
 // cross_values_mma's diagonal items. quad_dv_mma runs on dv_stream (the caller's stream, or a
 // side stream that waited for it: side_streams.h), the others on stream.
+// dv_head_sum: quad_dv_mma is not launched here (launch_quad_dv_head_sum writes grad_v instead).
 template <bool kLo>
 void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
                                const bf16* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
-                               float* dvp, cudaStream_t stream, cudaStream_t dv_stream) {
+                               float* dvp, cudaStream_t stream, cudaStream_t dv_stream, bool dv_head_sum = false) {
   if (d.nbh == 0 || d.nC == 0) return;
   {
     auto cv = cross_values_mma_kernel<kLo>;
@@ -1058,11 +1088,44 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
   else
     readback("quad_readback_mma_kernel", quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>,
              quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>(), false);
+  if (dv_head_sum) return;
   auto qd = quad_dv_mma_kernel<kLo>;
   constexpr int qd_smem = quad_dv_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));
   launch_kernel("quad_dv_mma_kernel", qd, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kQdThreads, qd_smem, dv_stream, d,
-                Pcross, P, o.gb, dvp, o.glo);
+                Pcross, P, o.gb, dvp, o.glo, Str4{});
+}
+
+// RHOSCAN_DV_HEAD_SUM: 1 lets quad_dv_mma sum the heads into grad_v itself (kHeadSum) where
+// quad_dv_head_sum_applies; RHOSCAN_CUDA_DV_HEAD_SUM=0|1 (environment, per call) forces either (1:
+// wherever it can run, whatever the item count: for the tests). Default 0 until measured (round
+// 36's candidate).
+#ifndef RHOSCAN_DV_HEAD_SUM
+#define RHOSCAN_DV_HEAD_SUM 0
+#endif
+// Where kHeadSum runs: Hv = 1 with the whole backward in one batch (pairs 0 .. B H - 1), and by
+// default at least two items (batch row, chunk, 128 columns) per SM, since it has H times fewer items
+// than the per-pair kernel (BDH-base: 384; BDH-8k: 128, which would leave half an H100 idle).
+inline bool quad_dv_head_sum_applies(const Dims& d, int64_t B, int64_t Hv, bool one_batch) {
+  if (Hv != 1 || !one_batch || d.bh0 != 0 || d.nbh != B * d.H || d.nC == 0 || d.Ep % kMmaET != 0) return false;
+  if (const char* v = std::getenv("RHOSCAN_CUDA_DV_HEAD_SUM"); v != nullptr && std::strcmp(v, "1") == 0) return true;
+  if (!env_switch("RHOSCAN_CUDA_DV_HEAD_SUM", RHOSCAN_DV_HEAD_SUM != 0)) return false;
+  int dev = 0, sms = 0;
+  RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
+  RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return B * d.nC * (d.Ep / kMmaET) >= 2 * int64_t{sms};
+}
+// quad_dv_mma with kHeadSum: grad_v (gv, OutT) of every batch row, after the value checks are
+// settled (it writes an output).
+template <bool kLo, typename OutT>
+void launch_quad_dv_head_sum(const Dims& d, const bf16* Pcross, const float* P, const Operands16& o, Str4 gv,
+                             cudaStream_t stream) {
+  if (d.nbh == 0 || d.nC == 0) return;
+  auto qd = quad_dv_mma_kernel<kLo, kQdSwizzle, OutT, true>;
+  constexpr int qd_smem = quad_dv_smem<kLo>();
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));
+  launch_kernel("quad_dv_mma_kernel (head sum)", qd, grid_for(d.nbh / d.H * d.nC * (d.Ep / kMmaET)), kQdThreads,
+                qd_smem, stream, d, Pcross, P, o.gb, static_cast<float*>(nullptr), o.glo, gv);
 }
 
 }  // namespace rhoscan::cuda_detail

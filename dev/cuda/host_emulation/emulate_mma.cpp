@@ -1376,7 +1376,35 @@ bool quad_dv_case(const Problem& p) {
                    val(p.gb, p.glo, kLo, (bh * d.T + I * C + i) * d.Ep + e);
           ref[(bh * d.T + J * C + j) * E + e] = x;
         }
-  return check("dv", doubles(dv), ref, 1e-2) && same;
+  // kHeadSum (bf16, whole batch rows from pair 0): grad_v of each batch row, bit for bit the pairs' dv
+  // added in increasing h from 0.0f and rounded to bf16 (dv_accumulate_kernel's kStore), on 3 blocks
+  bool head_sum = true;
+  if constexpr (!kLo) {
+    if (d.bh0 == 0 && d.nbh % d.H == 0 && d.Ep % kMmaET == 0) {
+      const int64_t B = d.nbh / d.H;
+      auto gv = nans<bf16>(B * d.T * E);
+      Str4 gs;
+      gs.p = gv.data(), gs.s[0] = d.T * E, gs.s[1] = d.T * E, gs.s[2] = E, gs.s[3] = 1;
+      emu::launch(3, kQdThreads, quad_dv_smem<kLo>(), [&] {
+        quad_dv_mma_kernel<false, kQdSwizzle, bf16, true>(d, Pc.data(), P.data(), p.gb.data(), nullptr, nullptr, gs);
+      });
+      for (int64_t b = 0; b < B && head_sum; ++b)
+        for (int64_t t = 0; t < d.T && head_sum; ++t)
+          for (int64_t e = 0; e < E; ++e) {
+            float x = 0.0f;
+            for (int64_t h = 0; h < d.H; ++h) x += dv[((b * d.H + h) * d.T + t) * E + e];
+            const bf16 want = __float2bfloat16_rn(x), got = gv[(b * d.T + t) * E + e];
+            if (std::memcmp(&want, &got, sizeof want) != 0) {
+              std::printf("  FAIL head sum: grad_v[%lld][%lld][%lld] differs from the pairs' sum\n", (long long)b,
+                          (long long)t, (long long)e);
+              head_sum = false;
+              break;
+            }
+          }
+      std::printf("    head sum (grad_v of %lld batch rows): %s\n", (long long)B, head_sum ? "bitwise" : "DIFFERENT");
+    }
+  }
+  return check("dv", doubles(dv), ref, 1e-2) && same && head_sum;
 }
 
 // ---- bwd_local version 5 (the products between 16-row sub-blocks on tensor cores, bf16 hi + lo
