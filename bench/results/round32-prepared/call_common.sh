@@ -68,6 +68,7 @@ ab() {
 }
 #   ncu_durations VAR "VALUES" REGEX CASE LATE   Nsight Compute's durations, DRAM bytes and warp
 #                    instructions of the kernels matching REGEX in CASE's bench, per value of VAR
+#                    (NCU_BENCH_ARGS: more bench arguments, e.g. --backward)
 ncu_durations() {
   local var=$1 values=$2 regex=$3 case_name=$4 after=$5 v
   local m=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum
@@ -75,7 +76,7 @@ ncu_durations() {
   for v in $values; do
     late $after && { echo "(skipped: late) ncu $var=$v" >> $S; continue; }
     env $var=$v timeout 40 ncu --clock-control none -k regex:$regex --metrics $m --csv $R bench \
-      --device cuda --cases $case_name --repeats 1 > $L/ncu-$regex-$v.csv 2>&1
+      --device cuda --cases $case_name --repeats 1 ${NCU_BENCH_ARGS:-} > $L/ncu-$regex-$v.csv 2>&1
     echo "-- $var=$v, $case_name" >> $S; python3 dev/cuda/ncu_summary.py $L/ncu-$regex-$v.csv >> $S 2>&1
   done
   pack

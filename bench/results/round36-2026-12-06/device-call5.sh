@@ -10,6 +10,6 @@ TEST_CUDA_S=150 TEST_BACKENDS_S=90 build_and_test
 R=/tmp/b/tools/rhoscan
 sanitize DvHeadSumMatchesThePerPairKernel 200 60 memcheck
 ab RHOSCAN_CUDA_DV_HEAD_SUM "0 1" 3 300 --cases BDH-base,BDH-8k --backward
-ncu_durations RHOSCAN_CUDA_DV_HEAD_SUM "0 1" "quad_dv|dv_accumulate" BDH-base 360
+NCU_BENCH_ARGS=--backward ncu_durations RHOSCAN_CUDA_DV_HEAD_SUM "0 1" "quad_dv|dv_accumulate" BDH-base 360
 stage end
 pack
