@@ -1096,12 +1096,14 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
                 Pcross, P, o.gb, dvp, o.glo, Str4{});
 }
 
-// RHOSCAN_DV_HEAD_SUM: 1 lets quad_dv_mma sum the heads into grad_v itself (kHeadSum) where
-// quad_dv_head_sum_applies; RHOSCAN_CUDA_DV_HEAD_SUM=0|1 (environment, per call) forces either (1:
-// wherever it can run, whatever the item count: for the tests). Default 0 until measured (round
-// 36's candidate).
+// RHOSCAN_DV_HEAD_SUM: 1 (the default since round 36's A/B on an H100: at BDH-base quad_dv_mma
+// 0.144 -> 0.109 ms over two backwards and dv_accumulate's 0.045 ms gone; forward+backward 0.64-0.69
+// against 0.69-0.71 ms in three alternating rounds; forced at BDH-8k, 128 items, 3.95-4.02 against
+// 3.93-3.94 ms, hence the item count below) lets quad_dv_mma sum the heads into grad_v itself
+// (kHeadSum) where quad_dv_head_sum_applies; RHOSCAN_CUDA_DV_HEAD_SUM=0|1 (environment, per call)
+// forces either (1: wherever it can run, whatever the item count: for the tests).
 #ifndef RHOSCAN_DV_HEAD_SUM
-#define RHOSCAN_DV_HEAD_SUM 0
+#define RHOSCAN_DV_HEAD_SUM 1
 #endif
 // Where kHeadSum runs: Hv = 1 with the whole backward in one batch (pairs 0 .. B H - 1), and by
 // default at least two items (batch row, chunk, 128 columns) per SM, since it has H times fewer items
