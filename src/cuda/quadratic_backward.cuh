@@ -866,127 +866,128 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
     const int CnJ = static_cast<int>(d.chunk_len(J));
     float total[2][4][4] = {};  // (kHeadSum: the pairs' sum)
     for (int64_t hh = 0; hh < (kHeadSum ? d.H : 1); ++hh) {
-    const int64_t bh = kHeadSum ? grp * d.H + hh : grp;
-    const int64_t nsteps = d.nC - J;
-    // G_I's rows of step s by cp.async into stage st
-    auto fetch_g = [&](int64_t s, int st) {
-      const int64_t I = J + s;
-      const int CnI = static_cast<int>(d.chunk_len(I));
-      const uint32_t gt = s0 + kG + st * kStageB;
-      const bf16* gI = gb + (bh * d.T + I * d.C) * d.Ep + e0;
-      for (int idx = threadIdx.x; idx < 64 * (kMmaET / 8); idx += blockDim.x) {
-        const int r = idx / (kMmaET / 8), p = 8 * (idx % (kMmaET / 8));
-        const uint32_t dst = gt + tile_offset<kSwizzle>(r, p / 8, GS), bytes = r < CnI ? 16u : 0u;
-        cp_async16_u32(dst, gI + min(r, CnI - 1) * d.Ep + p, bytes);
-        if constexpr (kLo) cp_async16_u32(dst + (kGlo - kG), glo + (gI - gb) + min(r, CnI - 1) * d.Ep + p, bytes);
+      const int64_t bh = kHeadSum ? grp * d.H + hh : grp;
+      const int64_t nsteps = d.nC - J;
+      // G_I's rows of step s by cp.async into stage st
+      auto fetch_g = [&](int64_t s, int st) {
+        const int64_t I = J + s;
+        const int CnI = static_cast<int>(d.chunk_len(I));
+        const uint32_t gt = s0 + kG + st * kStageB;
+        const bf16* gI = gb + (bh * d.T + I * d.C) * d.Ep + e0;
+        for (int idx = threadIdx.x; idx < 64 * (kMmaET / 8); idx += blockDim.x) {
+          const int r = idx / (kMmaET / 8), p = 8 * (idx % (kMmaET / 8));
+          const uint32_t dst = gt + tile_offset<kSwizzle>(r, p / 8, GS), bytes = r < CnI ? 16u : 0u;
+          cp_async16_u32(dst, gI + min(r, CnI - 1) * d.Ep + p, bytes);
+          if constexpr (kLo) cp_async16_u32(dst + (kGlo - kG), glo + (gI - gb) + min(r, CnI - 1) * d.Ep + p, bytes);
+        }
+        cp_async_commit();
+      };
+      // P's tiles, rounded to bf16 in stage st's [i][j] tile (A = P^T by a transposing ldmatrix):
+      // - step 0, the chunk's own scores (chunk_scores' float32 P, split 0), at the item's start:
+      //   four pieces of 4 columns a thread (row idx / 16, columns 4 (idx % 16)), loaded and stored in
+      //   one go; only j < i kept (a select, not a multiply: the upper triangle's values never enter);
+      // - steps s >= 1, Pcross's block (J + s, J), already bf16 (cross_scores rounds it as this
+      //   rounding did until round 31): two pieces of 8 columns a thread (row idx / 8, columns
+      //   8 (idx % 8)) loaded two steps before they are stored, into pc[s % 2], so that the loads
+      //   are in flight during two steps' products. (Round 29 loaded float32 pieces one step ahead:
+      //   their latency had been half of the stall samples at BDH-base; in round 31's profile the
+      //   conversions that waited on them were still a sixth.) The same bf16 values either way.
+      // load_block_row4 / load_block_row8 leave zeros past Cn_I and C.
+      static_assert(kQdThreads == 256, "P's 64 × 64 tile: four float32 pieces of 4, or two bf16 pieces of 8, a thread");
+      auto store_diag = [&](int st) {
+        const float* Pd = P + (bh * d.nC + J) * d.nsplit * C * C;
+        float x[4][4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
+          load_block_row4(Pd, i, j, C, CnJ, x[r]);
+        }
+        unsigned char* pt = smem_raw + st * kStageB;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
+          float y[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) y[k] = j + k < i ? x[r][k] : 0.0f;
+          const __nv_bfloat162 h01 = __floats2bfloat162_rn(y[0], y[1]), h23 = __floats2bfloat162_rn(y[2], y[3]);
+          uint2 w;
+          memcpy(&w.x, &h01, sizeof h01);
+          memcpy(&w.y, &h23, sizeof h23);
+          *reinterpret_cast<uint2*>(pt + tile_offset<kSwizzle>(i, j / 8, PS) + 2 * (j % 8)) = w;  // (8-byte aligned)
+        }
+      };
+      uint4 pc[2][2];  // Pcross's pieces of steps s (pc[s % 2]): compile-time indices (the loop's two parities)
+      auto load_pc = [&](int64_t s, uint4 (&w)[2]) {
+        const int64_t I = J + s;
+        const int CnI = static_cast<int>(d.chunk_len(I));
+        const bf16* Pc = Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int idx = threadIdx.x + kQdThreads * r, i = idx / 8, j = 8 * (idx % 8);
+          w[r] = load_block_row8(Pc, i, j, C, CnI);
+        }
+      };
+      auto store_pc = [&](const uint4 (&w)[2], int st) {  // (16-byte chunks of the tile's rows)
+        unsigned char* pt = smem_raw + st * kStageB;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int idx = threadIdx.x + kQdThreads * r, i = idx / 8, j = 8 * (idx % 8);
+          *reinterpret_cast<uint4*>(pt + tile_offset<kSwizzle>(i, j / 8, PS)) = w[r];
+        }
+      };
+      float acc[2][4][4] = {};
+      __syncthreads();  // the previous item's tiles are consumed
+      fetch_g(0, 0);
+      if (nsteps > 1) load_pc(1, pc[1]);
+      if (nsteps > 2) load_pc(2, pc[0]);
+      store_diag(0);
+      // step s (parity kPar = s % 2, so that pc's indices are compile-time): stage st = s % 2 is
+      // multiplied while stage st ^ 1 takes step s + 1's G (cp.async) and P (pc[(s + 1) % 2], which
+      // then takes step s + 3's loads)
+      auto step = [&](int64_t s, auto par) {
+        constexpr int kPar = decltype(par)::value, kNext = kPar ^ 1;
+        if (s + 1 < nsteps) {
+          fetch_g(s + 1, kNext);
+          store_pc(pc[kNext], kNext);  // (stage kNext was last read by step s - 1, before its closing barrier)
+          if (s + 3 < nsteps) load_pc(s + 3, pc[kNext]);
+          cp_async_wait<1>();
+        } else {
+          cp_async_wait<0>();
+        }
+        __syncthreads();
+        // [j][e] += sum_i P[i][j] G[i][e]: A = P^T (stored [i][j]), B = G (stored [i][e])
+        const uint32_t so = kPar * kStageB;
+        warp_mma_32x32_tile<kSwizzle, true, false, PS, GS, 64>(acc, a_p + so, b_g + so);
+        if constexpr (kLo)
+          warp_mma_32x32_tile<kSwizzle, true, false, PS, GS, 64>(acc, a_p + so, b_g + (kGlo - kG) + so);
+        __syncthreads();
+      };
+      for (int64_t s = 0; s < nsteps; s += 2) {
+        step(s, std::integral_constant<int, 0>{});
+        if (s + 1 < nsteps) step(s + 1, std::integral_constant<int, 1>{});
       }
-      cp_async_commit();
-    };
-    // P's tiles, rounded to bf16 in stage st's [i][j] tile (A = P^T by a transposing ldmatrix):
-    // - step 0, the chunk's own scores (chunk_scores' float32 P, split 0), at the item's start:
-    //   four pieces of 4 columns a thread (row idx / 16, columns 4 (idx % 16)), loaded and stored in
-    //   one go; only j < i kept (a select, not a multiply: the upper triangle's values never enter);
-    // - steps s >= 1, Pcross's block (J + s, J), already bf16 (cross_scores rounds it as this
-    //   rounding did until round 31): two pieces of 8 columns a thread (row idx / 8, columns
-    //   8 (idx % 8)) loaded two steps before they are stored, into pc[s % 2], so that the loads
-    //   are in flight during two steps' products. (Round 29 loaded float32 pieces one step ahead:
-    //   their latency had been half of the stall samples at BDH-base; in round 31's profile the
-    //   conversions that waited on them were still a sixth.) The same bf16 values either way.
-    // load_block_row4 / load_block_row8 leave zeros past Cn_I and C.
-    static_assert(kQdThreads == 256, "P's 64 × 64 tile: four float32 pieces of 4, or two bf16 pieces of 8, a thread");
-    auto store_diag = [&](int st) {
-      const float* Pd = P + (bh * d.nC + J) * d.nsplit * C * C;
-      float x[4][4];
+      // (pairs of columns as 8-byte stores where E is even: in round 31's profile at BDH-base the
+      // scalar stores and their address arithmetic were a fifth of the kernel's samples)
+      if constexpr (kHeadSum) {
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
-        load_block_row4(Pd, i, j, C, CnJ, x[r]);
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+          for (int b = 0; b < 4; ++b)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) total[a][b][r] += acc[a][b][r];
+        continue;
       }
-      unsigned char* pt = smem_raw + st * kStageB;
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int idx = threadIdx.x + kQdThreads * r, i = idx / 16, j = 4 * (idx % 16);
-        float y[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) y[k] = j + k < i ? x[r][k] : 0.0f;
-        const __nv_bfloat162 h01 = __floats2bfloat162_rn(y[0], y[1]), h23 = __floats2bfloat162_rn(y[2], y[3]);
-        uint2 w;
-        memcpy(&w.x, &h01, sizeof h01);
-        memcpy(&w.y, &h23, sizeof h23);
-        *reinterpret_cast<uint2*>(pt + tile_offset<kSwizzle>(i, j / 8, PS) + 2 * (j % 8)) = w;  // (8-byte aligned)
-      }
-    };
-    uint4 pc[2][2];  // Pcross's pieces of steps s (pc[s % 2]): compile-time indices (the loop's two parities)
-    auto load_pc = [&](int64_t s, uint4 (&w)[2]) {
-      const int64_t I = J + s;
-      const int CnI = static_cast<int>(d.chunk_len(I));
-      const bf16* Pc = Pcross + ((bh * d.nC + I) * d.nC + J) * C * C;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int idx = threadIdx.x + kQdThreads * r, i = idx / 8, j = 8 * (idx % 8);
-        w[r] = load_block_row8(Pc, i, j, C, CnI);
-      }
-    };
-    auto store_pc = [&](const uint4 (&w)[2], int st) {  // (16-byte chunks of the tile's rows)
-      unsigned char* pt = smem_raw + st * kStageB;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int idx = threadIdx.x + kQdThreads * r, i = idx / 8, j = 8 * (idx % 8);
-        *reinterpret_cast<uint4*>(pt + tile_offset<kSwizzle>(i, j / 8, PS)) = w[r];
-      }
-    };
-    float acc[2][4][4] = {};
-    __syncthreads();  // the previous item's tiles are consumed
-    fetch_g(0, 0);
-    if (nsteps > 1) load_pc(1, pc[1]);
-    if (nsteps > 2) load_pc(2, pc[0]);
-    store_diag(0);
-    // step s (parity kPar = s % 2, so that pc's indices are compile-time): stage st = s % 2 is
-    // multiplied while stage st ^ 1 takes step s + 1's G (cp.async) and P (pc[(s + 1) % 2], which
-    // then takes step s + 3's loads)
-    auto step = [&](int64_t s, auto par) {
-      constexpr int kPar = decltype(par)::value, kNext = kPar ^ 1;
-      if (s + 1 < nsteps) {
-        fetch_g(s + 1, kNext);
-        store_pc(pc[kNext], kNext);  // (stage kNext was last read by step s - 1, before its closing barrier)
-        if (s + 3 < nsteps) load_pc(s + 3, pc[kNext]);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();
-      // [j][e] += sum_i P[i][j] G[i][e]: A = P^T (stored [i][j]), B = G (stored [i][e])
-      const uint32_t so = kPar * kStageB;
-      warp_mma_32x32_tile<kSwizzle, true, false, PS, GS, 64>(acc, a_p + so, b_g + so);
-      if constexpr (kLo) warp_mma_32x32_tile<kSwizzle, true, false, PS, GS, 64>(acc, a_p + so, b_g + (kGlo - kG) + so);
-      __syncthreads();
-    };
-    for (int64_t s = 0; s < nsteps; s += 2) {
-      step(s, std::integral_constant<int, 0>{});
-      if (s + 1 < nsteps) step(s + 1, std::integral_constant<int, 1>{});
-    }
-    // (pairs of columns as 8-byte stores where E is even: in round 31's profile at BDH-base the
-    // scalar stores and their address arithmetic were a fifth of the kernel's samples)
-    if constexpr (kHeadSum) {
-#pragma unroll
-      for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) total[a][b][r] += acc[a][b][r];
-      continue;
-    }
-    for_each_acc_pair(acc, wm, wn, [&](int j, int ec, float x0, float x1) {
-      const int64_t e = e0 + ec;
-      if (j >= CnJ || e >= d.E) return;
-      float* o = dvp + (bh * d.T + J * d.C + j) * d.E + e;
-      if (d.E % 2 == 0) {  // (e even, so e + 1 < E too)
-        *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
-      } else {
-        o[0] = x0;
-        if (e + 1 < d.E) o[1] = x1;
-      }
-    });
+      for_each_acc_pair(acc, wm, wn, [&](int j, int ec, float x0, float x1) {
+        const int64_t e = e0 + ec;
+        if (j >= CnJ || e >= d.E) return;
+        float* o = dvp + (bh * d.T + J * d.C + j) * d.E + e;
+        if (d.E % 2 == 0) {  // (e even, so e + 1 < E too)
+          *reinterpret_cast<float2*>(o) = make_float2(x0, x1);
+        } else {
+          o[0] = x0;
+          if (e + 1 < d.E) o[1] = x1;
+        }
+      });
     }  // (the pairs of the item)
     if constexpr (kHeadSum) {  // grad_v[b][0][t][e] (b = grp: the batch starts at pair 0)
       for_each_acc_pair(total, wm, wn, [&](int j, int ec, float x0, float x1) {
