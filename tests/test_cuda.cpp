@@ -449,41 +449,6 @@ TEST_F(Cuda, DvHeadSumMatchesThePerPairKernel) {
   }
 }
 
-// The quadratic backward's readback pipeline (backward.cu, ReadbackPipeline): quad_readback and
-// bwd_local in parts of k pairs, on one stream or with the readbacks on a second, give the one
-// launch's gradients bit for bit (every item computes the same), on every quadratic backward case
-// (float16's split keys included) and on a batch of pairs under a workspace cap (parts from a
-// batch's offset).
-TEST_F(Cuda, ReadbackPipelineIsBitwiseUnchanged) {
-  ScopedEnv path("RHOSCAN_CUDA_BACKWARD_PATH", "quadratic");
-  std::vector<std::pair<QuadraticCase, int64_t>> cases;
-  for (const QuadraticCase& c : quadratic_backward_cases()) cases.push_back({c, 0});
-  {
-    ProblemSpec s = spec(4, 2, 1, 130, 128, 64, DType::bfloat16);
-    s.initial_rho_norm = s.grad_rho_norm_out = true;
-    cases.push_back({{s, 0}, int64_t{3} << 20});  // (batches of pairs: QuadraticBackwardUnderACap...)
-  }
-  for (const auto& [c, cap] : cases) {
-    SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk) + " cap " +
-                 std::to_string(cap));
-    const char* kinds[] = {"0", "1", "1:2", "3:2", "2"};
-    std::vector<Problem> runs;
-    runs.reserve(std::size(kinds));
-    for (const char* k : kinds) {
-      ScopedEnv env("RHOSCAN_CUDA_BWD_PIPE", k);
-      runs.emplace_back(c.s);
-      MirroredProblem m(runs.back(), Device::cuda);
-      backward(m.backward_args(), cuda(c.chunk, cap));
-      m.copy_outputs_to_host();
-    }
-    expect_gradients_near(runs[1], Problem(c.s).reference_solution(), c.s.dtype, "the readback pipeline");
-    for (size_t k = 1; k < runs.size(); ++k) {
-      SCOPED_TRACE(std::string("RHOSCAN_CUDA_BWD_PIPE=") + kinds[k]);
-      expect_same_gradients(runs[0], runs[k]);
-    }
-  }
-}
-
 // The quadratic paths' two cross-score kernels (quadratic.cuh): cross_scores_wgmma (warpgroup MMA
 // with the factor a^(d C) on Xq in registers, sm_90a, the default where it runs) and
 // cross_scores_mma (the factor on the keys), forced by RHOSCAN_CUDA_CROSS_SCORES. They round

@@ -1921,31 +1921,6 @@ BackwardPath backward_path(const detail::BackwardParams& g, int64_t C, bool quad
 // runs before writes only the workspace. Until then saved_filled is the cached header's, which
 // the comparison confirms (else SavedHeaderChanged and a second validation, api.cpp): the buffer's
 // size was checked against its layout, so the reads stay inside it either way.
-// The quadratic backward's readback and bwd_local in parts of the batch's pairs (the readback
-// pipeline): quad_readback then bwd_local for parts of k pairs in turn, so that W (in dqp) and U of a
-// part are still in the L2 when bwd_local reads them (at BDH-8k a pair's W and U are 32 MiB, a batch
-// of 32 pairs' 1 GiB: written to DRAM by the readback and read back by bwd_local), with two streams
-// the readback of part j + 1 beside bwd_local of part j (and after bwd_local of part j - 1: at most
-// one part ahead). Every item computes what it computes in one launch for the batch (neither kernel's
-// outputs depend on its grid), so the gradients are bitwise the same (Cuda.ReadbackPipelineIsBitwise
-// Unchanged). RHOSCAN_CUDA_BWD_PIPE=k or k:2 (environment, per call; 0 or unset: one launch of each
-// for the batch, the default until an A/B decides): k pairs a part, :2 the two streams.
-struct ReadbackPipeline {
-  int64_t pairs = 0;  // per part; 0: off
-  bool two_streams = false;
-};
-inline ReadbackPipeline readback_pipeline() {
-  ReadbackPipeline r;
-  const char* v = std::getenv("RHOSCAN_CUDA_BWD_PIPE");
-  if (v == nullptr) return r;
-  char* end = nullptr;
-  const long long k = std::strtoll(v, &end, 10);
-  if (end == v || k <= 0) return r;
-  r.pairs = k;
-  r.two_streams = std::strcmp(end, ":2") == 0;
-  return r;
-}
-
 template <typename T>
 void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   const detail::Problem& p = g.p;
@@ -2100,16 +2075,12 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     // quad_dv_mma summing the heads into grad_v itself (no dvp, no dv_accumulate): after the checks
     // (bfloat16 only: float16's split values need a second pass, and the kernel spilled 160 bytes)
     const bool dv_head_sum = kTC && !kSplitValues<T> && quadratic && quad_dv_head_sum_applies(d, p.B, p.Hv, one_batch);
-    // the readback pipeline (ReadbackPipeline, above): where it is asked for and the batch has more
-    // pairs than a part
-    const ReadbackPipeline pipe = readback_pipeline();
-    const bool pipeline = kTC && quadratic && pipe.pairs > 0 && pipe.pairs < n;
     if (quadratic) {
       if constexpr (kTC) {
         if (!saved_scores) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
         if (fork) stream_wait(s1, stream);
         launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream, s1,
-                                                   dv_head_sum, !pipeline);
+                                                   dv_head_sum);
       }
       gate.settle();
       if constexpr (kTC && !kSplitValues<T>) {
@@ -2154,67 +2125,10 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                                                                        kLocalThreads, local_smem));
       local_grid = grid_for(n * nC * nlt, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
     }
-    if (!pipeline) {
-      launch_kernel("bwd_local_kernel", bwd_local_kernel<T, kTC>, local_grid, kLocalThreads, local_smem, stream, d, q,
-                    v, gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
-                    kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap,
-                    Bsum, Zs);
-    } else if constexpr (kTC) {
-      // parts of pipe.pairs pairs: Dims from the part's first pair, each per-pair array from its rows
-      // (the layouts above: [bh][t][l], [bh][c][l], [bh][c + 1][l], [bh][t][lt], [bh][c][split][C][C])
-      const bool two = pipe.two_streams && side_streams_on();
-      cudaStream_t rs = two ? side_stream(2) : stream;
-      const SideStreamsJoin join_rs{stream, two ? rs : nullptr, nullptr};
-      if (two) stream_wait(rs, stream);  // M's blocks and the keys
-      const int64_t nparts = (n + pipe.pairs - 1) / pipe.pairs;
-      auto part = [&](int64_t j) {
-        Dims dj = d;
-        dj.bh0 = d.bh0 + j * pipe.pairs;
-        dj.nbh = std::min(pipe.pairs, n - j * pipe.pairs);
-        return dj;
-      };
-      auto readback_part = [&](int64_t j) {
-        const Dims dj = part(j);
-        const int64_t k0 = dj.bh0 - d.bh0;
-        Operands16 oj = o;
-        oj.Xq += k0 * d.T * d.Lp;
-        oj.Kq += k0 * d.T * d.Lp;
-        if (oj.Kq_lo != nullptr) oj.Kq_lo += k0 * d.T * d.Lp;
-        const int64_t mb = k0 * cross_pairs(nC) * kQB * kQB;
-        launch_quad_readback<kSplitValues<T>>(dj, a32, oj, Mhi + mb, Mlo + mb, dqp + k0 * nT * L, Ur + k0 * nT * L,
-                                              HdHr + k0 * nC * L, rs);
-      };
-      cudaEvent_t before = nullptr;  // bwd_local of part j - 1 done (two streams)
-      readback_part(0);
-      for (int64_t j = 0; j < nparts; ++j) {
-        if (two) stream_wait(stream, rs);  // the readback of part j (part j + 1's is not queued yet)
-        const Dims dj = part(j);
-        const int64_t k0 = dj.bh0 - d.bh0;
-        const int64_t tl = k0 * nT * L, cl = k0 * nC * L;
-        unsigned grid = local_grid;
-        if (RHOSCAN_BWD_LOCAL_PERSISTENT)
-          grid = static_cast<unsigned>(std::min<int64_t>(local_grid, dj.nbh * nC * nlt));
-        launch_kernel("bwd_local_kernel", bwd_local_kernel<T, kTC>, grid, kLocalThreads, local_smem, stream, dj, q, v,
-                      gctx, a32, static_cast<const float*>(nullptr), s + k0 * nT, Nc + k0 * (nC + 1) * L,
-                      static_cast<const float*>(nullptr), static_cast<const float*>(nullptr),
-                      M + k0 * nC * d.nsplit * C * C, dqp + tl, Ur + tl, HdHr + cl, gcp + k0 * nT * nlt, dqp + tl,
-                      dap + cl, Bsum + cl, Zs + cl);
-        if (j + 1 < nparts) {
-          if (two) {
-            if (before != nullptr) {  // the readback of part j + 1 after bwd_local of part j - 1
-              RHOSCAN_CUDA_CHECK(cudaStreamWaitEvent(rs, before, 0));
-              RHOSCAN_CUDA_CHECK(cudaEventDestroy(before));
-              before = nullptr;
-            }
-            RHOSCAN_CUDA_CHECK(cudaEventCreateWithFlags(&before, cudaEventDisableTiming));
-            RHOSCAN_CUDA_CHECK(cudaEventRecord(before, stream));
-            // (recorded after bwd_local of part j: waited for by part j + 2's readback)
-          }
-          readback_part(j + 1);
-        }
-      }
-      if (before != nullptr) RHOSCAN_CUDA_CHECK(cudaEventDestroy(before));
-    }
+    launch_kernel("bwd_local_kernel", bwd_local_kernel<T, kTC>, local_grid, kLocalThreads, local_smem, stream, d, q, v,
+                  gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
+                  kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap,
+                  Bsum, Zs);
     gate.settle();
     launch_kernel("gc_reduce_kernel", gc_reduce_kernel, grid_for(n * nT, 8), 256, 0, stream, d, gcp, gc);
     launch_kernel("bscan_kernel", bscan_kernel, grid_for(n * L, 256), 256, 0, stream, d, a32, gn, Bsum, Zs, Bend, daB,

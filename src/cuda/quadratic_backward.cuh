@@ -1044,15 +1044,29 @@ void launch_diagonal_values(const Dims& d, const Operands16& o, float* M, cudaSt
                 o.vb, nullptr, nullptr, o.glo, o.vlo, M, true);
 }
 
-// quad_readback's launch for the pairs of d (W, U, HdH' from M's blocks and the keys): the wgmma
-// kernel where it runs (a persistent grid: as many blocks as fit at once, at most one per item, so
-// that each block's fetch cursor runs on across its items), else quad_readback_mma (a block per
-// item). Called for a whole batch by launch_quadratic_backward, or for a part of its pairs at a time
-// (backward.cu's readback pipeline): d.bh0 and the pointers then start at the part's first pair.
+// The quadratic backward's products for one batch, after norm_scan (o.Xq, o.Kq), chunk_scores (P)
+// and pack_bf16 (o.vb, o.gb), with the cross scores in Pcross: W (to dqp), U, HdH' and dvp, what
+// bwd_local and dv_accumulate read. Grids: an item per block, grid-stride beyond 2^16 blocks
+// (quad_readback_wgmma: as many blocks as fit at once, a persistent grid).
+// kLo (float16): the split values' and keys' passes (o.vlo, o.glo, o.Kq_lo).
+// M: bwd_local's per-chunk M = G v^T ([bh][nC][nsplit][C][C], split 0), written here by
+// cross_values_mma's diagonal items. quad_dv_mma runs on dv_stream (the caller's stream, or a
+// side stream that waited for it: side_streams.h), the others on stream.
+// dv_head_sum: quad_dv_mma is not launched here (launch_quad_dv_head_sum writes grad_v instead).
 template <bool kLo>
-void launch_quad_readback(const Dims& d, const float* a32, const Operands16& o, const bf16* Mhi, const bf16* Mlo,
-                          float* W, float* U, float* HdH, cudaStream_t stream) {
+void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
+                               const bf16* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
+                               float* dvp, cudaStream_t stream, cudaStream_t dv_stream, bool dv_head_sum = false) {
   if (d.nbh == 0 || d.nC == 0) return;
+  {
+    auto cv = cross_values_mma_kernel<kLo>;
+    constexpr int cv_smem = cross_values_smem<kLo>();
+    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
+    launch_kernel("cross_values_mma_kernel", cv, grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem,
+                  stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
+  }
+  // (persistent: quad_readback_wgmma's grid is as many blocks as fit at once, at most one per item,
+  // so that each block's fetch cursor runs on across its items)
   auto readback = [&](const char* name, auto kernel, int smem, bool persistent, auto... order) {  // the same arguments
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int64_t max_blocks = 1 << 16;
@@ -1075,33 +1089,6 @@ void launch_quad_readback(const Dims& d, const float* a32, const Operands16& o, 
   else
     readback("quad_readback_mma_kernel", quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>,
              quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>(), false);
-}
-
-// The quadratic backward's products for one batch, after norm_scan (o.Xq, o.Kq), chunk_scores (P)
-// and pack_bf16 (o.vb, o.gb), with the cross scores in Pcross: W (to dqp), U, HdH' and dvp, what
-// bwd_local and dv_accumulate read. Grids: an item per block, grid-stride beyond 2^16 blocks
-// (quad_readback_wgmma: as many blocks as fit at once, a persistent grid).
-// kLo (float16): the split values' and keys' passes (o.vlo, o.glo, o.Kq_lo).
-// M: bwd_local's per-chunk M = G v^T ([bh][nC][nsplit][C][C], split 0), written here by
-// cross_values_mma's diagonal items. quad_dv_mma runs on dv_stream (the caller's stream, or a
-// side stream that waited for it: side_streams.h), the others on stream.
-// dv_head_sum: quad_dv_mma is not launched here (launch_quad_dv_head_sum writes grad_v instead).
-// readback false: the caller launches the readback itself (launch_quad_readback, per part of the
-// pairs: backward.cu's pipeline).
-template <bool kLo>
-void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
-                               const bf16* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
-                               float* dvp, cudaStream_t stream, cudaStream_t dv_stream, bool dv_head_sum = false,
-                               bool readback = true) {
-  if (d.nbh == 0 || d.nC == 0) return;
-  {
-    auto cv = cross_values_mma_kernel<kLo>;
-    constexpr int cv_smem = cross_values_smem<kLo>();
-    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(cv, cudaFuncAttributeMaxDynamicSharedMemorySize, cv_smem));
-    launch_kernel("cross_values_mma_kernel", cv, grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem,
-                  stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
-  }
-  if (readback) launch_quad_readback<kLo>(d, a32, o, Mhi, Mlo, W, U, HdH, stream);
   if (dv_head_sum) return;
   auto qd = quad_dv_mma_kernel<kLo>;
   constexpr int qd_smem = quad_dv_smem<kLo>();
