@@ -337,7 +337,27 @@ inline bool readback_fit_32bit(const Dims& d) {
 
 // gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t): the partial sums of bwd_local's latent blocks. A warp
 // per token (its partials are contiguous), each lane a fixed stride of blocks, then a fixed shuffle
-// tree: the same order whatever the launch or the batching, so deterministic.
+// tree: the same order whatever the launch or the batching, so deterministic. Where the blocks are
+// few (nlt <= kGcFewBlocks: L <= 512, e.g. BDH-base's 4) gc_reduce_few_kernel instead: a thread per
+// token adding its blocks in increasing order (a warp per token left 28 of 32 lanes idle and ran a
+// 5-step shuffle tree over zeros: 9 us a backward at BDH-base, Nsight, round 37, H100). Either is
+// fixed by L alone, so the forward's saved buffer or the batching change nothing.
+constexpr int64_t kGcFewBlocks = 8;
+__global__ void gc_reduce_few_kernel(Dims d, const float* gcp, float* gc) {
+  grid_dependency_wait();
+  const int nlt = static_cast<int>((d.L + kLocalLT - 1) / kLocalLT);
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < d.nbh * d.T; x += int64_t(gridDim.x) * blockDim.x) {
+    const float* p = gcp + x * nlt;
+    float parts[kGcFewBlocks];
+#pragma unroll
+    for (int lt = 0; lt < kGcFewBlocks; ++lt) parts[lt] = lt < nlt ? p[lt] : 0.0f;  // (loads together)
+    float acc = parts[0];
+#pragma unroll
+    for (int lt = 1; lt < kGcFewBlocks; ++lt)
+      if (lt < nlt) acc += parts[lt];
+    gc[x] = acc;
+  }
+}
 __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
   grid_dependency_wait();
   const int64_t nlt = (d.L + kLocalLT - 1) / kLocalLT;
@@ -1666,8 +1686,12 @@ __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
 // (the stores to Bend may alias them for the compiler, so a plain loop waited for each chunk's
 // loads in turn: 65 us for the long case's 128 chunks on 32 blocks; batches of 8: 21 us), and
 // a^C, a^Cn once per thread (ipow of the same exponent: the same values as a per-chunk ipow, so
-// the same bits).
-constexpr int kBscanBatch = 32;
+// the same bits). Where the chunks are few (nC <= 8: BDH-8k, BDH-base) batches of 8: a batch's
+// loads and steps are unrolled under their chunk's predicate, so batches of 32 ran 24 dead steps a
+// thread there (Nsight, round 37, H100: 19.4 M warp instructions over 2 launches at BDH-8k, 0.031
+// ms a backward).
+constexpr int kBscanBatch = 32, kBscanBatchFew = 8;
+template <int kBatch>
 __global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsum, const float* Zs, float* Bend,
                              float* daB, Str3 dn0) {
   grid_dependency_wait();
@@ -1678,16 +1702,16 @@ __global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsu
     const float a_last = d.nC > 0 ? ipow(a, static_cast<int>(d.chunk_len(d.nC - 1))) : 1.0f;
     float Bc = gn.p ? static_cast<const float*>(gn.p)[gn.at(b, h, l)] : 0.0f, da = 0.0f;
     const int64_t row = bh * d.nC * d.L + l;  // chunk c's element at row + c L
-    for (int64_t c1 = d.nC; c1 > 0; c1 -= kBscanBatch) {  // chunks c1 - 1 down to c1 - kBscanBatch
-      float bs[kBscanBatch], zs[kBscanBatch];
+    for (int64_t c1 = d.nC; c1 > 0; c1 -= kBatch) {  // chunks c1 - 1 down to c1 - kBatch
+      float bs[kBatch], zs[kBatch];
 #pragma unroll
-      for (int k = 0; k < kBscanBatch; ++k) {
+      for (int k = 0; k < kBatch; ++k) {
         const int64_t c = c1 - 1 - k;
         bs[k] = c >= 0 ? Bsum[row + c * d.L] : 0.0f;
         zs[k] = c >= 0 ? Zs[row + c * d.L] : 0.0f;
       }
 #pragma unroll
-      for (int k = 0; k < kBscanBatch; ++k) {
+      for (int k = 0; k < kBatch; ++k) {
         const int64_t c = c1 - 1 - k;
         if (c >= 0) {
           Bend[row + c * d.L] = Bc;
@@ -2130,9 +2154,12 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                   kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap,
                   Bsum, Zs);
     gate.settle();
-    launch_kernel("gc_reduce_kernel", gc_reduce_kernel, grid_for(n * nT, 8), 256, 0, stream, d, gcp, gc);
-    launch_kernel("bscan_kernel", bscan_kernel, grid_for(n * L, 256), 256, 0, stream, d, a32, gn, Bsum, Zs, Bend, daB,
-                  dn0);
+    if (nlt <= kGcFewBlocks)
+      launch_kernel("gc_reduce_few_kernel", gc_reduce_few_kernel, grid_for(n * nT, 256), 256, 0, stream, d, gcp, gc);
+    else
+      launch_kernel("gc_reduce_kernel", gc_reduce_kernel, grid_for(n * nT, 8), 256, 0, stream, d, gcp, gc);
+    launch_kernel("bscan_kernel", nC <= kBscanBatchFew ? bscan_kernel<kBscanBatchFew> : bscan_kernel<kBscanBatch>,
+                  grid_for(n * L, 256), 256, 0, stream, d, a32, gn, Bsum, Zs, Bend, daB, dn0);
     auto dq_final = [&](auto latents) {  // V latents per thread
       constexpr int V = decltype(latents)::value;
       const int tl = dq_latent_threads(L, V);

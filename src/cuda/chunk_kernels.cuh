@@ -478,8 +478,12 @@ static __global__ void token_sum_reduce_kernel(Dims d, const float* parts, int64
 
 // Chunks per batch of loads in norm_carry: the chain waits for each batch's loads, so at the
 // long case's 128 chunks (32 blocks: one thread per (bh, l)) batches of 8 took 20 us per call;
-// 32 leave 4 waits (the same adds in the same order: the same bits).
-constexpr int kCarryBatch = 32;
+// 32 leave 4 waits (the same adds in the same order: the same bits). Where the chunks are few
+// (nC <= 8: BDH-8k, BDH-base) the launcher takes batches of 8: the batch's loads and steps are
+// unrolled under their chunk's predicate, so batches of 32 ran 24 dead steps a thread (Nsight,
+// round 37, H100: 31 M warp instructions over 4 launches at BDH-8k, 0.017 ms a forward).
+constexpr int kCarryBatch = 32, kCarryBatchFew = 8;
+template <int kBatch>
 static __global__ void norm_carry_kernel(Dims d, const float* a32, Str3 n0, float* Nc, Str3 n_out) {
   grid_dependency_wait();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < d.nbh * d.L; i += int64_t(gridDim.x) * blockDim.x) {
@@ -489,12 +493,12 @@ static __global__ void norm_carry_kernel(Dims d, const float* a32, Str3 n0, floa
     float* row = Nc + bh * (d.nC + 1) * d.L + l;           // row[c * L] = N at chunk start c
     float N = n0.p ? static_cast<const float*>(n0.p)[n0.at(b, h, l)] : 0.0f;
     row[0] = N;
-    for (int64_t c0 = 0; c0 < d.nC; c0 += kCarryBatch) {
-      float z[kCarryBatch];  // the chunk sums, loaded together before the chain
+    for (int64_t c0 = 0; c0 < d.nC; c0 += kBatch) {
+      float z[kBatch];  // the chunk sums, loaded together before the chain
 #pragma unroll
-      for (int k = 0; k < kCarryBatch; ++k) z[k] = c0 + k < d.nC ? row[(c0 + k + 1) * d.L] : 0.0f;
+      for (int k = 0; k < kBatch; ++k) z[k] = c0 + k < d.nC ? row[(c0 + k + 1) * d.L] : 0.0f;
 #pragma unroll
-      for (int k = 0; k < kCarryBatch; ++k) {
+      for (int k = 0; k < kBatch; ++k) {
         const int64_t c = c0 + k;
         if (c < d.nC) {
           const int64_t Cn = d.chunk_len(c);
@@ -733,8 +737,9 @@ void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, float* s
       launch_kernel("norm_chunk_sums_kernel", norm_chunk_sums_kernel<T, 1>, grid_for(d.nbh * d.nC * d.L, 256), 256, 0,
                     stream, d, q, a32, Nc);
     }
-    launch_kernel("norm_carry_kernel", norm_carry_kernel, grid_for(d.nbh * d.L, 256), 256, 0, stream, d, a32, n0, Nc,
-                  n_out);
+    launch_kernel("norm_carry_kernel",
+                  d.nC <= kCarryBatchFew ? norm_carry_kernel<kCarryBatchFew> : norm_carry_kernel<kCarryBatch>,
+                  grid_for(d.nbh * d.L, 256), 256, 0, stream, d, a32, n0, Nc, n_out);
   }
   if (!apply) return;
   if (pairs)

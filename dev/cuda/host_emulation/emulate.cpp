@@ -200,7 +200,11 @@ bool norm_scan_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, Lay
         emu::launch(3, 64, 0, [&] { token_sum_kernel<Q>(d, qs, s); });
         emu::launch(4, 7, 0, [&] { norm_chunk_sums_kernel<Q, 1>(d, qs, a.data(), Nc); });
       }
-      emu::launch(2, 3, 0, [&] { norm_carry_kernel(d, a.data(), n0s, Nc, nout); });
+      // (the launcher's batch: kCarryBatchFew where the chunks are few)
+      if (d.nC <= kCarryBatchFew)
+        emu::launch(2, 3, 0, [&] { norm_carry_kernel<kCarryBatchFew>(d, a.data(), n0s, Nc, nout); });
+      else
+        emu::launch(2, 3, 0, [&] { norm_carry_kernel<kCarryBatch>(d, a.data(), n0s, Nc, nout); });
       auto apply = [&](auto kernel) { emu::launch(5, 6, 0, [&] { kernel(d, qs, a.data(), s, Nc, Qp, Xq, Kq); }); };
       if (V == 2 && ops && Kq)
         apply(norm_apply_kernel<Q, QpT, kNormVec, true, true>);

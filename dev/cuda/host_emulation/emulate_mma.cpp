@@ -237,7 +237,8 @@ bool bscan_case(const Problem& p) {
   for (auto& x : Zs) x = float(U01());
   for (auto& x : gn) x = float(U01());
   bool ok = true;
-  for (bool with_gn : {true, false}) {
+  // both batch sizes (the launcher takes kBscanBatchFew where nC <= 8; here either runs several batches)
+  for (auto [with_gn, few] : {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}}) {
     auto Bend = nans<float>(Bsum.size());
     auto daB = nans<float>(d.nbh * L);
     auto dn0 = nans<float>(gn.size());
@@ -245,7 +246,10 @@ bool bscan_case(const Problem& p) {
     if (with_gn) gs.p = gn.data(), gs.s[0] = d.H * L, gs.s[1] = L, gs.s[2] = 1;
     ds.p = dn0.data(), ds.s[0] = d.H * L, ds.s[1] = L, ds.s[2] = 1;
     emu::launch(small_grid((d.nbh * L + 255) / 256), 256, 0,
-                [&] { bscan_kernel(d, p.a32.data(), gs, Bsum.data(), Zs.data(), Bend.data(), daB.data(), ds); });
+                [&] {
+                  (few ? bscan_kernel<kBscanBatchFew> : bscan_kernel<kBscanBatch>)(d, p.a32.data(), gs, Bsum.data(),
+                                                                                   Zs.data(), Bend.data(), daB.data(), ds);
+                });
     std::vector<Acc> rBend(Bend.size(), kUnwritten), rda(daB.size(), kUnwritten), rdn0(dn0.size(), kUnwritten);
     for (int64_t bh = 0; bh < d.nbh; ++bh)
       for (int64_t l = 0; l < L; ++l) {
@@ -260,10 +264,38 @@ bool bscan_case(const Problem& p) {
         rda[bh * L + l] = {da, da};
         rdn0[g] = {B, B};
       }
-    const std::string tag = with_gn ? "" : ", no upstream gradient";
+    const std::string tag = std::string(with_gn ? "" : ", no upstream gradient") + (few ? ", batches of 8" : "");
     ok &= check("bscan Bend" + tag, doubles(Bend), rBend, 1e-5);
     ok &= check("bscan da share" + tag, doubles(daB), rda, 1e-5);
     ok &= check("bscan dN_0" + tag, doubles(dn0), rdn0, 1e-5);
+  }
+  return ok;
+}
+
+// ---- gc_reduce (gc_t = the sum of bwd_local's latent blocks' partials [bh][t][nlt]): the warp per
+//      token everywhere, the thread per token (gc_reduce_few_kernel) where nlt <= kGcFewBlocks (the
+//      launcher's rule), each against a float64 sum; signed partials, so a dropped or doubled block
+//      shows. L as the problem's and L = 8 kLocalLT + 1 (9 blocks: the warp kernel only) ----
+bool gc_reduce_case(const Problem& p) {
+  bool ok = true;
+  for (int64_t L : {p.d.L, 8 * int64_t{kLocalLT}, 8 * int64_t{kLocalLT} + 1}) {
+    Dims d = p.d;
+    d.L = L;
+    const int64_t nlt = (L + kLocalLT - 1) / kLocalLT, rows = d.nbh * d.T;
+    std::vector<float> gcp(rows * nlt);
+    for (auto& x : gcp) x = float(2.0 * U01() - 1.0);
+    std::vector<Acc> ref(rows);
+    for (int64_t x = 0; x < rows; ++x)
+      for (int64_t lt = 0; lt < nlt; ++lt) ref[x] += gcp[x * nlt + lt];
+    const std::string tag = " (L " + std::to_string(L) + ", " + std::to_string(nlt) + " blocks)";
+    auto gc = nans<float>(rows);
+    emu::launch(small_grid((rows + 7) / 8), 256, 0, [&] { gc_reduce_kernel(d, gcp.data(), gc.data()); });
+    ok &= check("gc_reduce, a warp per token" + tag, doubles(gc), ref, 1e-6);
+    if (nlt <= kGcFewBlocks) {
+      auto gcf = nans<float>(rows);
+      emu::launch(small_grid((rows + 255) / 256), 256, 0, [&] { gc_reduce_few_kernel(d, gcp.data(), gcf.data()); });
+      ok &= check("gc_reduce, a thread per token" + tag, doubles(gcf), ref, 1e-6);
+    }
   }
   return ok;
 }
@@ -1640,6 +1672,7 @@ int main(int argc, char** argv) {
   const std::vector<K> kernels = {
       {"pack_bf16", pack_case, true},
       {"bscan", bscan_case, true},
+      {"gc_reduce", gc_reduce_case, true},
       {"chunk_scores_mma", scores_case<float>, true},
       {"chunk_scores_mma (bf16 Qp)", scores_case<bf16>, true},
       {"norm_scores_mma, bitwise norm_apply + chunk_scores_mma", norm_scores_case, true},

@@ -58,6 +58,7 @@ MMA_PARTS = [
     ("src/cuda/chunk_scan.cuh", "// ---- chunk_scan_mma", "// ---- launchers (chunk_scan)"),
     (backward, "constexpr int kLocalThreads", "\n\n"),
     (backward, "// ---- bwd_local's contractions over E on tensor cores", "// gc_t = sum_l"),
+    (backward, "// gc_t = sum_l", "// ---- bwd_local: one block per"),
     (backward, "// ---- bwd_local: one block per", "// The normaliser gradient across chunks"),
     (backward, "// The normaliser gradient across chunks", "// dq_t[l] = partial"),
     ("src/cuda/quadratic_backward.cuh", "// ---- cross values", "// ---- end of the quadratic backward's kernels"),
