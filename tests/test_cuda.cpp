@@ -768,7 +768,8 @@ TEST_F(Cuda, ForwardPathsQuadraticAndChunked) {
 }
 
 // The side streams (side_streams.h): the quadratic forward's cross_scores and final_state beside
-// chunk_scores, the quadratic backward's quad_dv beside quad_readback and bwd_local, and the
+// chunk_scores, the quadratic backward's quad_dv (and, after a forward that saved its buffer, the
+// keys and the cross scores) beside quad_readback and bwd_local, and the
 // chunked paths' chunk states: bitwise the one-stream outputs and gradients, and joined back into
 // the caller's stream. The caller's stream is a non-blocking one held back by a host function
 // when the forward is called, and the outputs are copied on that stream alone afterwards: a side
@@ -822,6 +823,30 @@ TEST_F(Cuda, QuadraticSideStreamsJoinTheCallersStream) {
     mb.copy_outputs_to_host();
   }
   expect_same_gradients(g_one, g_two);
+  // the quadratic backward after a forward that saved its buffer (round 37): norm_apply's keys on the
+  // side stream beside cross_values, and, where the forward was the scan (L = 256: no cross scores
+  // saved), the cross scores beside them; float16 with the keys' remainders there too
+  for (ProblemSpec c : {spec(2, 2, 1, 150, 1600, 136, DType::bfloat16), spec(2, 2, 1, 200, 256, 72, DType::bfloat16),
+                        spec(1, 2, 2, 130, 1100, 40, DType::float16)}) {
+    SCOPED_TRACE(std::string("saved buffer ") + c.name() + " " + dtype_name(c.dtype));
+    c.initial_rho_norm = c.grad_rho_norm_out = true;
+    if (c.dtype == DType::float16) c.q_zero_fraction = 0.0;  // (dq of order 1/eps would not fit float16)
+    Problem c_one(c), c_two(c);
+    for (auto [p, side] : {std::pair{&c_one, "0"}, std::pair{&c_two, "1"}}) {
+      ScopedEnv e("RHOSCAN_CUDA_SIDE_STREAMS", side);
+      MirroredProblem mc(*p, Device::cuda);
+      HostTensor saved(DType::float32, {saved_numel(c.B, c.H, c.T, c.L, c.dtype, false)});
+      ForwardArgs f = mc.forward_args();
+      f.saved = mc.mirror(saved);
+      forward(f, cuda());
+      BackwardArgs b = mc.backward_args();
+      b.saved = f.saved;
+      backward(b, cuda());
+      mc.copy_outputs_to_host();
+    }
+    expect_same_gradients(c_one, c_two);
+    expect_gradients_near(c_two, Problem(c).reference_solution(), c.dtype, "side streams, saved buffer");
+  }
   // the chunked paths (not chunk_scan: Lp > 256, or float32): the chunk states beside the scores
   // (forward) and the forward states beside the reverse ones (backward), bitwise too
   for (ProblemSpec c : {spec(2, 2, 1, 400, 320, 72, DType::bfloat16), spec(1, 2, 1, 200, 100, 40, DType::float32)}) {

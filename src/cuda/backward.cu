@@ -2078,10 +2078,27 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* Ur = kTC ? ws.take_floats(n * nT * L) : nullptr;  // W lives in dqp (see bwd_local_kernel)
     float* HdHr = kTC ? ws.take_floats(n * nC * L) : nullptr;
 
+    // a side stream (side_streams.h): quadratic, the keys (below), cross_scores (where not saved) and
+    // quad_dv_mma beside cross_values_mma, quad_readback_mma and bwd_local, joined before
+    // dv_accumulate reads its dvp (or at the batch's end: the head sum writes grad_v itself);
+    // chunked, the forward chunk states beside the reverse ones and dv's products, joined before
+    // their readers
+    const bool fork = (quadratic ? kTC : true) && side_streams_on();
+    cudaStream_t s1 = fork ? side_stream(1) : stream;
+    const SideStreamsJoin join{stream, fork ? s1 : nullptr, nullptr};
+    // The keys on the side stream where norm_apply is all of the normaliser pass and nothing on the
+    // main stream reads them before the readback (the quadratic 16-bit backward with the forward's
+    // sums and diagonal scores saved, no grad_rho0: BDH-8k, BDH-base): beside the values' packing and
+    // cross_values_mma, which need neither; the readback waits for them (keys_ready).
+    const bool keys_aside = fork && quadratic && kTC && saved_norm && saved_diag && !saved_keys && dr0.p == nullptr;
+    if (keys_aside) stream_wait(s1, stream);
+    cudaStream_t key_stream = keys_aside ? s1 : stream;
     // (the token sums too: computed as the forward computes them, so that s is bitwise the
     // forward's, with or without its saved buffer)
-    if (!saved_keys) launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, Str3{}, o.Xq, o.Kq, stream, saved_norm);
-    make_key_remainders<kTC, T>(d, q, a32, o, stream);
+    if (!saved_keys)
+      launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, Str3{}, o.Xq, o.Kq, key_stream, saved_norm);
+    make_key_remainders<kTC, T>(d, q, a32, o, key_stream);
+    const RecordedEvent keys_ready(keys_aside ? s1 : nullptr);
     // (16-bit: M comes from cross_values_mma's diagonal items, on tensor cores; float32: from the
     // FFMA chunk_scores kernel, with P)
     if (!saved_diag) launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, kTC ? nullptr : M, stream);
@@ -2090,21 +2107,18 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     if constexpr (kTC) {
       if (!quadratic) launch_diagonal_values<kSplitValues<T>>(d, o, M, stream);
     }
-    // a side stream (side_streams.h): quadratic, quad_dv_mma beside cross_values_mma,
-    // quad_readback_mma and bwd_local, joined before dv_accumulate reads its dvp; chunked, the
-    // forward chunk states beside the reverse ones and dv's products, joined before their readers
-    const bool fork = (quadratic ? kTC : true) && side_streams_on();
-    cudaStream_t s1 = fork ? side_stream(1) : stream;
-    const SideStreamsJoin join{stream, fork ? s1 : nullptr, nullptr};
     // quad_dv_mma summing the heads into grad_v itself (no dvp, no dv_accumulate): after the checks
     // (bfloat16 only: float16's split values need a second pass, and the kernel spilled 160 bytes)
     const bool dv_head_sum = kTC && !kSplitValues<T> && quadratic && quad_dv_head_sum_applies(d, p.B, p.Hv, one_batch);
     if (quadratic) {
       if constexpr (kTC) {
-        if (!saved_scores) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, stream);
+        // the cross scores (where the forward did not save them: BDH-base, whose forward is the scan)
+        // on the side stream, before quad_dv_mma, their only reader: beside cross_values_mma and the
+        // readback, which do not read them (the same kernels, so the same bits)
         if (fork) stream_wait(s1, stream);
+        if (!saved_scores) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, s1);
         launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream, s1,
-                                                   dv_head_sum);
+                                                   dv_head_sum, keys_ready.e);
       }
       gate.settle();
       if constexpr (kTC && !kSplitValues<T>) {

@@ -1053,10 +1053,13 @@ void launch_diagonal_values(const Dims& d, const Operands16& o, float* M, cudaSt
 // cross_values_mma's diagonal items. quad_dv_mma runs on dv_stream (the caller's stream, or a
 // side stream that waited for it: side_streams.h), the others on stream.
 // dv_head_sum: quad_dv_mma is not launched here (launch_quad_dv_head_sum writes grad_v instead).
+// keys_ready (null: none): an event that the readback's stream waits for after cross_values_mma (the
+// keys made on a side stream meanwhile: backward.cu).
 template <bool kLo>
 void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
                                const bf16* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
-                               float* dvp, cudaStream_t stream, cudaStream_t dv_stream, bool dv_head_sum = false) {
+                               float* dvp, cudaStream_t stream, cudaStream_t dv_stream, bool dv_head_sum = false,
+                               cudaEvent_t keys_ready = nullptr) {
   if (d.nbh == 0 || d.nC == 0) return;
   {
     auto cv = cross_values_mma_kernel<kLo>;
@@ -1065,6 +1068,7 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     launch_kernel("cross_values_mma_kernel", cv, grid_for(d.nbh * (cross_pairs(d.nC) + d.nC)), kCvThreads, cv_smem,
                   stream, d, o.gb, o.vb, Mhi, Mlo, o.glo, o.vlo, M, false);
   }
+  if (keys_ready != nullptr) RHOSCAN_CUDA_CHECK(cudaStreamWaitEvent(stream, keys_ready, 0));
   // (persistent: quad_readback_wgmma's grid is as many blocks as fit at once, at most one per item,
   // so that each block's fetch cursor runs on across its items)
   auto readback = [&](const char* name, auto kernel, int smem, bool persistent, auto... order) {  // the same arguments

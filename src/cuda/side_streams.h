@@ -1,7 +1,9 @@
 // Side streams for independent kernels of one call. In the quadratic forward final_state_mma and
 // cross_scores_mma depend only on the normaliser's operands and the packed values, as
 // chunk_scores_mma does, and write disjoint buffers; in the quadratic backward quad_dv_mma needs
-// only the scores and the packed G, beside cross_values_mma, quad_readback_mma and bwd_local; on
+// only the scores and the packed G, beside cross_values_mma, quad_readback_mma and bwd_local (since
+// round 37 also the cross scores where the backward computes them, and, where the forward saved the
+// sums and diagonal scores, norm_apply's keys beside the values' packing and cross_values_mma); on
 // the chunked paths the forward's chunk_states_mma (where chunk_scan_mma does not apply) runs
 // beside chunk_scores_mma, and the backward's forward chunk states beside the reverse ones and
 // dv's products. They run on more streams of the device (forked from the caller's stream by an
@@ -61,6 +63,22 @@ inline cudaError_t try_stream_wait(cudaStream_t to, cudaStream_t from) noexcept 
 inline void stream_wait(cudaStream_t to, cudaStream_t from) {
   RHOSCAN_CUDA_CHECK(try_stream_wait(to, from));
 }
+// An event recorded on a stream at construction (null stream: none), destroyed with the object: for
+// a wait on part of a side stream's work (cudaStreamWaitEvent(to, event.e)); an event may be
+// destroyed once the waits on it are enqueued.
+struct RecordedEvent {
+  cudaEvent_t e = nullptr;
+  explicit RecordedEvent(cudaStream_t on) {
+    if (on == nullptr) return;
+    RHOSCAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    RHOSCAN_CUDA_CHECK(cudaEventRecord(e, on));
+  }
+  ~RecordedEvent() {
+    if (e != nullptr) (void)cudaEventDestroy(e);
+  }
+  RecordedEvent(const RecordedEvent&) = delete;
+  RecordedEvent& operator=(const RecordedEvent&) = delete;
+};
 // Joins side streams (null: none) into the caller's stream when a batch's scope ends (errors
 // ignored: it also runs while an exception unwinds).
 struct SideStreamsJoin {
