@@ -2085,9 +2085,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     // their readers
     const bool fork = (quadratic ? kTC : true) && side_streams_on();
     cudaStream_t s1 = fork ? side_stream(1) : stream;
-    // s2: gc_reduce beside bscan, da_accumulate beside dq_final (below)
-    cudaStream_t s2 = fork ? side_stream(2) : stream;
-    const SideStreamsJoin join{stream, fork ? s1 : nullptr, fork ? s2 : nullptr};
+    const SideStreamsJoin join{stream, fork ? s1 : nullptr, nullptr};
     // The keys on the side stream where norm_apply is all of the normaliser pass and nothing on the
     // main stream reads them before the readback (the quadratic 16-bit backward with the forward's
     // sums and diagonal scores saved, no grad_rho0: BDH-8k, BDH-base): beside the values' packing and
@@ -2170,22 +2168,12 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                   kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap,
                   Bsum, Zs);
     gate.settle();
-    // The small reductions after bwd_local in pairs on two streams (fork: s2), each pair independent:
-    // gc_reduce (gcp) beside bscan (Bsum, Zs), then da_accumulate (dap, bscan's daB) beside dq_final
-    // (gc, Bend); at BDH-base each is a few microseconds of a latency-bound launch (round 37).
-    if (fork) stream_wait(s2, stream);  // bwd_local's gcp
     if (nlt <= kGcFewBlocks)
-      launch_kernel("gc_reduce_few_kernel", gc_reduce_few_kernel, grid_for(n * nT, 256), 256, 0, s2, d, gcp, gc);
+      launch_kernel("gc_reduce_few_kernel", gc_reduce_few_kernel, grid_for(n * nT, 256), 256, 0, stream, d, gcp, gc);
     else
-      launch_kernel("gc_reduce_kernel", gc_reduce_kernel, grid_for(n * nT, 8), 256, 0, s2, d, gcp, gc);
+      launch_kernel("gc_reduce_kernel", gc_reduce_kernel, grid_for(n * nT, 8), 256, 0, stream, d, gcp, gc);
     launch_kernel("bscan_kernel", nC <= kBscanBatchFew ? bscan_kernel<kBscanBatchFew> : bscan_kernel<kBscanBatch>,
                   grid_for(n * L, 256), 256, 0, stream, d, a32, gn, Bsum, Zs, Bend, daB, dn0);
-    if (fork) {
-      stream_wait(stream, s2);  // gc, for dq_final
-      stream_wait(s2, stream);  // bscan's daB, for da_accumulate
-    }
-    launch_kernel("da_accumulate_kernel", da_accumulate_kernel, grid_for(p.H * ((L + 31) / 32)), kDaThreads, 0, s2, d,
-                  dap, daB, da_acc);
     auto dq_final = [&](auto latents) {  // V latents per thread
       constexpr int V = decltype(latents)::value;
       const int tl = dq_latent_threads(L, V);
@@ -2214,6 +2202,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
         launch_kernel("dv_accumulate_kernel", dv_accumulate_kernel<1>, grid_for(rows * E, 256), 256, 0, stream, d, p.Hv,
                       dvp, dv_acc, Str4{});
     }
+    launch_kernel("da_accumulate_kernel", da_accumulate_kernel, grid_for(p.H * ((L + 31) / 32)), kDaThreads, 0, stream,
+                  d, dap, daB, da_acc);
   }
   if (!one_batch) {
     if (E % 4 == 0)

@@ -3,12 +3,10 @@
 // Until the eleventh round validation waited for each check before the first launch: the GPU
 // then sat idle while the host launched the call's first kernels, once per forward and twice per
 // backward (the decay check, the saved header's read). Now the constructor queues the checks on
-// the call's stream (since round 37 on a side stream that waited for it, where side streams are on:
-// the call's kernels do not queue behind them), each writing its verdict into host-mapped memory,
-// and records an event; the backend queues the work that writes only its workspace, then calls
-// settle() before its first write to an output (SPEC.md: nothing written on an error). settle()
-// waits for the event, not for the stream, so the GPU runs the queued work while the host waits and
-// launches the rest.
+// the call's stream, each writing its verdict into host-mapped memory, and records an event; the
+// backend queues the work that writes only its workspace, then calls settle() before its first
+// write to an output (SPEC.md: nothing written on an error). settle() waits for the event, not for
+// the stream, so the GPU runs the queued work while the host waits and launches the rest.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -5,7 +5,6 @@
 
 #include "cuda/chunk_kernels.cuh"
 #include "cuda/ops.h"
-#include "cuda/side_streams.h"
 #include "cuda/value_gate.h"
 #include "cuda/workspace.h"
 
@@ -75,23 +74,13 @@ ValueGate::ValueGate(const detail::DeferredChecks& checks, cudaStream_t stream) 
   int* device_slots = nullptr;
   RHOSCAN_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_slots), verdict_slots.host, 0));
   for (size_t k = 0; k < checks.size(); ++k) verdict_slots.host[k] = 0;
-  // The checks on a side stream (side_streams.h) that waits for the caller's stream first (so they
-  // read what it wrote): the call's kernels do not wait for them (nothing on the GPU reads a verdict;
-  // the host does, in settle(), before the first output is written), so at BDH-base their launches
-  // (~4 us each, round 37's profile) no longer sit in front of the call's first kernel. Every call
-  // settles before it returns, so no check outlives the call.
-  cudaStream_t on = stream;
-  if (side_streams_on()) {
-    on = side_stream(3);
-    stream_wait(on, stream);
-  }
   for (size_t k = 0; k < checks.size(); ++k) {
     const detail::DeferredCheck& c = checks[k];
     volatile int* verdict = device_slots + k;
     if (c.kind == detail::DeferredCheck::Kind::saved_header) {
       HeaderWords words{};
       std::memcpy(words.w, &c.header, sizeof c.header);
-      header_differs_kernel<<<1, detail::kSavedHeaderFloats, 0, on>>>(static_cast<const uint32_t*>(c.view.data),
+      header_differs_kernel<<<1, detail::kSavedHeaderFloats, 0, stream>>>(static_cast<const uint32_t*>(c.view.data),
                                                                           words, verdict);
       RHOSCAN_CUDA_LAUNCHED("header_differs_kernel");
       continue;
@@ -106,15 +95,15 @@ ValueGate::ValueGate(const detail::DeferredChecks& checks, cudaStream_t stream) 
     const bool unit = c.kind == detail::DeferredCheck::Kind::unit_interval;
     const unsigned grid = grid_for(n, 256, 4096);
     switch (view.dtype) {
-      case DType::float64: values_kernel<double><<<grid, 256, 0, on>>>(t, n, unit, verdict); break;
-      case DType::float32: values_kernel<float><<<grid, 256, 0, on>>>(t, n, unit, verdict); break;
-      case DType::bfloat16: values_kernel<__nv_bfloat16><<<grid, 256, 0, on>>>(t, n, unit, verdict); break;
-      case DType::float16: values_kernel<__half><<<grid, 256, 0, on>>>(t, n, unit, verdict); break;
+      case DType::float64: values_kernel<double><<<grid, 256, 0, stream>>>(t, n, unit, verdict); break;
+      case DType::float32: values_kernel<float><<<grid, 256, 0, stream>>>(t, n, unit, verdict); break;
+      case DType::bfloat16: values_kernel<__nv_bfloat16><<<grid, 256, 0, stream>>>(t, n, unit, verdict); break;
+      case DType::float16: values_kernel<__half><<<grid, 256, 0, stream>>>(t, n, unit, verdict); break;
     }
     RHOSCAN_CUDA_LAUNCHED("values_kernel");
   }
   RHOSCAN_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-  const cudaError_t recorded = cudaEventRecord(done_, on);
+  const cudaError_t recorded = cudaEventRecord(done_, stream);
   if (recorded != cudaSuccess) {
     cudaEventDestroy(done_);
     check_cuda(recorded, "cudaEventRecord(value checks)");
