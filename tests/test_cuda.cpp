@@ -61,6 +61,18 @@ void expect_same_gradients(const Problem& a, const Problem& b) {
 }
 
 // Every gradient of p against the reference within the dtype's tolerance (what: the run's name).
+// A forward that fills `saved` (mirrored on the device), then the backward that reads it, with the
+// same options; the outputs and the buffer copied back to the host.
+void forward_backward_saved(MirroredProblem& m, HostTensor& saved, const Options& o) {
+  ForwardArgs f = m.forward_args();
+  f.saved = m.mirror(saved);
+  forward(f, o);
+  BackwardArgs b = m.backward_args();
+  b.saved = f.saved;
+  backward(b, o);
+  m.copy_outputs_to_host();
+  m.copy_back(saved);
+}
 void expect_gradients_near(const Problem& p, const Problem& ref, DType dtype, const char* what) {
   const double gt = gradient_tolerance(dtype);
   EXPECT_LE(rms_rel(p.grad_q.values(), ref.grad_q.values()), gt) << what << " grad_q";
@@ -836,13 +848,7 @@ TEST_F(Cuda, QuadraticSideStreamsJoinTheCallersStream) {
       ScopedEnv e("RHOSCAN_CUDA_SIDE_STREAMS", side);
       MirroredProblem mc(*p, Device::cuda);
       HostTensor saved(DType::float32, {saved_numel(c.B, c.H, c.T, c.L, c.dtype, false)});
-      ForwardArgs f = mc.forward_args();
-      f.saved = mc.mirror(saved);
-      forward(f, cuda());
-      BackwardArgs b = mc.backward_args();
-      b.saved = f.saved;
-      backward(b, cuda());
-      mc.copy_outputs_to_host();
+      forward_backward_saved(mc, saved, cuda());
     }
     expect_same_gradients(c_one, c_two);
     expect_gradients_near(c_two, Problem(c).reference_solution(), c.dtype, "side streams, saved buffer");
@@ -936,14 +942,7 @@ TEST_F(Cuda, ForwardPathRowsAgreesWithQuadratic) {
     HostTensor saved(DType::float32, {saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho, c.chunk)});
     {
       MirroredProblem m(with, Device::cuda);
-      ForwardArgs f = m.forward_args();
-      f.saved = m.mirror(saved);
-      forward(f, cuda(c.chunk));
-      BackwardArgs b = m.backward_args();
-      b.saved = f.saved;
-      backward(b, cuda(c.chunk));
-      m.copy_outputs_to_host();
-      m.copy_back(saved);
+      forward_backward_saved(m, saved, cuda(c.chunk));
     }
     uint32_t filled = 0;
     std::memcpy(&filled, static_cast<const char*>(saved.data()) + 56, 4);  // SavedHeader::filled
@@ -1028,14 +1027,7 @@ TEST_F(Cuda, SavedBufferReplacesTheRecomputation) {
     HostTensor saved(DType::float32, {n});
     for (Problem* p : {&with, &again}) {
       MirroredProblem m(*p, Device::cuda);
-      ForwardArgs f = m.forward_args();
-      f.saved = m.mirror(saved);
-      forward(f, cuda());
-      BackwardArgs b = m.backward_args();
-      b.saved = f.saved;
-      backward(b, cuda());
-      m.copy_outputs_to_host();
-      m.copy_back(saved);
+      forward_backward_saved(m, saved, cuda());
     }
     const std::vector<double> words = saved.values();
     uint32_t magic, filled;
