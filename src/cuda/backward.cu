@@ -2098,7 +2098,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     if (!saved_keys)
       launch_norm_scan<T>(d, q, a32, n0, s, s_parts, Qp, Nc, Str3{}, o.Xq, o.Kq, key_stream, saved_norm);
     make_key_remainders<kTC, T>(d, q, a32, o, key_stream);
-    const RecordedEvent keys_ready(keys_aside ? s1 : nullptr);
+    const RecordedEvent keys_ready(keys_aside, s1);
     // (16-bit: M comes from cross_values_mma's diagonal items, on tensor cores; float32: from the
     // FFMA chunk_scores kernel, with P)
     if (!saved_diag) launch_chunk_scores<kTC, T>(d, q, v, gctx, a32, Qp, P, kTC ? nullptr : M, stream);

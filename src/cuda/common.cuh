@@ -64,6 +64,10 @@ __device__ __forceinline__ float ipow_times_pow2(float a, int p2, int m) {
   for (int s = 1; s < p2; s <<= 1) a *= a;
   return ipow(a, m);
 }
+// a^(m c), bit for bit ipow(a, m c): by c's squarings (ipow_times_pow2) where c is a power of two.
+__device__ __forceinline__ float ipow_of_product(float a, int m, int c) {
+  return (c & (c - 1)) == 0 ? ipow_times_pow2(a, c, m) : ipow(a, m * c);
+}
 
 // ipow for V lanes with one exponent: each lane the same products as ipow (bitwise), one loop.
 template <int V>

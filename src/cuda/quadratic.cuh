@@ -309,13 +309,10 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
     };
     const int cr = tid / LT / 2, ck = tid / LT % 2;  // this thread's combination (row slot, key slot)
     // (an unused combination, d < 0: a factor never read, exponent 0)
-    // a^(D C), D = the combination's chunk distance less one: by C's squarings where C is a power of
-    // two (ipow_times_pow2: the same bits), else ipow
-    const int fdist = max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0), fexp = fdist * C;
-    const bool c_pow2 = (C & (C - 1)) == 0;
-    auto factor = [&](int kt) {
-      fs[((kt - kt0) & 1) * 4 * LT + tid] = c_pow2 ? ipow_times_pow2(anext, C, fdist) : ipow(anext, fexp);
-    };
+    // a^(D C), D = the combination's chunk distance less one (ipow_of_product: by C's squarings where
+    // C is a power of two, the same bits)
+    const int fdist = max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0);
+    auto factor = [&](int kt) { fs[((kt - kt0) & 1) * 4 * LT + tid] = ipow_of_product(anext, fdist, C); };
     float acc[4][4][4] = {};  // acc[mt][nt]: rows 16 mt (+ g, + 8), columns wc + 8 nt (+ 2 tq, + 1)
     __syncthreads();          // the previous item's stages are consumed
 #pragma unroll
@@ -451,13 +448,10 @@ static __global__ void __launch_bounds__(kCrossThreads, 2)
       anext = l < d.L ? __ldg(arow + l) : 0.0f;
     };
     const int cr = tid / LT / 2, ck = tid / LT % 2;
-    // a^(D C), D = the combination's chunk distance less one: by C's squarings where C is a power of
-    // two (ipow_times_pow2: the same bits), else ipow
-    const int fdist = max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0), fexp = fdist * C;
-    const bool c_pow2 = (C & (C - 1)) == 0;
-    auto factor = [&](int kt) {
-      fs[((kt - kt0) & 1) * 4 * LT + tid] = c_pow2 ? ipow_times_pow2(anext, C, fdist) : ipow(anext, fexp);
-    };
+    // a^(D C), D = the combination's chunk distance less one (ipow_of_product: by C's squarings where
+    // C is a power of two, the same bits)
+    const int fdist = max((cr ? xI1 : xI0) - (ck ? kJ1 : kJ0) - 1, 0);
+    auto factor = [&](int kt) { fs[((kt - kt0) & 1) * 4 * LT + tid] = ipow_of_product(anext, fdist, C); };
     float acc[2][32];  // acc[wk][i]: row 16 w4 + g + 8 ((i >> 1) & 1), key 8 (i >> 2) + 2 tq + (i & 1)
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[0][i] = acc[1][i] = 0.0f;

@@ -63,13 +63,13 @@ inline cudaError_t try_stream_wait(cudaStream_t to, cudaStream_t from) noexcept 
 inline void stream_wait(cudaStream_t to, cudaStream_t from) {
   RHOSCAN_CUDA_CHECK(try_stream_wait(to, from));
 }
-// An event recorded on a stream at construction (null stream: none), destroyed with the object: for
-// a wait on part of a side stream's work (cudaStreamWaitEvent(to, event.e)); an event may be
-// destroyed once the waits on it are enqueued.
+// An event recorded on a stream at construction where `record` (else e stays null), destroyed with
+// the object: for a wait on part of a side stream's work (cudaStreamWaitEvent(to, event.e)); an event
+// may be destroyed once the waits on it are enqueued.
 struct RecordedEvent {
   cudaEvent_t e = nullptr;
-  explicit RecordedEvent(cudaStream_t on) {
-    if (on == nullptr) return;
+  RecordedEvent(bool record, cudaStream_t on) {
+    if (!record) return;
     RHOSCAN_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     RHOSCAN_CUDA_CHECK(cudaEventRecord(e, on));
   }
