@@ -1,5 +1,10 @@
-// Prototype, version 1: the quadratic forward's cross-chunk scores and final state in ONE pass
-// over q, against the float64 formulas, with a timing at BDH-8k. Not used by the library.
+// Prototype: the quadratic forward's cross-chunk scores and final state in ONE pass over q, against
+// the float64 formulas, with a timing at BDH-8k. Not used by the library. Measured on an H100
+// (round 38, bench/results/round38-2026-12-06/): correct, and moves the DRAM bytes designed (0.28 GB
+// read, 0.26 GB written), but version 2 takes 0.80 ms against 0.43 ms for the two kernels it would
+// replace: its phases (fetch, the keys' making, the products) run one after another in one block of
+// 8 warps per SM. docs/CUDA.md ("What is left", thirty-eighth round) has the numbers and what a
+// pipelined version would need.
 //
 // Why: at BDH-8k (B 8, H 4, T 512, L 8192, E 256, bfloat16) the forward moves 2.2 GB in six passes
 // (dev/cuda/traffic_floor.py): `norm_scores_mma` reads q and writes the bf16 keys Xq and Kq
@@ -25,8 +30,9 @@
 //
 //   nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -I src -I include dev/cuda/fused_forward.cu -o /tmp/fused_forward && /tmp/fused_forward
 //
-// Prints the check (RMS relative error of Pcross and rho_T against float64 on a small problem,
-// PASS under 1e-2) and the BDH-8k timing; exit 1 on a failed check.
+// Prints the checks of both versions (RMS relative error of Pcross and rho_T against float64 on two
+// small problems, PASS under 1e-2), their BDH-8k timings and version 2's phase clocks; exit 1 on a
+// failed check. --small: the checks only (for compute-sanitizer).
 #include <cuda_bf16.h>
 
 #include <cmath>
