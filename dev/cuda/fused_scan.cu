@@ -1,5 +1,9 @@
 // Prototype: the whole forward for short latent rows (BDH-base: L = 256) in ONE kernel that reads q
-// once, against the float64 formulas, with a timing at BDH-base. Not used by the library.
+// once, against the float64 formulas, with a timing at BDH-base. Not used by the library. Measured
+// on an H100 (round 38, call 5, bench/results/round38-2026-12-06/): correct, q read once and only
+// the outputs written, but 0.237 ms against the library's 0.15 ms forward: ~1.3 K instructions per
+// warp and step, most of them the walk and the triangles, made by both halves of E, at one block of
+// 8 warps per SM. docs/CUDA.md ("What is left", thirty-eighth round) has what a faster version needs.
 //
 // Why: at BDH-base (B 24, H 4, T 512, L 256, E 256, bfloat16) the forward is five passes and ten
 // launches on an H100 (round 37, call 1: `chunk_scan_wgmma` 0.075 ms, `norm_scores_mma` 0.045,
