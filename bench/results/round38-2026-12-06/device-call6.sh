@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Round 38, call 6: the fused small-L forward prototype, versions 1 and 2, dev/cuda/fused_scan.cu (BDH-base's whole
 # forward in one kernel, 16-token steps, the state in registers): its checks against float64, its
-# BDH-base time, memcheck on the small problems, Nsight Compute on one BDH-base launch; (the library's
+# BDH-base time, memcheck on the small problems, Nsight Compute on one BDH-base launch of version 2 (launch 33: 6 checks, 23 of version 1, 3 warm-ups); (the library's
 # baseline on the same card: call 5).
 # Carry .gpucarry (COMMIT). $OUT: summary.txt, logs.tgz.
 LOGS=/tmp/logs6 source bench/results/round32-prepared/call_common.sh
@@ -17,7 +17,7 @@ timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/fs --small
 echo "memcheck rc=$?" >> $S; grep -E "ERROR SUMMARY|check" $L/fs-memcheck.log | head -5 >> $S
 pack
 stage ncu
-timeout 120 ncu --clock-control none -k regex:fused_scan_kernel<2> --launch-skip 9 --launch-count 1 \
+timeout 120 ncu --clock-control none -k regex:fused_scan --launch-skip 32 --launch-count 1 \
   --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum \
   --section SpeedOfLight --section WarpStateStats /tmp/fs > $L/fs-ncu.txt 2>&1
 echo "ncu rc=$?" >> $S
