@@ -3,7 +3,11 @@
 // on an H100 (round 38, call 5, bench/results/round38-2026-12-06/): correct, q read once and only
 // the outputs written, but 0.237 ms against the library's 0.15 ms forward: ~1.3 K instructions per
 // warp and step, most of them the walk and the triangles, made by both halves of E, at one block of
-// 8 warps per SM. docs/CUDA.md ("What is left", thirty-eighth round) has what a faster version needs.
+// 8 warps per SM. A version 2 (f2e3d17, call 6) made the next step under this step's products (the
+// state's bf16 copy in shared memory as the readout's A, two operand sets, four stages): 0.262 ms
+// against this version's 0.243 in the same call (75 M warp instructions against 66 M), removed: the
+// warps' instructions, not the tensor cores, set the time. docs/CUDA.md ("What is left",
+// thirty-eighth round) has the numbers.
 //
 // Why: at BDH-base (B 24, H 4, T 512, L 256, E 256, bfloat16) the forward is five passes and ten
 // launches on an H100 (round 37, call 1: `chunk_scan_wgmma` 0.075 ms, `norm_scores_mma` 0.045,
@@ -46,35 +50,26 @@
 
 using namespace rhoscan::cuda_detail;
 
-constexpr int kL = 256, kStep = 16, kEH = 128, kThreads = 256;
+constexpr int kL = 256, kStep = 16, kEH = 128, kThreads = 256, kStages = 3;
 constexpr float kEps = 1e-6f;
-constexpr uint32_t kQStage = kStep * kL * 2;  // q of a step, [16][256] bf16 rows
-constexpr uint32_t kVTile = kStep * 128;       // [16 tokens][64 E], 128-byte swizzled
-constexpr uint32_t kVStage = 2 * kVTile;       // the item's 128 columns: 2 tiles
-constexpr uint32_t kKTile = kStep * 128;       // [16 tokens][64 latents], swizzled
-constexpr uint32_t kSTile = 64 * 128;          // version 2's state copy: [64 E][64 latents], swizzled
-constexpr uint32_t kQuadS = kL + 8;            // X8 / K8 row stride (bf16)
-// Shared memory (bytes from the 1024-aligned base). Version 1: three fetch stages, one set of
-// operand tiles. Version 2: four stages and two sets (the next step is made while this step's
-// products run), and the state's bf16 copy for the readout's A (two warpgroups × 4 tiles).
-template <int kVersion>
-struct Layout {
-  static constexpr int kStages = kVersion == 1 ? 3 : 4, kSets = kVersion == 1 ? 1 : 2;
-  static constexpr uint32_t kQ = 0;
-  static constexpr uint32_t kV = kQ + kStages * kQStage;
-  static constexpr uint32_t kXq = kV + kStages * kVStage;  // Xq16: 4 tiles of 64 latents a set
-  static constexpr uint32_t kKq = kXq + kSets * 4 * kKTile;  // Kq16: 4 tiles a set
-  static constexpr uint32_t kP = kKq + kSets * 4 * kKTile;   // P16 in a swizzled [16][64] tile a set
-  static constexpr uint32_t kScopy = kP + kSets * kKTile;     // (version 2) [2 warpgroups][4][64][64]
-  static constexpr uint32_t kX8 = kScopy + (kVersion == 1 ? 0 : 8 * kSTile);  // X8: [8][kQuadS] (tokens 8..15)
-  static constexpr uint32_t kK8 = kX8 + 8 * kQuadS * 2;        // K8: [8][kQuadS] (tokens 0..7)
-  static constexpr uint32_t kRed = kK8 + 8 * kQuadS * 2;       // triangles: [8 warps][2][32] floats
-  static constexpr uint32_t kS = kRed + 8 * 2 * 32 * 4;        // s of the step's tokens
-  static constexpr uint32_t kA16 = kS + 64;                    // a^16 per latent
-  static constexpr uint32_t kEnd = kA16 + kL * 4;
-  static constexpr int kBytes = static_cast<int>(kEnd + kWgmmaAtom);
-  static_assert(kBytes <= 227 * 1024, "one block per SM");
-};
+// shared memory (bytes from the 1024-aligned base)
+constexpr uint32_t kQStage = kStep * kL * 2;                 // q of a step, [16][256] bf16 rows
+constexpr uint32_t kVTile = kStep * 128;                      // [16 tokens][64 E], 128-byte swizzled
+constexpr uint32_t kVStage = 2 * kVTile;                      // the item's 128 columns: 2 tiles
+constexpr uint32_t kKTile = kStep * 128;                      // [16 tokens][64 latents], swizzled
+constexpr uint32_t kOffQ = 0;
+constexpr uint32_t kOffV = kOffQ + kStages * kQStage;
+constexpr uint32_t kOffXq = kOffV + kStages * kVStage;        // Xq16: 4 tiles of 64 latents
+constexpr uint32_t kOffKq = kOffXq + 4 * kKTile;              // Kq16: 4 tiles
+constexpr uint32_t kOffP = kOffKq + 4 * kKTile;               // P16 in a swizzled [16][64] tile
+constexpr uint32_t kQuadS = kL + 8;                           // X8 / K8 row stride (bf16)
+constexpr uint32_t kOffX8 = kOffP + kKTile;                   // X8: [8][kQuadS] (tokens 8..15)
+constexpr uint32_t kOffK8 = kOffX8 + 8 * kQuadS * 2;          // K8: [8][kQuadS] (tokens 0..7)
+constexpr uint32_t kOffRed = kOffK8 + 8 * kQuadS * 2;         // triangles: [8 warps][2][32] floats
+constexpr uint32_t kOffS = kOffRed + 8 * 2 * 32 * 4;          // s of the step's tokens
+constexpr uint32_t kOffA16 = kOffS + 64;                      // a^16 per latent
+constexpr uint32_t kSmemEnd = kOffA16 + kL * 4;
+constexpr int kSmemBytes = static_cast<int>(kSmemEnd + kWgmmaAtom);
 
 __host__ __device__ inline uint32_t swz(int row, int col) {  // (row, col) of a 64-wide swizzled tile
   return row * 128 + ((((col / 8) ^ (row % 8))) << 4) + 2 * (col % 8);
@@ -137,20 +132,13 @@ struct Params {
   int pairs, H, T, E;
 };
 
-// Version 1: each step's products waited for at the step's end (the readout's A, the state as bf16,
-// in registers). Version 2: the products of step st run while the block makes step st + 1's sums,
-// walk and scores (their wait at the next step's products): the readout's A is the state's bf16
-// copy in shared memory (no A registers live across the step), two sets of operand tiles, four
-// fetch stages, the context of step st stored at step st + 1.
-template <int kVersion>
 __global__ void __launch_bounds__(kThreads, 1) fused_scan_kernel(Params p) {
-  using Lay = Layout<kVersion>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t s_raw = smem_addr(smem_raw), s0 = (s_raw + kWgmmaAtom - 1) & ~(kWgmmaAtom - 1);
   unsigned char* base = smem_raw + (s0 - s_raw);
-  float* ss = reinterpret_cast<float*>(base + Lay::kS);
-  float* a16 = reinterpret_cast<float*>(base + Lay::kA16);
-  float* red = reinterpret_cast<float*>(base + Lay::kRed);
+  float* ss = reinterpret_cast<float*>(base + kOffS);
+  float* a16 = reinterpret_cast<float*>(base + kOffA16);
+  float* red = reinterpret_cast<float*>(base + kOffRed);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g8 = lane / 4, tq = lane % 4;
   const int wg = warp / 4, w4 = warp % 4;
   const int T = p.T, E = p.E, nsteps = T / kStep, nhalves = E / kEH;
@@ -165,20 +153,21 @@ __global__ void __launch_bounds__(kThreads, 1) fused_scan_kernel(Params p) {
       for (int k = 0; k < 4; ++k) x *= x;
       a16[l] = x;
     }
-    for (int i = tid; i < Lay::kSets * kStep * 64 / 2; i += kThreads)  // P16's tiles: zeros above the diagonal for good
-      reinterpret_cast<uint32_t*>(base + Lay::kP)[i] = 0u;
-    // the fetch of step st into stage st % kStages: q's 16 rows (16-byte pieces, 2 a thread), V's two tiles
+    for (int i = tid; i < kStep * 64 / 2; i += kThreads)  // P16's tile: zeros above the diagonal for good
+      reinterpret_cast<uint32_t*>(base + kOffP)[i] = 0u;
+    for (int i = tid; i < 8 * kQuadS / 2; i += kThreads) reinterpret_cast<uint32_t*>(base + kOffX8)[i] = 0u;
+    // the fetch of step st into stage st % 3: q's 16 rows (16-byte pieces, 2 a thread), V's two tiles
     const bf16* qsrc = p.q + int64_t(bh) * T * kL;
     const bf16* vsrc = p.v + int64_t(b) * T * E + eh * kEH;
     auto fetch = [&](int st) {
-      const int stage = st % Lay::kStages;
+      const int stage = st % kStages;
       for (int idx = tid; idx < kStep * kL / 8; idx += kThreads) {  // 512 pieces
         const int r = idx / (kL / 8), c = idx % (kL / 8);
-        cp_async16_u32(s0 + Lay::kQ + stage * kQStage + r * kL * 2 + 16 * c, qsrc + int64_t(st * kStep + r) * kL + 8 * c);
+        cp_async16_u32(s0 + kOffQ + stage * kQStage + r * kL * 2 + 16 * c, qsrc + int64_t(st * kStep + r) * kL + 8 * c);
       }
       {  // 256 pieces: tile tid / 128, row (tid / 8) % 16, chunk tid % 8
         const int tile = tid / 128, r = (tid / 8) % 16, c = tid % 8;
-        cp_async16_u32(s0 + Lay::kV + stage * kVStage + tile * kVTile + swz(r, 8 * c),
+        cp_async16_u32(s0 + kOffV + stage * kVStage + tile * kVTile + swz(r, 8 * c),
                        vsrc + int64_t(st * kStep + r) * E + 64 * tile + 8 * c);
       }
       cp_async_commit();
@@ -189,7 +178,6 @@ __global__ void __launch_bounds__(kThreads, 1) fused_scan_kernel(Params p) {
     float S[128];  // Sᵀ: row (E) 64 wg + 16 w4 + g + 8 ((i >> 1) & 1), column (latent) 8 (i >> 2) + 2 tq + (i & 1)
 #pragma unroll
     for (int i = 0; i < 128; ++i) S[i] = 0.0f;
-    float c[8] = {};  // cᵀ of the step in flight: rows E, columns tokens
     float N = 0.0f;
     // powers of the walk's latent: a^0 .. a^7 (the triangles use a^0..a^6, X8 / K8 a^0..a^7)
     float pw[8];
@@ -197,24 +185,14 @@ __global__ void __launch_bounds__(kThreads, 1) fused_scan_kernel(Params p) {
 #pragma unroll
     for (int k = 1; k < 8; ++k) pw[k] = pw[k - 1] * al;
     const float a8 = pw[7] * al;
-    auto store_context = [&](int st) {
-      bf16* out = p.ctx + (int64_t(bh) * T + st * kStep) * E + eh * kEH + 64 * wg + 16 * w4 + g8;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int er = 8 * ((i >> 1) & 1), tk = 8 * (i >> 2) + 2 * tq + (i & 1);
-        out[int64_t(tk) * E + er] = __float2bfloat16_rn(c[i]);
-        c[i] = 0.0f;
-      }
-    };
     for (int st = 0; st < nsteps; ++st) {
       cp_async_wait<1>();  // step st's copies (this thread's)
       fence_proxy_async();
-      __syncthreads();     // everyone's; the stage refilled next was last read by a waited-for step
+      __syncthreads();     // everyone's; stage (st + 2) % 3 (step st - 1's) is free
       if (st + 2 < nsteps) fetch(st + 2);
       else cp_async_commit();
-      const int stage = st % Lay::kStages, set = kVersion == 1 ? 0 : st & 1;
-      const bf16* qs = reinterpret_cast<const bf16*>(base + Lay::kQ + stage * kQStage);
-      const uint32_t xq_set = Lay::kXq + set * 4 * kKTile, kq_set = Lay::kKq + set * 4 * kKTile, p_set = Lay::kP + set * kKTile;
+      const int stage = st % kStages;
+      const bf16* qs = reinterpret_cast<const bf16*>(base + kOffQ + stage * kQStage);
       // -- s of the step's tokens: warp w sums tokens 2 w, 2 w + 1
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
@@ -235,10 +213,10 @@ __global__ void __launch_bounds__(kThreads, 1) fused_scan_kernel(Params p) {
 #pragma unroll
       for (int i = 0; i < kStep; ++i) qv[i] = __bfloat162float(qs[i * kL + l]);
       {
-        unsigned char* xt = base + xq_set + (l / 64) * kKTile;
-        unsigned char* kt = base + kq_set + (l / 64) * kKTile;
-        bf16* x8 = reinterpret_cast<bf16*>(base + Lay::kX8);
-        bf16* k8 = reinterpret_cast<bf16*>(base + Lay::kK8);
+        unsigned char* xt = base + kOffXq + (l / 64) * kKTile;
+        unsigned char* kt = base + kOffKq + (l / 64) * kKTile;
+        bf16* x8 = reinterpret_cast<bf16*>(base + kOffX8);
+        bf16* k8 = reinterpret_cast<bf16*>(base + kOffK8);
         const int lc = l % 64;
 #pragma unroll
         for (int i = 0; i < kStep; ++i) {
@@ -274,12 +252,12 @@ __global__ void __launch_bounds__(kThreads, 1) fused_scan_kernel(Params p) {
         for (int w = 0; w < 8; ++w) sum += red[(w * 2 + blk) * 32 + pr];
         int m = 1, n = pr;  // pr = m (m - 1) / 2 + n
         while (n >= m) n -= m, ++m;
-        *reinterpret_cast<bf16*>(base + p_set + swz(8 * blk + m, 8 * blk + n)) = __float2bfloat16_rn(sum);
+        *reinterpret_cast<bf16*>(base + kOffP + swz(8 * blk + m, 8 * blk + n)) = __float2bfloat16_rn(sum);
       }
       if (warp == 7) {
-        const bf16* x8 = reinterpret_cast<const bf16*>(base + Lay::kX8);
-        const bf16* k8 = reinterpret_cast<const bf16*>(base + Lay::kK8);
-        float cq[4] = {};
+        const bf16* x8 = reinterpret_cast<const bf16*>(base + kOffX8);
+        const bf16* k8 = reinterpret_cast<const bf16*>(base + kOffK8);
+        float c[4] = {};
 #pragma unroll 4
         for (int k0 = 0; k0 < kL; k0 += 16) {
           uint32_t af[4], b0, b1;
@@ -288,80 +266,51 @@ __global__ void __launch_bounds__(kThreads, 1) fused_scan_kernel(Params p) {
           af[1] = af[3] = 0u;  // rows 8..15 of the m16 tile: none
           b0 = *reinterpret_cast<const uint32_t*>(k8 + g8 * kQuadS + k0 + 2 * tq);
           b1 = *reinterpret_cast<const uint32_t*>(k8 + g8 * kQuadS + k0 + 8 + 2 * tq);
-          mma_bf16_16816(cq, af, b0, b1);
+          mma_bf16_16816(c, af, b0, b1);
         }
-        // cq[0], cq[1]: token 8 + g, tokens 2 tq, 2 tq + 1
-        *reinterpret_cast<__nv_bfloat162*>(base + p_set + swz(8 + g8, 2 * tq)) = __floats2bfloat162_rn(cq[0], cq[1]);
+        // c[0], c[1]: token 8 + g, tokens 2 tq, 2 tq + 1
+        *reinterpret_cast<__nv_bfloat162*>(base + kOffP + swz(8 + g8, 2 * tq)) = __floats2bfloat162_rn(c[0], c[1]);
       }
       fence_proxy_async();
       __syncthreads();  // P16 complete
       // -- the products: cᵀ = Sᵀ Xq16ᵀ + Vᵀ P16ᵀ, then Sᵀ <- a^16 Sᵀ + Vᵀ Kq16
-      const uint64_t desc_xq = wgmma_desc_sw128(s0 + xq_set, 0, kWgmmaAtom);  // B K-major: rows tokens
-      const uint64_t desc_v = wgmma_desc_sw128(s0 + Lay::kV + stage * kVStage + wg * kVTile, kWgmmaAtom, kWgmmaAtom);
-      const uint64_t desc_p = wgmma_desc_sw128(s0 + p_set, 0, kWgmmaAtom);
-      const uint64_t desc_kq = wgmma_desc_sw128(s0 + kq_set, kKTile, kWgmmaAtom);  // B N-major, 64-latent tiles LBO apart
-      auto decay_and_update = [&]() {  // (the readout has its copy of S)
+      float c[8] = {};
+      uint32_t A[16][4];
 #pragma unroll
-        for (int nt = 0; nt < 32; ++nt) {
-          const float2 f = *reinterpret_cast<const float2*>(a16 + 8 * nt + 2 * tq);
-          S[4 * nt + 0] *= f.x, S[4 * nt + 1] *= f.y, S[4 * nt + 2] *= f.x, S[4 * nt + 3] *= f.y;
-        }
-        wgmma_fence();
-        wgmma_m64n256k16_bf16<1, 1>(S, desc_v, desc_kq);
-        wgmma_commit();
-      };
-      if constexpr (kVersion == 1) {
-        uint32_t A[16][4];
-#pragma unroll
-        for (int m = 0; m < 16; ++m) {
-          A[m][0] = pack2(S[8 * m + 0], S[8 * m + 1]), A[m][1] = pack2(S[8 * m + 2], S[8 * m + 3]);
-          A[m][2] = pack2(S[8 * m + 4], S[8 * m + 5]), A[m][3] = pack2(S[8 * m + 6], S[8 * m + 7]);
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int m = 0; m < 16; ++m) wgmma_n16_rs<0>(c, A[m], desc_xq + ((m / 4) * kKTile >> 4) + 2 * (m % 4));
-        wgmma_n16_ss<1, 0>(c, desc_v, desc_p);
-        wgmma_commit();
-        decay_and_update();
-        wgmma_wait<0>();
-        wgmma_fence_operand(S);
-        wgmma_fence_operand(c);
-#pragma unroll
-        for (int m = 0; m < 16; ++m) wgmma_fence_operand(A[m]);
-        store_context(st);
-      } else {
-        wgmma_wait<0>();  // step st - 1's products: S is current, its context complete, the copy free
-        wgmma_fence_operand(S);
-        wgmma_fence_operand(c);
-        if (st > 0) store_context(st - 1);
-        // S's bf16 copy: tile m / 4 of the warpgroup, row 16 w4 + g (+ 8), latents 16 m + ...
-        const uint32_t sc = Lay::kScopy + wg * 4 * kSTile;
-#pragma unroll
-        for (int m = 0; m < 16; ++m) {
-          unsigned char* t = base + sc + (m / 4) * kSTile;
-          const int r0 = 16 * w4 + g8, col = 16 * (m % 4) + 2 * tq;
-          *reinterpret_cast<uint32_t*>(t + swz(r0, col)) = pack2(S[8 * m + 0], S[8 * m + 1]);
-          *reinterpret_cast<uint32_t*>(t + swz(r0 + 8, col)) = pack2(S[8 * m + 2], S[8 * m + 3]);
-          *reinterpret_cast<uint32_t*>(t + swz(r0, col + 8)) = pack2(S[8 * m + 4], S[8 * m + 5]);
-          *reinterpret_cast<uint32_t*>(t + swz(r0 + 8, col + 8)) = pack2(S[8 * m + 6], S[8 * m + 7]);
-        }
-        fence_proxy_async();
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg));  // the warpgroup's copy is complete
-        const uint64_t desc_s = wgmma_desc_sw128(s0 + sc, 0, kWgmmaAtom);  // A K-major: rows E
-        wgmma_fence();
-#pragma unroll
-        for (int m = 0; m < 16; ++m)
-          wgmma_n16_ss<0, 0>(c, desc_s + ((m / 4) * kSTile >> 4) + 2 * (m % 4), desc_xq + ((m / 4) * kKTile >> 4) + 2 * (m % 4));
-        wgmma_n16_ss<1, 0>(c, desc_v, desc_p);
-        wgmma_commit();
-        decay_and_update();  // (left in flight: waited for at the next step's products)
+      for (int m = 0; m < 16; ++m) {
+        A[m][0] = pack2(S[8 * m + 0], S[8 * m + 1]), A[m][1] = pack2(S[8 * m + 2], S[8 * m + 3]);
+        A[m][2] = pack2(S[8 * m + 4], S[8 * m + 5]), A[m][3] = pack2(S[8 * m + 6], S[8 * m + 7]);
       }
-    }
-    if constexpr (kVersion == 2) {
+      const uint64_t desc_xq = wgmma_desc_sw128(s0 + kOffXq, 0, kWgmmaAtom);   // B K-major: rows tokens
+      const uint64_t desc_v = wgmma_desc_sw128(s0 + kOffV + stage * kVStage + wg * kVTile, kWgmmaAtom, kWgmmaAtom);
+      const uint64_t desc_p = wgmma_desc_sw128(s0 + kOffP, 0, kWgmmaAtom);
+      const uint64_t desc_kq = wgmma_desc_sw128(s0 + kOffKq, kKTile, kWgmmaAtom);  // B N-major, 64-latent tiles LBO apart
+      wgmma_fence();
+#pragma unroll
+      for (int m = 0; m < 16; ++m) wgmma_n16_rs<0>(c, A[m], desc_xq + ((m / 4) * kKTile >> 4) + 2 * (m % 4));
+      wgmma_n16_ss<1, 0>(c, desc_v, desc_p);
+      wgmma_commit();
+      // the decay, then the update (the readout read A, the bf16 copy, not S)
+#pragma unroll
+      for (int nt = 0; nt < 32; ++nt) {
+        const float2 f = *reinterpret_cast<const float2*>(a16 + 8 * nt + 2 * tq);
+        S[4 * nt + 0] *= f.x, S[4 * nt + 1] *= f.y, S[4 * nt + 2] *= f.x, S[4 * nt + 3] *= f.y;
+      }
+      wgmma_fence();
+      wgmma_m64n256k16_bf16<1, 1>(S, desc_v, desc_kq);
+      wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operand(S);
       wgmma_fence_operand(c);
-      if (nsteps > 0) store_context(nsteps - 1);
+#pragma unroll
+      for (int m = 0; m < 16; ++m) wgmma_fence_operand(A[m]);
+      // the context: cᵀ rows E, columns tokens
+      bf16* out = p.ctx + (int64_t(bh) * T + st * kStep) * E + eh * kEH + 64 * wg + 16 * w4 + g8;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int er = 8 * ((i >> 1) & 1), tk = 8 * (i >> 2) + 2 * tq + (i & 1);
+        out[int64_t(tk) * E + er] = __float2bfloat16_rn(c[i]);
+      }
     }
     cp_async_wait<0>();
     // rho_T (Sᵀ transposed) and rho_norm
@@ -424,11 +373,9 @@ static Device upload(const Problem& pr) {
   return d;
 }
 
-static void launch(int version, const Problem& pr, const Device& d, int grid) {
+static void launch(const Problem& pr, const Device& d, int grid) {
   Params p{d.q, d.v, d.a, d.ctx, d.rho, d.rho_norm, pr.B * pr.H, pr.H, pr.T, pr.E};
-  grid = std::min(grid, pr.B * pr.H * (pr.E / kEH));
-  if (version == 1) fused_scan_kernel<1><<<grid, kThreads, Layout<1>::kBytes>>>(p);
-  else fused_scan_kernel<2><<<grid, kThreads, Layout<2>::kBytes>>>(p);
+  fused_scan_kernel<<<std::min(grid, pr.B * pr.H * (pr.E / kEH)), kThreads, kSmemBytes>>>(p);
 }
 
 // float64 forward of SPEC.md, RMS relative errors of context, rho_T and rho_norm
@@ -477,41 +424,35 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   if (!first_device(prop)) return 0;
   const bool small_only = argc > 1 && std::strcmp(argv[1], "--small") == 0;
-  CHECK(cudaFuncSetAttribute(fused_scan_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<1>::kBytes));
-  CHECK(cudaFuncSetAttribute(fused_scan_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout<2>::kBytes));
-  for (int version : {1, 2}) {
-    cudaFuncAttributes fa;
-    CHECK(cudaFuncGetAttributes(&fa, version == 1 ? fused_scan_kernel<1> : fused_scan_kernel<2>));
-    std::printf("version %d: %d registers, %d bytes local, %d bytes dynamic shared\n", version, fa.numRegs,
-                int(fa.localSizeBytes), version == 1 ? Layout<1>::kBytes : Layout<2>::kBytes);
-  }
+  CHECK(cudaFuncSetAttribute(fused_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  cudaFuncAttributes fa;
+  CHECK(cudaFuncGetAttributes(&fa, fused_scan_kernel));
+  std::printf("fused_scan_kernel: %d registers, %d bytes local, %d bytes dynamic shared\n", fa.numRegs,
+              int(fa.localSizeBytes), kSmemBytes);
   bool ok = true;
   struct Case {
     int B, H, T, E, grid;
   };
-  for (int version : {1, 2})
-    for (Case cs : {Case{1, 2, 64, 256, 1 << 20}, Case{3, 1, 48, 128, 2}, Case{1, 1, 16, 128, 1}}) {
-      Problem pr = make_problem(cs.B, cs.H, cs.T, cs.E, 5u + cs.T);
-      Device d = upload(pr);
-      launch(version, pr, d, std::min(cs.grid, prop.multiProcessorCount));
-      CHECK(cudaDeviceSynchronize());
-      CHECK(cudaGetLastError());
-      double ec, er, en;
-      check(pr, d, ec, er, en);
-      const bool pass = ec < 1e-2 && er < 1e-2 && en < 1e-5;
-      ok = ok && pass;
-      std::printf("check version %d B%d H%d T%d E%d grid %d: context %.3e, rho %.3e, rho_norm %.3e RMS rel: %s\n",
-                  version, cs.B, cs.H, cs.T, cs.E, std::min(cs.grid, prop.multiProcessorCount), ec, er, en,
-                  pass ? "PASS" : "FAIL");
-    }
+  for (Case cs : {Case{1, 2, 64, 256, 1 << 20}, Case{3, 1, 48, 128, 2}, Case{1, 1, 16, 128, 1}}) {
+    Problem pr = make_problem(cs.B, cs.H, cs.T, cs.E, 5u + cs.T);
+    Device d = upload(pr);
+    launch(pr, d, std::min(cs.grid, prop.multiProcessorCount));
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaGetLastError());
+    double ec, er, en;
+    check(pr, d, ec, er, en);
+    const bool pass = ec < 1e-2 && er < 1e-2 && en < 1e-5;
+    ok = ok && pass;
+    std::printf("check B%d H%d T%d E%d grid %d: context %.3e, rho %.3e, rho_norm %.3e RMS rel: %s\n", cs.B, cs.H, cs.T,
+                cs.E, std::min(cs.grid, prop.multiProcessorCount), ec, er, en, pass ? "PASS" : "FAIL");
+  }
   if (!small_only) {
     Problem pr = make_problem(24, 4, 512, 256, 11u);
     Device d = upload(pr);
-    for (int version : {1, 2}) {  // (Nsight: version v's launches 4 and on are BDH-base's timed runs)
-      auto ms = timed_launches(20, 3, [&] { launch(version, pr, d, prop.multiProcessorCount); });
-      std::printf("version %d, BDH-base (B24 H4 T512 L256 E256): median %.4f ms (min %.4f, max %.4f) over %zu\n",
-                  version, ms[ms.size() / 2], ms.front(), ms.back(), ms.size());
-    }
+    auto ms = timed_launches(20, 3, [&] { launch(pr, d, prop.multiProcessorCount); });
+    const double t = ms[ms.size() / 2];
+    std::printf("BDH-base (B24 H4 T512 L256 E256): median %.4f ms (min %.4f, max %.4f) over %zu\n", t, ms.front(),
+                ms.back(), ms.size());
   }
   return ok ? 0 : 1;
 }
