@@ -374,9 +374,12 @@ __device__ __forceinline__ void sums_halve(float (&x)[32], int lane) {
 
 // __launch_bounds__(256, 3): 72 registers, no spills (sm_90a, every dtype); with the bound on the
 // block size alone ptxas took 64 registers and spilled 20 bytes for bf16 and float16 q.
+// s (round 38): where one latent block covers L (nlb = 1: L <= 512, BDH-base) the block's sums are
+// the token sums, written here as s = sum + eps (token_sum_reduce_kernel's 0 + sum + eps: the same
+// bits, 0 + x being x), so that its launch is left out; else null, and the partials go to parts.
 template <typename T>
 __global__ void __launch_bounds__(kSumsThreads, 3) norm_sums_kernel(Dims d, Str4 q, const float* a32, float* Nc,
-                                                                 float* parts, int64_t nlb) {
+                                                                 float* parts, int64_t nlb, float* s) {
   grid_dependency_wait();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   float(*red)[kSumsTokens] = reinterpret_cast<float(*)[kSumsTokens]>(smem_raw);  // [warp][token]
@@ -458,7 +461,10 @@ __global__ void __launch_bounds__(kSumsThreads, 3) norm_sums_kernel(Dims d, Str4
     for (int k = threadIdx.x; k < Cn; k += blockDim.x) {
       float acc = red[0][k];
       for (int w = 1; w < nw; ++w) acc += red[w][k];
-      parts[(bh * nlb + lb) * d.T + c * d.C + k] = acc;
+      if (s != nullptr)
+        s[bh * d.T + c * d.C + k] = acc + kEpsF;
+      else
+        parts[(bh * nlb + lb) * d.T + c * d.C + k] = acc;
     }
     __syncthreads();  // red is rewritten by the next item
   }
@@ -711,7 +717,9 @@ inline void launch_final_norm(const Dims& d, const float* Nc, Str3 n_out, cudaSt
 
 // Writes the token sums s ([bh][t]) and the normaliser scan's outputs. Where q's latents pair up
 // (norm_pairs_ok) one read of q gives both s and the chunk sums: norm_sums_kernel into s_parts
-// (workspace of nbh · norm_sums_blocks(L) · T floats), then token_sum_reduce_kernel; elsewhere
+// (workspace of nbh · norm_sums_blocks(L) · T floats), then token_sum_reduce_kernel (where one
+// latent block covers L, norm_sums_kernel writes s itself, the same bits, and the reduce is not
+// launched: BDH-base's L = 256); elsewhere
 // token_sum_kernel and norm_chunk_sums_kernel<T, 1> (s_parts unused). The choice depends on q
 // alone, so the forward and the backward's recomputation take the same one (s bitwise equal).
 // sums_ready: s and Nc already hold the token sums and the carried chunk-start normalisers (the
@@ -729,9 +737,10 @@ void launch_norm_scan(const Dims& d, Str4 q, const float* a32, Str3 n0, float* s
         throw Error(ErrorKind::internal, "rhoscan cuda: launch_norm_scan without the token sums' workspace (a bug)");
       const int64_t nlb = norm_sums_blocks(d.L);
       launch_kernel("norm_sums_kernel", norm_sums_kernel<T>, grid_for(d.nbh * d.nC * nlb), norm_sums_threads(d.L),
-                    norm_sums_smem(d.L), stream, d, q, a32, Nc, s_parts, nlb);
-      launch_kernel("token_sum_reduce_kernel", token_sum_reduce_kernel, grid_for(d.nbh * d.T, 256), 256, 0, stream, d,
-                    s_parts, nlb, s);
+                    norm_sums_smem(d.L), stream, d, q, a32, Nc, s_parts, nlb, nlb == 1 ? s : static_cast<float*>(nullptr));
+      if (nlb > 1)  // (one block: norm_sums wrote s itself)
+        launch_kernel("token_sum_reduce_kernel", token_sum_reduce_kernel, grid_for(d.nbh * d.T, 256), 256, 0, stream, d,
+                      s_parts, nlb, s);
     } else {
       launch_kernel("token_sum_kernel", token_sum_kernel<T>, grid_for(d.nbh * d.T, 8), 256, 0, stream, d, q, s);
       launch_kernel("norm_chunk_sums_kernel", norm_chunk_sums_kernel<T, 1>, grid_for(d.nbh * d.nC * d.L, 256), 256, 0,

@@ -142,15 +142,19 @@ bool near_f64(const char* what, const std::vector<float>& x, const std::vector<d
   return false;
 }
 
-// The paired path's token sums and chunk sums: norm_sums_kernel (`grid` blocks) and
-// token_sum_reduce_kernel into s and Nc.
+// The paired path's token sums and chunk sums as launch_norm_scan makes them: norm_sums_kernel
+// (`grid` blocks) and token_sum_reduce_kernel into s and Nc, or, where one latent block covers L,
+// norm_sums_kernel alone writing s. two_kernels: the partials and the reduce at any L (the
+// single-block path's reference: the same bits).
 template <typename Q>
-void norm_sums(const Dims& d, const Str4& qs, const float* a, float* Nc, float* s, unsigned grid = 3) {
+void norm_sums(const Dims& d, const Str4& qs, const float* a, float* Nc, float* s, unsigned grid = 3,
+               bool two_kernels = false) {
   const int64_t nlb = norm_sums_blocks(d.L);
   std::vector<float> parts = nans(d.nbh * nlb * d.T);
+  float* direct = nlb == 1 && !two_kernels ? s : nullptr;
   emu::launch(grid, norm_sums_threads(d.L), norm_sums_smem(d.L),
-              [&] { norm_sums_kernel<Q>(d, qs, a, Nc, parts.data(), nlb); });
-  emu::launch(2, 64, 0, [&] { token_sum_reduce_kernel(d, parts.data(), nlb, s); });
+              [&] { norm_sums_kernel<Q>(d, qs, a, Nc, parts.data(), nlb, direct); });
+  if (direct == nullptr) emu::launch(2, 64, 0, [&] { token_sum_reduce_kernel(d, parts.data(), nlb, s); });
 }
 
 // The working tree's token sums and normaliser scan on one problem, with q as Q and Qp as QpT:
@@ -284,12 +288,17 @@ bool norm_sums_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t C, uns
   }
   norm_sums<Q>(d, qs, a.data(), Nc.data(), s.data(), grid);
   emu::launch(4, 7, 0, [&] { norm_chunk_sums_kernel<Q, kNormVec>(d, qs, a.data(), Nc_ref.data()); });
+  // one latent block: norm_sums' own s against the partials and the reduce (the same bits)
+  std::vector<float> s2 = nans(nbh * T), Nc2 = nans(nbh * (d.nC + 1) * L);
+  const bool direct = norm_sums_blocks(L) == 1;
+  if (direct) norm_sums<Q>(d, qs, a.data(), Nc2.data(), s2.data(), grid, true);
   double worst = 0;
   const bool ok = near_f64("s", s, token_sums_f64(qbuf, qs, H, nbh, T, L), 1e-6, &worst) &
-                  bitwise("chunk sums", Nc, Nc_ref);
-  std::printf("norm_sums %s q, B%lld H%lld T%lld L%lld C%lld%s: %lld latent blocks of %d threads, grid %u: %s (s: worst %.1e relative)\n",
+                  bitwise("chunk sums", Nc, Nc_ref) & (!direct || bitwise("s, one block against two kernels", s, s2));
+  std::printf("norm_sums %s q, B%lld H%lld T%lld L%lld C%lld%s: %lld latent blocks of %d threads%s, grid %u: %s (s: worst %.1e relative)\n",
               std::is_same_v<Q, float> ? "f32" : "bf16", (long long)B, (long long)H, (long long)T, (long long)L,
-              (long long)C, bthl ? " [B,T,H,L]" : "", (long long)norm_sums_blocks(L), norm_sums_threads(L), grid,
+              (long long)C, bthl ? " [B,T,H,L]" : "", (long long)norm_sums_blocks(L), norm_sums_threads(L),
+              direct ? " (s written by norm_sums, bitwise the reduce's)" : "", grid,
               ok ? "same" : "DIFFERENT", worst);
   return ok;
 }

@@ -30,6 +30,8 @@ mutants=(
   "partials: the chunk's first token (t0) left out of the index|src/cuda/chunk_kernels.cuh|parts[(bh * nlb + lb) * d.T + c * d.C + k] = acc;|parts[(bh * nlb + lb) * d.T + k] = acc;"
   "partials: the reduce's pair stride without the blocks|src/cuda/chunk_kernels.cuh|const float* row = parts + bh * nlb * d.T + t;|const float* row = parts + bh * d.T + t;"
   "token sums: one latent of the pair|src/cuda/chunk_kernels.cuh|= qv[k][0] + qv[k][1];|= qv[k][0];"
+  "one block: s written without eps|src/cuda/chunk_kernels.cuh|s[bh * d.T + c * d.C + k] = acc + kEpsF;|s[bh * d.T + c * d.C + k] = acc;"
+  "one block: s at the partials' index (the chunk's first token left out)|src/cuda/chunk_kernels.cuh|s[bh * d.T + c * d.C + k] = acc + kEpsF;|s[bh * d.T + k] = acc + kEpsF;"
   "chunk sums: the partial batch steps one token past the chunk|src/cuda/chunk_kernels.cuh|              if (k < n) {\n#pragma unroll\n                for (int v = 0; v < 2; ++v) z[v] = a[v] * z[v] + qv[k][v];|              if (k <= n) {\n#pragma unroll\n                for (int v = 0; v < 2; ++v) z[v] = a[v] * z[v] + qv[k][v];"
 )
 missed=0
