@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "../../dev/cuda/harness.cuh"
+#include "cuda/chunk_products.cuh"  // halving_step: norm_scores_mma's warp reduce-scatter
 #include "cuda/mma.cuh"
 
 using namespace rhoscan::cuda_detail;
@@ -80,19 +81,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   memcpy(&u, &y, 4);
   return u;
 }
-// A warp's reduce-scatter of 32 values (norm_scores_mma's halving steps): after the five steps lane
-// λ's v[0] is the warp's sum of value λ.
-template <int N>
-__device__ __forceinline__ void halving(float (&v)[32], int lane) {
-  const bool up = lane & N;
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const float lo = v[k], hi = v[k + N];
-    const float send = up ? lo : hi, keep = up ? hi : lo;
-    v[k] = keep + __shfl_xor_sync(0xffffffffu, send, N);
-  }
-}
-
 // wgmma m64n16k16: A from registers (RS) or shared memory (SS); 8 accumulators: row 16 w + g +
 // 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 q + (i & 1).
 template <int kTransB>
@@ -239,7 +227,8 @@ __global__ void __launch_bounds__(kThreads, 1) fused_scan_kernel(Params p) {
         for (int i = 1; i < 8; ++i)
 #pragma unroll
           for (int j = 0; j < i; ++j) v[i * (i - 1) / 2 + j] = qp[8 * blk + i] * qv[8 * blk + j] * pw[i - 1 - j];
-        halving<16>(v, lane), halving<8>(v, lane), halving<4>(v, lane), halving<2>(v, lane), halving<1>(v, lane);
+        halving_step<16>(v, lane), halving_step<8>(v, lane), halving_step<4>(v, lane);
+        halving_step<2>(v, lane), halving_step<1>(v, lane);  // (lane λ's v[0]: the warp's sum of value λ)
         red[(warp * 2 + blk) * 32 + lane] = v[0];
       }
       fence_proxy_async();  // Xq16, Kq16 (read by the tensor cores)
