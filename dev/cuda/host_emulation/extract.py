@@ -60,7 +60,7 @@ MMA_PARTS = [
     (backward, "// ---- bwd_local's contractions over E on tensor cores", "// gc_t = sum_l"),
     (backward, "// gc_t = sum_l", "// ---- bwd_local: one block per"),
     (backward, "// ---- bwd_local: one block per", "// The normaliser gradient across chunks"),
-    (backward, "// The normaliser gradient across chunks", "// dq_t[l] = partial"),
+    (backward, "// The normaliser gradient across chunks", "// dv_acc[b, hv, t, e] += the partials"),
     ("src/cuda/quadratic_backward.cuh", "// ---- cross values", "// ---- end of the quadratic backward's kernels"),
 ]
 if base == "--mma":

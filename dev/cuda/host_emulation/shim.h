@@ -56,6 +56,9 @@
 #define __forceinline__ inline
 #define __align__(n) alignas(n)
 #define __launch_bounds__(...)
+// static __shared__ arrays: one per kernel for the whole launch (the blocks run one after the other
+// and the fibers of a block on one OS thread, so a function-local static is the block's)
+#define __shared__ static
 
 struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
@@ -579,6 +582,19 @@ inline void __syncwarp(unsigned = 0xffffffffu) { (*emu::warp_barriers)[threadIdx
 inline float __shfl_xor_sync(unsigned, float x, int o) {
   const unsigned lane = threadIdx.x & 31u;
   return emu::exchange(x)[lane ^ unsigned(o)];
+}
+// __ldcg (a load through the L2), __threadfence, atomicAdd: the blocks of a launch run one after
+// the other on one OS thread, and the fibers of a block switch only at barriers, so plain accesses
+// (bwd_local's finish: a block counts its item into a chunk and finishes the chunk if it was last).
+template <typename T>
+inline T __ldcg(const T* p) {
+  return *p;
+}
+inline void __threadfence() {}
+inline int atomicAdd(int* p, int v) {
+  const int old = *p;
+  *p = old + v;
+  return old;
 }
 
 // ---- the tensor-core building blocks of src/cuda/mma.cuh ------------------------------------
