@@ -400,7 +400,8 @@ inline int dq_latent_threads(int64_t L, int V) {
 }
 // One block's share of dq_final (below) for chunk c of pair bh: the latents lb·tl·V … of every
 // token, gcs[i] = gc_i / s_i of the chunk's tokens in shared memory. dq_final_kernel and bwd_local's
-// finish (kL2: dqp and Bend through the L2, other blocks wrote them) run it, so the same bits.
+// finish (kL2: dqp and Bend through the L2, other blocks wrote them) run it, so the same bits (any
+// tl: each segment starts its power by the multiplications the later tokens make).
 template <typename T, int V, bool kL2>
 __device__ __forceinline__ void dq_final_tile(const Dims& d, const float* a32, const float* dqp, const float* gcs,
                                               const float* Bend, const Str4& dq, int tl, int64_t bh, int64_t b,
@@ -448,73 +449,95 @@ __device__ __forceinline__ void dq_final_tile(const Dims& d, const float* a32, c
 }
 
 // ---- bwd_local's finish: gc, the normaliser gradient across chunks and dq in the same launch ----
-// Where dq's latents go in fours (norm_quads_ok) on the 16-bit path, bwd_local (kFinish) does what
-// gc_reduce, bscan and dq_final do after it otherwise, and writes dq itself: the partial dq of a
-// chunk then goes back through the L2 shortly after it was written, instead of out to DRAM and back
-// (0.5 GB each way a backward at BDH-8k, where dq_final took 0.29 ms on the H100). The items walk
-// the chunks last to first; count[bh][c] counts chunk c's finished items, plus one when chunk c + 1
-// is finished (its B carry, Bend_c, is written). The block whose increment completes a count
-// finishes that chunk (no block ever waits for another): gc_t / s_t of the chunk's tokens (the
-// reduce kernels' sums), then per latent bscan's step (Bend_(c-1) = a^Cn Bend_c + Bsum_c and da's
-// B·N share, the same operations in the same order), then dq_final's tiles, then it counts itself
-// into chunk c - 1, and finishes that one too if it was the last to arrive there. Every value is
-// the three kernels' bit for bit, whichever block computes it.
+// Where dq's latents go in fours (norm_quads_ok) on the 16-bit path, and the persistent grid has
+// every block resident at once (launcher: nlt <= 2 × blocks, below), bwd_local (kFinish) does what
+// gc_reduce, bscan and dq_final do after it otherwise, and writes dq itself: an item's partial dq
+// goes back through the L2 an item later instead of out to DRAM and back (0.5 GB each way a
+// backward at BDH-8k, where dq_final took 0.29 ms on the H100). The items walk the chunks last to
+// first. After its item, a block counts it into its chunk (count[bh][c]); the block whose count
+// completes the chunk sums gc_t / s_t of the chunk's tokens (the reduce kernels' sums) into gcs and
+// raises gc_ready. Then it finishes its previous item's tile (bwd_local_finish_tile): it waits for
+// that chunk's gc_ready and for the tile's B carry Bend_c (b_ready, raised by the tile of the same
+// latents one chunk later), takes bscan's step for the tile's 64 latents (Bend_(c-1) = a^Cn Bend_c
+// + Bsum_c, da's B·N share), raises the next carry, and writes dq_final's tile. The waits are for
+// items that started before the waiting item's successor: with every block resident they end
+// (each wait is for an earlier ticket, as long as a chunk's nlt items fit in two rounds of the
+// grid). Every value is the three kernels' bit for bit.
 struct FinishArgs {
-  int* count = nullptr;   // [nbh][nC], zero before the launch
-  float* Bend = nullptr;  // [nbh][nC][L]: B at each chunk's end
-  float* daB = nullptr;   // [nbh][L]: da's B·N share, summed from the last chunk down
-  Str3 gn, dn0;           // grad_rho_norm_out (optional), grad_rho_norm (optional)
+  int* count = nullptr;     // [nbh][nC] (zero before the launch, as the flags)
+  int* gc_ready = nullptr;  // [nbh][nC]
+  int* b_ready = nullptr;   // [nbh][nC][nlt]: Bend_c of latent tile lt is written
+  float* gcs = nullptr;     // [nbh][nC][kLocalLT]: gc_t / s_t
+  float* Bend = nullptr;    // [nbh][nC][L]: B at each chunk's end
+  float* daB = nullptr;     // [nbh][L]: da's B·N share, summed from the last chunk down
+  Str3 gn, dn0;             // grad_rho_norm_out (optional), grad_rho_norm (optional)
   Str4 dq;
-  int tl = 0;  // dq_latent_threads(L, 4)
 };
-template <typename T>
-__device__ __forceinline__ void bwd_local_finish(const Dims& d, const float* a32, const float* s, const float* gcp,
-                                                 const float* dqp, const float* Bsum, const float* Zs,
-                                                 const FinishArgs& fa, int64_t bh, int64_t b, int64_t h, int c,
-                                                 float* gcs, int* flag) {
-  const int nC = static_cast<int>(d.nC), nlt = static_cast<int>((d.L + kLocalLT - 1) / kLocalLT);
+// Waits (one thread) until another block raised the flag; the caller's barrier and fence follow.
+__device__ __forceinline__ void wait_flag(const int* flag) {
+  while (*static_cast<const volatile int*>(flag) == 0) __nanosleep(128);
+}
+// The block whose item completed chunk c of pair bh: gc_t / s_t of the chunk's tokens into gcs.
+__device__ __forceinline__ void bwd_local_publish_gc(const Dims& d, const float* s, const float* gcp,
+                                                     const FinishArgs& fa, int64_t bh, int c) {
+  const int nlt = static_cast<int>((d.L + kLocalLT - 1) / kLocalLT), Cn = static_cast<int>(d.chunk_len(c));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t nlb = (d.L + int64_t{fa.tl} * 4 - 1) / (int64_t{fa.tl} * 4);
-  for (;; --c) {
-    __threadfence();  // (after the count: the chunk's items, and chunk c + 1's finish, wrote before theirs)
-    const int Cn = static_cast<int>(d.chunk_len(c));
-    const int64_t r0 = bh * d.T + int64_t{c} * d.C;
-    if (nlt <= kGcFewBlocks) {  // gc_reduce_few's thread per token, else gc_reduce's warp
-      if (threadIdx.x < Cn) gcs[threadIdx.x] = gc_sum_few<true>(gcp + (r0 + threadIdx.x) * nlt, nlt) / __ldcg(s + r0 + threadIdx.x);
-    } else {
-      for (int i = warp; i < Cn; i += kLocalThreads / 32) {
-        const float gc = gc_sum_warp<true>(gcp + (r0 + i) * nlt, nlt, lane);
-        if (lane == 0) gcs[i] = gc / __ldcg(s + r0 + i);
-      }
+  const int64_t r0 = bh * d.T + int64_t{c} * d.C, g0 = (bh * d.nC + c) * kLocalLT;
+  __threadfence();  // (after the count: the chunk's items wrote their partials before theirs)
+  if (nlt <= kGcFewBlocks) {  // gc_reduce_few's thread per token, else gc_reduce's warp
+    if (threadIdx.x < Cn)
+      fa.gcs[g0 + threadIdx.x] = gc_sum_few<true>(gcp + (r0 + threadIdx.x) * nlt, nlt) / __ldcg(s + r0 + threadIdx.x);
+  } else {
+    for (int i = warp; i < Cn; i += kLocalThreads / 32) {
+      const float gc = gc_sum_warp<true>(gcp + (r0 + i) * nlt, nlt, lane);
+      if (lane == 0) fa.gcs[g0 + i] = gc / __ldcg(s + r0 + i);
     }
-    for (int64_t l = threadIdx.x; l < d.L; l += kLocalThreads) {  // bscan's step for chunk c
-      const int64_t o = (bh * nC + c) * d.L + l, x = bh * d.L + l;
-      float Bc, da;
-      if (c == nC - 1) {
-        Bc = fa.gn.p ? static_cast<const float*>(fa.gn.p)[fa.gn.at(b, h, l)] : 0.0f;
-        da = 0.0f;
-        fa.Bend[o] = Bc;
-      } else {
-        Bc = __ldcg(fa.Bend + o);
-        da = __ldcg(fa.daB + x);
-      }
-      da += Bc * __ldcg(Zs + o);
-      const float Bn = ipow(a32[h * d.L + l], Cn) * Bc + __ldcg(Bsum + o);
-      fa.daB[x] = da;
-      if (c > 0)
-        fa.Bend[o - d.L] = Bn;
-      else if (fa.dn0.p)
-        static_cast<float*>(const_cast<void*>(fa.dn0.p))[fa.dn0.at(b, h, l)] = Bn;
-    }
-    __syncthreads();  // gcs, and Bend_c where this block wrote it
-    for (int64_t lb = 0; lb < nlb; ++lb) dq_final_tile<T, 4, true>(d, a32, dqp, gcs, fa.Bend, fa.dq, fa.tl, bh, b, h, c, lb);
-    if (c == 0) return;
-    __threadfence();  // (Bend_(c-1) and daB before the count)
-    __syncthreads();  // (and gcs read)
-    if (threadIdx.x == 0) *flag = atomicAdd(fa.count + bh * nC + c - 1, 1) == nlt;  // (its items and this)
-    __syncthreads();
-    if (!*flag) return;
   }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) atomicExch(fa.gc_ready + bh * d.nC + c, 1);
+}
+// The tile (bh, c, latents lt·64 …) of an earlier item: B's step and dq (gcs_s: kLocalLT floats of
+// shared memory).
+template <typename T>
+__device__ __forceinline__ void bwd_local_finish_tile(const Dims& d, const float* a32, const float* dqp,
+                                                      const float* Bsum, const float* Zs, const FinishArgs& fa,
+                                                      int64_t bh, int64_t b, int64_t h, int c, int lt, float* gcs_s) {
+  const int nC = static_cast<int>(d.nC), nlt = static_cast<int>((d.L + kLocalLT - 1) / kLocalLT);
+  const int Cn = static_cast<int>(d.chunk_len(c));
+  const int64_t bc = bh * nC + c;
+  if (threadIdx.x == 0) {
+    wait_flag(fa.gc_ready + bc);
+    if (c < nC - 1) wait_flag(fa.b_ready + bc * nlt + lt);
+  }
+  __syncthreads();
+  __threadfence();
+  if (threadIdx.x < Cn) gcs_s[threadIdx.x] = __ldcg(fa.gcs + bc * kLocalLT + threadIdx.x);
+  const int64_t l = int64_t{lt} * kLocalLT + threadIdx.x;
+  if (threadIdx.x < kLocalLT && l < d.L) {  // bscan's step for chunk c, the same operations
+    const int64_t o = bc * d.L + l, x = bh * d.L + l;
+    float Bc, da;
+    if (c == nC - 1) {
+      Bc = fa.gn.p ? static_cast<const float*>(fa.gn.p)[fa.gn.at(b, h, l)] : 0.0f;
+      da = 0.0f;
+      fa.Bend[o] = Bc;
+    } else {
+      Bc = __ldcg(fa.Bend + o);
+      da = __ldcg(fa.daB + x);
+    }
+    da += Bc * __ldcg(Zs + o);
+    const float Bn = ipow(a32[h * d.L + l], Cn) * Bc + __ldcg(Bsum + o);
+    fa.daB[x] = da;
+    if (c > 0)
+      fa.Bend[o - d.L] = Bn;
+    else if (fa.dn0.p)
+      static_cast<float*>(const_cast<void*>(fa.dn0.p))[fa.dn0.at(b, h, l)] = Bn;
+  }
+  __threadfence();  // (Bend_(c-1) before its flag; Bend_c, where written here, before the tile reads it)
+  __syncthreads();
+  if (threadIdx.x == 0 && c > 0) atomicExch(fa.b_ready + (bc - 1) * nlt + lt, 1);
+  // dq_final's tile: 16 threads along the latents (4 each), 16 segments of the chunk's tokens
+  dq_final_tile<T, 4, true>(d, a32, dqp, gcs_s, fa.Bend, fa.dq, kLocalLT / 4, bh, b, h, c, lt);
 }
 
 // ---- bwd_local: one block per (bh, chunk, 64 latents) -------------------------------------
@@ -579,7 +602,7 @@ struct LocalSmemP {
   // kernel's excess shared wavefronts in the H200 profile of round 8)
   __align__(8) float n0[kLocalLT];
   __align__(8) float al[kLocalLT];
-  // bwd_local_finish's gc_t / s_t of the chunk's tokens and the block's verdict (kFinish only)
+  // bwd_local_finish_tile's gc_t / s_t of the chunk's tokens, the block's count verdict (kFinish only)
   float fin_gcs[kLocalLT];
   int fin_flag;
 };
@@ -1326,7 +1349,7 @@ __device__ __forceinline__ void for_segment(int s0, int e0, Step&& step) {
 // Compute durations per call, bfloat16): 2.01 -> 1.83 ms at BDH-8k against version 4, which was
 // then removed (with it the emulation's bitwise comparison: version 5 is now checked against
 // float64, as version 2).
-// kFinish: then gc, B across chunks and dq too (bwd_local_finish above, fa), the chunks last to first.
+// kFinish: then gc, B across chunks and dq too (bwd_local_finish_tile above, fa), the chunks last to first.
 template <typename T, bool kFinish = false>
 __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, const float* Qp, const float* s,
                                              const float* Nc, const float* M, const float* Wr, const float* Ur,
@@ -1384,6 +1407,8 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       db = 0, dh = dbh;
     }
   }
+  int64_t prev_bh = 0, prev_b = 0, prev_h = 0;  // kFinish: the block's previous item, its tile finished after this one
+  int prev_c = -1, prev_lt = 0;
   auto advance = [&] {
     const int c2 = carry_add(ci, dc, carry_add(lt, dlt, 0, nlt), nC);
     bh += dbh + c2;
@@ -1803,12 +1828,20 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         }
       }
     }
-    if constexpr (kFinish) {  // count the item into its chunk; the last to arrive finishes it
+    if constexpr (kFinish) {
       __threadfence();  // (every thread's stores of the item before the count)
+      __syncthreads();  // (and the item's reads of shared memory before the tile's)
+      if (threadIdx.x == 0) S.fin_flag = atomicAdd(fa.count + bh * nC + c, 1) == nlt - 1;
       __syncthreads();
-      if (threadIdx.x == 0) S.fin_flag = atomicAdd(fa.count + bh * nC + c, 1) == nlt - (c == nC - 1 ? 1 : 0);
-      __syncthreads();
-      if (S.fin_flag) bwd_local_finish<T>(d, a32, s, gcp, dqp, Bsum, Zs, fa, bh, b, h, c, S.fin_gcs, &S.fin_flag);
+      if (S.fin_flag) bwd_local_publish_gc(d, s, gcp, fa, bh, c);  // the chunk is complete
+      if (prev_c >= 0) bwd_local_finish_tile<T>(d, a32, dqp, Bsum, Zs, fa, prev_bh, prev_b, prev_h, prev_c, prev_lt, S.fin_gcs);
+      prev_bh = bh, prev_b = b, prev_h = h, prev_c = c, prev_lt = lt;
+    }
+  }
+  if constexpr (kFinish) {
+    if (prev_c >= 0) {
+      __syncthreads();  // (the last item's reads of shared memory)
+      bwd_local_finish_tile<T>(d, a32, dqp, Bsum, Zs, fa, prev_bh, prev_b, prev_h, prev_c, prev_lt, S.fin_gcs);
     }
   }
 }
@@ -1825,7 +1858,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
 #endif
 // kVersion: 2 (every path; the float32 one's; with kReadback only in the host emulation) or 5 (only
 // with kReadback).
-// kFinish (version 5): gc, B across chunks and dq as well (bwd_local_finish, fa).
+// kFinish (version 5): gc, B across chunks and dq as well (bwd_local_finish_tile, fa).
 template <typename T, bool kReadback, int kVersion = kReadback ? 5 : 2, bool kFinish = false>
 __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
@@ -2102,7 +2135,9 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                                 operand_bytes<kTC, T>(d, saved_keys ? 0 : 2, 2) + Workspace::floats(nT * nlt) +
                                 Workspace::floats(nT * E) +
                                 Workspace::floats(nC * L) * 4 + Workspace::floats(L) +
-                                (kTC ? Workspace::floats(nT * L) + Workspace::floats(nC * L) : 0);  // U, HdH
+                                (kTC ? Workspace::floats(nT * L) + Workspace::floats(nC * L) +  // U, HdH
+                                           Workspace::floats(nC * (2 + nlt + kLocalLT))  // bwd_local's finish
+                                     : 0);
   // (and cross_scores' split partials: their count from the call's pairs, so that the sums do not
   // depend on the batching)
   const int64_t BH = p.B * p.H, cross_nsplit = cross_splits(BH, d);
@@ -2199,6 +2234,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* daB = ws.take_floats(n * L);
     float* Ur = kTC ? ws.take_floats(n * nT * L) : nullptr;  // W lives in dqp (see bwd_local_kernel)
     float* HdHr = kTC ? ws.take_floats(n * nC * L) : nullptr;
+    // bwd_local's finish: its counts and flags (ints), then gc_t / s_t per chunk
+    float* finish_ws = kTC ? ws.take_floats(n * nC * (2 + nlt + kLocalLT)) : nullptr;
 
     // a side stream (side_streams.h): quadratic, the keys (below), cross_scores (where not saved) and
     // quad_dv_mma beside cross_values_mma, quad_readback_mma and bwd_local, joined before
@@ -2276,8 +2313,10 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                       dHs_lo, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
       }
     }
-    // bwd_local finishes dq itself (bwd_local_finish) on the 16-bit path where dq's latents go in fours
-    const bool finish = kTC && norm_quads_ok<T>(d, dq) && bwd_finish_on();
+    // bwd_local finishes dq itself (bwd_local_finish_tile) on the 16-bit path where dq's latents go in
+    // fours, with the persistent grid (every block resident: its waits end) and a chunk's latent tiles
+    // within two rounds of it (each wait is for an earlier ticket); T = 0 has no items (bscan writes dN_0)
+    bool finish = kTC && RHOSCAN_BWD_LOCAL_PERSISTENT && nC > 0 && norm_quads_ok<T>(d, dq) && bwd_finish_on();
     auto local_kernel = finish ? bwd_local_kernel<T, kTC, kTC ? 5 : 2, kTC> : bwd_local_kernel<T, kTC>;
     RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(local_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, local_smem));
     unsigned local_grid = grid_for(n * nC * nlt);
@@ -2289,12 +2328,15 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
           cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, local_kernel, kLocalThreads, local_smem));
       local_grid = grid_for(n * nC * nlt, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
     }
+    finish = finish && nlt <= 2 * int64_t{local_grid};
+    if (!finish) local_kernel = bwd_local_kernel<T, kTC>;
     FinishArgs fa;
     if (finish) {
-      // (gc's slot holds the counts: nT >= nC ints. dq and dN_0 are outputs: the checks first.)
-      fa.count = reinterpret_cast<int*>(gc), fa.Bend = Bend, fa.daB = daB, fa.gn = gn, fa.dn0 = dn0, fa.dq = dq;
-      fa.tl = dq_latent_threads(L, 4);
-      RHOSCAN_CUDA_CHECK(cudaMemsetAsync(fa.count, 0, sizeof(int) * n * nC, stream));
+      // (dq and dN_0 are outputs: the checks first)
+      fa.count = reinterpret_cast<int*>(finish_ws), fa.gc_ready = fa.count + n * nC, fa.b_ready = fa.gc_ready + n * nC;
+      fa.gcs = finish_ws + n * nC * (2 + nlt);
+      fa.Bend = Bend, fa.daB = daB, fa.gn = gn, fa.dn0 = dn0, fa.dq = dq;
+      RHOSCAN_CUDA_CHECK(cudaMemsetAsync(finish_ws, 0, sizeof(float) * n * nC * (2 + nlt), stream));
       gate.settle();
     }
     launch_kernel("bwd_local_kernel", local_kernel, local_grid, kLocalThreads, local_smem, stream, d, q, v, gctx, a32, Qp,
