@@ -10,7 +10,9 @@
 //   4. per (chunk, 64 latents): gw_t, sum_e A_{t+1} v_t, the normaliser gradient inside the
 //      chunk, the partial dq, the chunk's share of da, and the block's share of
 //      gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t) (bwd_local_kernel, then gc_reduce_kernel);
-//   5. the normaliser gradient across chunks (bscan_kernel), dN_0 = B_0, and dq.
+//   5. the normaliser gradient across chunks (bscan_kernel), dN_0 = B_0, and dq (dq_final_kernel);
+//      on the 16-bit path where dq's latents go in fours, bwd_local does gc's sums and step 5
+//      itself (bwd_local_finish_tile: the same bits, no gc_reduce, bscan or dq_final launches).
 // The 16-bit backward of short sequences without rho0 and grad_rho_out replaces steps 1-3's
 // chunk states, the readback and dv by products of blocks between chunks (quadratic_backward.cuh,
 // backward_path below); steps 4 and 5 are the same.
