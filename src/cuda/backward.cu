@@ -485,7 +485,6 @@ __device__ __forceinline__ void bwd_local_publish_gc(const Dims& d, const float*
   const int nlt = static_cast<int>((d.L + kLocalLT - 1) / kLocalLT), Cn = static_cast<int>(d.chunk_len(c));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t r0 = bh * d.T + int64_t{c} * d.C, g0 = (bh * d.nC + c) * kLocalLT;
-  __threadfence();  // (after the count: the chunk's items wrote their partials before theirs)
   if (nlt <= kGcFewBlocks) {  // gc_reduce_few's thread per token, else gc_reduce's warp
     if (threadIdx.x < Cn)
       fa.gcs[g0 + threadIdx.x] = gc_sum_few<true>(gcp + (r0 + threadIdx.x) * nlt, nlt) / __ldcg(s + r0 + threadIdx.x);
@@ -495,9 +494,11 @@ __device__ __forceinline__ void bwd_local_publish_gc(const Dims& d, const float*
       if (lane == 0) fa.gcs[g0 + i] = gc / __ldcg(s + r0 + i);
     }
   }
-  __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) atomicExch(fa.gc_ready + bh * d.nC + c, 1);
+  if (threadIdx.x == 0) {
+    __threadfence();  // (the block's gcs before the flag)
+    atomicExch(fa.gc_ready + bh * d.nC + c, 1);
+  }
 }
 // The tile (bh, c, latents lt·64 …) of an earlier item: B's step and dq (gcs_s: kLocalLT floats of
 // shared memory).
@@ -511,9 +512,9 @@ __device__ __forceinline__ void bwd_local_finish_tile(const Dims& d, const float
   if (threadIdx.x == 0) {
     wait_flag(fa.gc_ready + bc);
     if (c < nC - 1) wait_flag(fa.b_ready + bc * nlt + lt);
+    __threadfence();  // (acquire: what the flags' blocks wrote before them; the barrier orders the block's reads after it)
   }
   __syncthreads();
-  __threadfence();
   if (threadIdx.x < Cn) gcs_s[threadIdx.x] = __ldcg(fa.gcs + bc * kLocalLT + threadIdx.x);
   const int64_t l = int64_t{lt} * kLocalLT + threadIdx.x;
   if (threadIdx.x < kLocalLT && l < d.L) {  // bscan's step for chunk c, the same operations
@@ -535,9 +536,11 @@ __device__ __forceinline__ void bwd_local_finish_tile(const Dims& d, const float
     else if (fa.dn0.p)
       static_cast<float*>(const_cast<void*>(fa.dn0.p))[fa.dn0.at(b, h, l)] = Bn;
   }
-  __threadfence();  // (Bend_(c-1) before its flag; Bend_c, where written here, before the tile reads it)
-  __syncthreads();
-  if (threadIdx.x == 0 && c > 0) atomicExch(fa.b_ready + (bc - 1) * nlt + lt, 1);
+  __syncthreads();  // (Bend_c, where written here, before the tile reads it)
+  if (threadIdx.x == 0 && c > 0) {
+    __threadfence();  // (the block's Bend_(c-1) and daB before the flag)
+    atomicExch(fa.b_ready + (bc - 1) * nlt + lt, 1);
+  }
   // dq_final's tile: 16 threads along the latents (4 each), 16 segments of the chunk's tokens
   dq_final_tile<T, 4, true>(d, a32, dqp, gcs_s, fa.Bend, fa.dq, kLocalLT / 4, bh, b, h, c, lt);
 }
@@ -1831,9 +1834,15 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       }
     }
     if constexpr (kFinish) {
-      __threadfence();  // (every thread's stores of the item before the count)
-      __syncthreads();  // (and the item's reads of shared memory before the tile's)
-      if (threadIdx.x == 0) S.fin_flag = atomicAdd(fa.count + bh * nC + c, 1) == nlt - 1;
+      __syncthreads();  // (the item's stores and its reads of shared memory before the count and the tile's)
+      if (threadIdx.x == 0) {
+        // one thread's fences, with the barriers: release of the block's partials before the count,
+        // acquire of the others' after it (CUTLASS's semaphore does the same)
+        __threadfence();
+        const bool last = atomicAdd(fa.count + bh * nC + c, 1) == nlt - 1;
+        if (last) __threadfence();
+        S.fin_flag = last;
+      }
       __syncthreads();
       if (S.fin_flag) bwd_local_publish_gc(d, s, gcp, fa, bh, c);  // the chunk is complete
       if (prev_c >= 0) bwd_local_finish_tile<T>(d, a32, dqp, Bsum, Zs, fa, prev_bh, prev_b, prev_h, prev_c, prev_lt, S.fin_gcs);
