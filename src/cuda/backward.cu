@@ -500,8 +500,8 @@ __device__ __forceinline__ void bwd_local_publish_gc(const Dims& d, const float*
     atomicExch(fa.gc_ready + bh * d.nC + c, 1);
   }
 }
-// The tile (bh, c, latents lt·64 …) of an earlier item: B's step and dq (gcs_s: kLocalLT floats of
-// shared memory).
+// The tile (bh, c, latents lt·64 …) of an earlier item, once its chunk's gc and its carry are
+// ready (bwd_local_finish_ready): B's step and dq (gcs_s: kLocalLT floats of shared memory).
 template <typename T>
 __device__ __forceinline__ void bwd_local_finish_tile(const Dims& d, const float* a32, const float* dqp,
                                                       const float* Bsum, const float* Zs, const FinishArgs& fa,
@@ -509,12 +509,6 @@ __device__ __forceinline__ void bwd_local_finish_tile(const Dims& d, const float
   const int nC = static_cast<int>(d.nC), nlt = static_cast<int>((d.L + kLocalLT - 1) / kLocalLT);
   const int Cn = static_cast<int>(d.chunk_len(c));
   const int64_t bc = bh * nC + c;
-  if (threadIdx.x == 0) {
-    wait_flag(fa.gc_ready + bc);
-    if (c < nC - 1) wait_flag(fa.b_ready + bc * nlt + lt);
-    __threadfence();  // (acquire: what the flags' blocks wrote before them; the barrier orders the block's reads after it)
-  }
-  __syncthreads();
   if (threadIdx.x < Cn) gcs_s[threadIdx.x] = __ldcg(fa.gcs + bc * kLocalLT + threadIdx.x);
   const int64_t l = int64_t{lt} * kLocalLT + threadIdx.x;
   if (threadIdx.x < kLocalLT && l < d.L) {  // bscan's step for chunk c, the same operations
@@ -543,6 +537,54 @@ __device__ __forceinline__ void bwd_local_finish_tile(const Dims& d, const float
   }
   // dq_final's tile: 16 threads along the latents (4 each), 16 segments of the chunk's tokens
   dq_final_tile<T, 4, true>(d, a32, dqp, gcs_s, fa.Bend, fa.dq, kLocalLT / 4, bh, b, h, c, lt);
+}
+
+// A block's tiles waiting to be finished, oldest first (in shared memory; thread 0 keeps it).
+constexpr int kFinishQueue = 3;
+struct FinishItem {
+  int64_t bh, b, h;
+  int c, lt;
+};
+struct FinishQueue {
+  FinishItem q[kFinishQueue];
+  int head, n;
+  int go;  // thread 0's verdict on the oldest tile
+};
+// Finishes the queue's oldest tiles while their chunk's gc and their carry are ready; waits for the
+// oldest where the queue is full (or `all`: the block's items are done). So a tile is finished an
+// item or two after its own (its partial dq still in the L2), and a block rarely waits.
+template <typename T>
+__device__ __forceinline__ void bwd_local_finish_ready(const Dims& d, const float* a32, const float* dqp,
+                                                       const float* Bsum, const float* Zs, const FinishArgs& fa,
+                                                       FinishQueue& Q, float* gcs_s, bool all) {
+  const int64_t nlt = (d.L + kLocalLT - 1) / kLocalLT;
+  for (;;) {
+    __syncthreads();  // (the queue as thread 0 left it; the previous tile's reads of gcs_s)
+    if (Q.n == 0) return;
+    if (threadIdx.x == 0) {
+      const FinishItem& e = Q.q[Q.head];
+      const int64_t bc = e.bh * d.nC + e.c;
+      const int* g = fa.gc_ready + bc;
+      const int* bf = e.c < d.nC - 1 ? fa.b_ready + bc * nlt + e.lt : nullptr;
+      auto ready = [&] {
+        return *static_cast<const volatile int*>(g) != 0 && (!bf || *static_cast<const volatile int*>(bf) != 0);
+      };
+      bool go = ready();
+      if (!go && (all || Q.n == kFinishQueue)) {
+        wait_flag(g);
+        if (bf) wait_flag(bf);
+        go = true;
+      }
+      if (go) __threadfence();  // (acquire: what the flags' blocks wrote before them)
+      Q.go = go;
+    }
+    __syncthreads();
+    if (!Q.go) return;
+    const FinishItem e = Q.q[Q.head];
+    bwd_local_finish_tile<T>(d, a32, dqp, Bsum, Zs, fa, e.bh, e.b, e.h, e.c, e.lt, gcs_s);
+    __syncthreads();  // (every thread has read the entry)
+    if (threadIdx.x == 0) Q.head = (Q.head + 1) % kFinishQueue, --Q.n;
+  }
 }
 
 // ---- bwd_local: one block per (bh, chunk, 64 latents) -------------------------------------
@@ -610,6 +652,7 @@ struct LocalSmemP {
   // bwd_local_finish_tile's gc_t / s_t of the chunk's tokens, the block's count verdict (kFinish only)
   float fin_gcs[kLocalLT];
   int fin_flag;
+  FinishQueue fin_queue;
 };
 using LocalSmem = LocalSmemP<0>;
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
@@ -1412,8 +1455,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       db = 0, dh = dbh;
     }
   }
-  int64_t prev_bh = 0, prev_b = 0, prev_h = 0;  // kFinish: the block's previous item, its tile finished after this one
-  int prev_c = -1, prev_lt = 0;
+  if (kFinish && threadIdx.x == 0) S.fin_queue.head = S.fin_queue.n = 0;  // (the item's barriers before its use)
   auto advance = [&] {
     const int c2 = carry_add(ci, dc, carry_add(lt, dlt, 0, nlt), nC);
     bh += dbh + c2;
@@ -1842,19 +1884,16 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         const bool last = atomicAdd(fa.count + bh * nC + c, 1) == nlt - 1;
         if (last) __threadfence();
         S.fin_flag = last;
+        FinishQueue& Q = S.fin_queue;  // the item's tile, to be finished once its chunk is
+        Q.q[(Q.head + Q.n) % kFinishQueue] = FinishItem{bh, b, h, c, lt};
+        ++Q.n;
       }
       __syncthreads();
       if (S.fin_flag) bwd_local_publish_gc(d, s, gcp, fa, bh, c);  // the chunk is complete
-      if (prev_c >= 0) bwd_local_finish_tile<T>(d, a32, dqp, Bsum, Zs, fa, prev_bh, prev_b, prev_h, prev_c, prev_lt, S.fin_gcs);
-      prev_bh = bh, prev_b = b, prev_h = h, prev_c = c, prev_lt = lt;
+      bwd_local_finish_ready<T>(d, a32, dqp, Bsum, Zs, fa, S.fin_queue, S.fin_gcs, false);
     }
   }
-  if constexpr (kFinish) {
-    if (prev_c >= 0) {
-      __syncthreads();  // (the last item's reads of shared memory)
-      bwd_local_finish_tile<T>(d, a32, dqp, Bsum, Zs, fa, prev_bh, prev_b, prev_h, prev_c, prev_lt, S.fin_gcs);
-    }
-  }
+  if constexpr (kFinish) bwd_local_finish_ready<T>(d, a32, dqp, Bsum, Zs, fa, S.fin_queue, S.fin_gcs, true);
 }
 
 // The kernel: version 2 without the readback (float32), version 5 with it (bfloat16, float16).

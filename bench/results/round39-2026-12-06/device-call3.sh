@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Round 39, call 3 (carry .gpucarry with COMMIT and gtest-src): the finish with one thread's fences
+# Round 39, call 3 (carry .gpucarry with COMMIT and gtest-src): the finish with one thread's fences, and a
+# queue of up to 3 tiles finished when ready (a wait only when it is full), with one thread's fences
 # around the barriers (call 2: every thread fenced after each item, and bwd_local took 2.98 ms a
 # launch against 1.50 + 0.29 for the three kernels). (1) build with the tests; the finish's test and
 # the determinism test; (2) A/B of RHOSCAN_CUDA_BWD_FINISH, two rounds; (3) Nsight durations both ways.
