@@ -461,13 +461,13 @@ TEST_F(Cuda, DvHeadSumMatchesThePerPairKernel) {
   }
 }
 
-// bwd_local finishing dq itself (bwd_local_finish, backward.cu: gc, B across chunks and dq in the
-// same launch, the chunks last to first, the block that completes a chunk finishing it;
-// RHOSCAN_CUDA_BWD_FINISH=1, the default where dq's latents go in fours) against gc_reduce, bscan
-// and dq_final after it (=0): every gradient bitwise, and within the reference's tolerance. Both
+// bwd_local finishing dq itself (bwd_local_finish_tile, backward.cu: gc, B across chunks and dq in
+// the same launch, the chunks last to first, each block finishing its items' tiles once their
+// chunk's gc and carry are ready; RHOSCAN_CUDA_BWD_FINISH=1, not the default) against gc_reduce,
+// bscan and dq_final after it (=0): every gradient bitwise, and within the reference's tolerance. Both
 // backward paths (the quadratic cases, then the chunked path at L = 600: more than 8 latent
 // blocks, gc's warp sums), float16 too, workspace batches of one or a few pairs, and the block
-// count and timing of a run changing who finishes a chunk (three runs of each).
+// count and timing of a run changing which block publishes a chunk's gc (three runs of each).
 TEST_F(Cuda, BwdLocalFinishMatchesTheThreeKernels) {
   struct Case {
     ProblemSpec s;

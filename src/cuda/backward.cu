@@ -2136,11 +2136,12 @@ BackwardPath backward_path(const detail::BackwardParams& g, int64_t C, bool quad
   }
 }
 
-// Whether bwd_local finishes dq itself (bwd_local_finish; the 16-bit path where dq's latents go in
-// fours): by default (-DRHOSCAN_BWD_FINISH=0 at build time: never); RHOSCAN_CUDA_BWD_FINISH=0|1
-// (environment, read per call) forces either, for tests and A/B runs. Both give the same bits.
+// Whether bwd_local finishes dq itself (bwd_local_finish_tile; the 16-bit path where dq's latents go
+// in fours): not by default (round 39: slower so far, docs/CUDA.md; -DRHOSCAN_BWD_FINISH=1 at build
+// time makes it the default); RHOSCAN_CUDA_BWD_FINISH=0|1 (environment, read per call) forces
+// either, for tests and A/B runs. Both give the same bits.
 #ifndef RHOSCAN_BWD_FINISH
-#define RHOSCAN_BWD_FINISH 1
+#define RHOSCAN_BWD_FINISH 0
 #endif
 inline bool bwd_finish_on() { return env_switch("RHOSCAN_CUDA_BWD_FINISH", RHOSCAN_BWD_FINISH != 0); }
 
