@@ -458,13 +458,14 @@ __device__ __forceinline__ void dq_final_tile(const Dims& d, const float* a32, c
 // backward at BDH-8k, where dq_final took 0.29 ms on the H100). The items walk the chunks last to
 // first. After its item, a block counts it into its chunk (count[bh][c]); the block whose count
 // completes the chunk sums gc_t / s_t of the chunk's tokens (the reduce kernels' sums) into gcs and
-// raises gc_ready. Then it finishes its previous item's tile (bwd_local_finish_tile): it waits for
-// that chunk's gc_ready and for the tile's B carry Bend_c (b_ready, raised by the tile of the same
-// latents one chunk later), takes bscan's step for the tile's 64 latents (Bend_(c-1) = a^Cn Bend_c
-// + Bsum_c, da's B·N share), raises the next carry, and writes dq_final's tile. The waits are for
-// items that started before the waiting item's successor: with every block resident they end
-// (each wait is for an earlier ticket, as long as a chunk's nlt items fit in two rounds of the
-// grid). Every value is the three kernels' bit for bit.
+// raises gc_ready. The item's tile joins the block's queue (bwd_local_finish_ready), whose oldest
+// tiles are finished once ready: that chunk's gc_ready and the tile's B carry Bend_c (b_ready,
+// raised by the tile of the same latents one chunk later). Finishing a tile
+// (bwd_local_finish_tile) takes bscan's step for its 64 latents (Bend_(c-1) = a^Cn Bend_c + Bsum_c,
+// da's B·N share), raises the next carry, and writes dq_final's tile. A block waits only where its
+// queue is full (or after its last item), for items that started before its own current one: with
+// every block resident the waits end (each is for an earlier ticket, as long as a chunk's nlt
+// items fit in two rounds of the grid). Every value is the three kernels' bit for bit.
 struct FinishArgs {
   int* count = nullptr;     // [nbh][nC] (zero before the launch, as the flags)
   int* gc_ready = nullptr;  // [nbh][nC]
@@ -1455,7 +1456,8 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       db = 0, dh = dbh;
     }
   }
-  if (kFinish && threadIdx.x == 0) S.fin_queue.head = S.fin_queue.n = 0;  // (the item's barriers before its use)
+  if constexpr (kFinish)
+    if (threadIdx.x == 0) S.fin_queue.head = S.fin_queue.n = 0;  // (the item's barriers before its use)
   auto advance = [&] {
     const int c2 = carry_add(ci, dc, carry_add(lt, dlt, 0, nlt), nC);
     bh += dbh + c2;
@@ -2369,7 +2371,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     // within two rounds of it (each wait is for an earlier ticket); T = 0 has no items (bscan writes dN_0)
     bool finish = kTC && RHOSCAN_BWD_LOCAL_PERSISTENT && nC > 0 && norm_quads_ok<T>(d, dq) && bwd_finish_on();
     auto local_kernel = finish ? bwd_local_kernel<T, kTC, kTC ? 5 : 2, kTC> : bwd_local_kernel<T, kTC>;
-    RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(local_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, local_smem));
+    if (finish)  // (the plain kernel's is set above)
+      RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(local_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, local_smem));
     unsigned local_grid = grid_for(n * nC * nlt);
     if constexpr (kTC && RHOSCAN_BWD_LOCAL_PERSISTENT) {
       int dev = 0, sms = 0, per_sm = 0;
