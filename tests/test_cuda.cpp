@@ -461,51 +461,6 @@ TEST_F(Cuda, DvHeadSumMatchesThePerPairKernel) {
   }
 }
 
-// bwd_local finishing dq itself (bwd_local_finish_tile, backward.cu: gc, B across chunks and dq in
-// the same launch, the chunks last to first, each block finishing its items' tiles once their
-// chunk's gc and carry are ready; RHOSCAN_CUDA_BWD_FINISH=1, not the default) against gc_reduce,
-// bscan and dq_final after it (=0): every gradient bitwise, and within the reference's tolerance. Both
-// backward paths (the quadratic cases, then the chunked path at L = 600: more than 8 latent
-// blocks, gc's warp sums), float16 too, workspace batches of one or a few pairs, and the block
-// count and timing of a run changing which block publishes a chunk's gc (three runs of each).
-TEST_F(Cuda, BwdLocalFinishMatchesTheThreeKernels) {
-  struct Case {
-    ProblemSpec s;
-    int64_t chunk, cap;
-  };
-  std::vector<Case> cases;
-  for (const QuadraticCase& c : quadratic_backward_cases()) cases.push_back({c.s, c.chunk, 0});
-  for (DType dtype : {DType::bfloat16, DType::float16}) {
-    ProblemSpec s = spec(3, 2, 1, 150, 600, 48, dtype);
-    s.initial_rho = s.initial_rho_norm = s.grad_rho_out = s.grad_rho_norm_out = true;
-    s.q_zero_fraction = dtype == DType::float16 ? 0.0 : 0.5;
-    cases.push_back({s, 0, 0});
-  }
-  ProblemSpec batched = spec(4, 2, 1, 130, 128, 64, DType::bfloat16);  // (WorkspaceCapBatches's)
-  batched.initial_rho = batched.initial_rho_norm = batched.grad_rho_out = batched.grad_rho_norm_out = true;
-  cases.push_back({batched, 0, int64_t{3} << 20});  // one or a few (b, h) pairs per batch
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk) + " cap " +
-                 std::to_string(c.cap));
-    Problem three(c.s);
-    {
-      ScopedEnv env("RHOSCAN_CUDA_BWD_FINISH", "0");
-      MirroredProblem m(three, Device::cuda);
-      backward(m.backward_args(), cuda(c.chunk, c.cap));
-      m.copy_outputs_to_host();
-    }
-    for (int run = 0; run < 3; ++run) {
-      Problem finished(c.s);
-      ScopedEnv env("RHOSCAN_CUDA_BWD_FINISH", "1");
-      MirroredProblem m(finished, Device::cuda);
-      backward(m.backward_args(), cuda(c.chunk, c.cap));
-      m.copy_outputs_to_host();
-      expect_same_gradients(three, finished);
-      if (run == 0) expect_gradients_near(finished, Problem(c.s).reference_solution(), c.s.dtype, "bwd_local's finish");
-    }
-  }
-}
-
 // The quadratic paths' two cross-score kernels (quadratic.cuh): cross_scores_wgmma (warpgroup MMA
 // with the factor a^(d C) on Xq in registers, sm_90a, the default where it runs) and
 // cross_scores_mma (the factor on the keys), forced by RHOSCAN_CUDA_CROSS_SCORES. They round

@@ -10,9 +10,7 @@
 //   4. per (chunk, 64 latents): gw_t, sum_e A_{t+1} v_t, the normaliser gradient inside the
 //      chunk, the partial dq, the chunk's share of da, and the block's share of
 //      gc_t = sum_l gw_t[l] w_t[l] (= G_t·c_t) (bwd_local_kernel, then gc_reduce_kernel);
-//   5. the normaliser gradient across chunks (bscan_kernel), dN_0 = B_0, and dq (dq_final_kernel);
-//      on the 16-bit path where dq's latents go in fours, bwd_local does gc's sums and step 5
-//      itself (bwd_local_finish_tile: the same bits, no gc_reduce, bscan or dq_final launches).
+//   5. the normaliser gradient across chunks (bscan_kernel), dN_0 = B_0, and dq.
 // The 16-bit backward of short sequences without rho0 and grad_rho_out replaces steps 1-3's
 // chunk states, the readback and dv by products of blocks between chunks (quadratic_backward.cuh,
 // backward_path below); steps 4 and 5 are the same.
@@ -345,41 +343,20 @@ inline bool readback_fit_32bit(const Dims& d) {
 // 5-step shuffle tree over zeros: 9 us a backward at BDH-base, Nsight, round 37, H100). Either is
 // fixed by L alone, so the forward's saved buffer or the batching change nothing.
 constexpr int64_t kGcFewBlocks = 8;
-// A float from global memory, through the L2 where kL2 (another block of the same launch wrote it:
-// bwd_local's finish, below, reads what other blocks' items stored).
-template <bool kL2>
-__device__ __forceinline__ float load_f32(const float* p) {
-  if constexpr (kL2)
-    return __ldcg(p);
-  else
-    return *p;
-}
-// One token's gc from its nlt partials p[0 .. nlt): the thread's sum in increasing blocks (few
-// blocks), or the warp's (lane λ the blocks λ, λ + 32, ..., then a fixed shuffle tree; every lane
-// gets the sum). The reduce kernels and bwd_local's finish sum with these, so the same bits.
-template <bool kL2>
-__device__ __forceinline__ float gc_sum_few(const float* p, int nlt) {
-  float parts[kGcFewBlocks];
-#pragma unroll
-  for (int lt = 0; lt < kGcFewBlocks; ++lt) parts[lt] = lt < nlt ? load_f32<kL2>(p + lt) : 0.0f;  // (loads together)
-  float acc = parts[0];
-#pragma unroll
-  for (int lt = 1; lt < kGcFewBlocks; ++lt)
-    if (lt < nlt) acc += parts[lt];
-  return acc;
-}
-template <bool kL2>
-__device__ __forceinline__ float gc_sum_warp(const float* p, int64_t nlt, int lane) {
-  float acc = 0.0f;
-  for (int64_t lt = lane; lt < nlt; lt += 32) acc += load_f32<kL2>(p + lt);
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  return acc;
-}
 __global__ void gc_reduce_few_kernel(Dims d, const float* gcp, float* gc) {
   grid_dependency_wait();
   const int nlt = static_cast<int>((d.L + kLocalLT - 1) / kLocalLT);
-  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < d.nbh * d.T; x += int64_t(gridDim.x) * blockDim.x)
-    gc[x] = gc_sum_few<false>(gcp + x * nlt, nlt);
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < d.nbh * d.T; x += int64_t(gridDim.x) * blockDim.x) {
+    const float* p = gcp + x * nlt;
+    float parts[kGcFewBlocks];
+#pragma unroll
+    for (int lt = 0; lt < kGcFewBlocks; ++lt) parts[lt] = lt < nlt ? p[lt] : 0.0f;  // (loads together)
+    float acc = parts[0];
+#pragma unroll
+    for (int lt = 1; lt < kGcFewBlocks; ++lt)
+      if (lt < nlt) acc += parts[lt];
+    gc[x] = acc;
+  }
 }
 __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
   grid_dependency_wait();
@@ -387,204 +364,10 @@ __global__ void gc_reduce_kernel(Dims d, const float* gcp, float* gc) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
   for (int64_t x = blockIdx.x * int64_t(blockDim.x / 32) + threadIdx.x / 32; x < d.nbh * d.T; x += warps) {
-    const float acc = gc_sum_warp<false>(gcp + x * nlt, nlt, lane);
+    float acc = 0.0f;
+    for (int64_t lt = lane; lt < nlt; lt += 32) acc += gcp[x * nlt + lt];
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (lane == 0) gc[x] = acc;
-  }
-}
-
-constexpr int kDqThreads = 256;
-// Threads along the latents: the smallest power of two from 32 that covers L / V, at most
-// kDqThreads (L past kDqThreads V: several latent blocks, one segment each, as before round 30).
-inline int dq_latent_threads(int64_t L, int V) {
-  int tl = 32;
-  while (tl < kDqThreads && int64_t{tl} * V < L) tl *= 2;
-  return tl;
-}
-// One block's share of dq_final (below) for chunk c of pair bh: the latents lb·tl·V … of every
-// token, gcs[i] = gc_i / s_i of the chunk's tokens in shared memory. dq_final_kernel and bwd_local's
-// finish (kL2: dqp and Bend through the L2, other blocks wrote them) run it, so the same bits (any
-// tl: each segment starts its power by the multiplications the later tokens make).
-template <typename T, int V, bool kL2>
-__device__ __forceinline__ void dq_final_tile(const Dims& d, const float* a32, const float* dqp, const float* gcs,
-                                              const float* Bend, const Str4& dq, int tl, int64_t bh, int64_t b,
-                                              int64_t h, int64_t c, int64_t lb) {
-  const int nseg = kDqThreads / tl, seg = threadIdx.x / tl;
-  const int64_t l = lb * (int64_t{tl} * V) + V * (threadIdx.x % tl);
-  if (l >= d.L) return;  // (V = 2, 4: L is a multiple of V, so l + V - 1 < L too)
-  const int64_t t0 = c * d.C, r0 = bh * d.T + t0;
-  const int Cn = static_cast<int>(d.chunk_len(c));
-  // the segment: tokens hi down to lo, after = Cn - 1 - hi tokens past it in the chunk
-  const int seg_len = (Cn + nseg - 1) / nseg, after = seg * seg_len, hi = Cn - 1 - after;
-  if (hi < 0) return;
-  const int lo = max(0, hi - seg_len + 1);
-  float a[V], bend[V], pw[V];  // pw = a^(Cn-1-i)
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-    a[v] = a32[h * d.L + l + v];
-    bend[v] = load_f32<kL2>(Bend + (bh * d.nC + c) * d.L + l + v);
-    pw[v] = 1.0f;
-  }
-  for (int k = 0; k < after; ++k)  // (registers only: a^after as the tokens past the segment make it)
-#pragma unroll
-    for (int v = 0; v < V; ++v) pw[v] *= a[v];
-  const float* partial = dqp + (r0 + hi) * d.L + l;
-  T* out = static_cast<T*>(const_cast<void*>(dq.p)) + dq.at(b, h, t0 + hi, l);
-#pragma unroll 8  // loads of later tokens issued ahead
-  for (int i = hi; i >= lo; --i, partial -= d.L, out -= dq.s[2]) {
-    float x[V];
-    if constexpr (V == 4) {
-      const float4 p4 = kL2 ? __ldcg(reinterpret_cast<const float4*>(partial)) : *reinterpret_cast<const float4*>(partial);
-      x[0] = p4.x, x[1] = p4.y, x[2] = p4.z, x[3] = p4.w;
-    } else if constexpr (V == 2) {
-      const float2 p2 = kL2 ? __ldcg(reinterpret_cast<const float2*>(partial)) : *reinterpret_cast<const float2*>(partial);
-      x[0] = p2.x, x[1] = p2.y;
-    } else {
-      x[0] = load_f32<kL2>(partial);
-    }
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      x[v] = (x[v] - gcs[i]) + pw[v] * bend[v];
-      pw[v] *= a[v];
-    }
-    store_latents<V>(out, x);
-  }
-}
-
-// ---- bwd_local's finish: gc, the normaliser gradient across chunks and dq in the same launch ----
-// Where dq's latents go in fours (norm_quads_ok) on the 16-bit path, and the persistent grid has
-// every block resident at once (launcher: nlt <= 2 × blocks, below), bwd_local (kFinish) does what
-// gc_reduce, bscan and dq_final do after it otherwise, and writes dq itself: an item's partial dq
-// goes back through the L2 an item later instead of out to DRAM and back (0.5 GB each way a
-// backward at BDH-8k, where dq_final took 0.29 ms on the H100). The items walk the chunks last to
-// first. After its item, a block counts it into its chunk (count[bh][c]); the block whose count
-// completes the chunk sums gc_t / s_t of the chunk's tokens (the reduce kernels' sums) into gcs and
-// raises gc_ready. The item's tile joins the block's queue (bwd_local_finish_ready), whose oldest
-// tiles are finished once ready: that chunk's gc_ready and the tile's B carry Bend_c (b_ready,
-// raised by the tile of the same latents one chunk later). Finishing a tile
-// (bwd_local_finish_tile) takes bscan's step for its 64 latents (Bend_(c-1) = a^Cn Bend_c + Bsum_c,
-// da's B·N share), raises the next carry, and writes dq_final's tile. A block waits only where its
-// queue is full (or after its last item), for items that started before its own current one: with
-// every block resident the waits end (each is for an earlier ticket, as long as a chunk's nlt
-// items fit in two rounds of the grid). Every value is the three kernels' bit for bit.
-struct FinishArgs {
-  int* count = nullptr;     // [nbh][nC] (zero before the launch, as the flags)
-  int* gc_ready = nullptr;  // [nbh][nC]
-  int* b_ready = nullptr;   // [nbh][nC][nlt]: Bend_c of latent tile lt is written
-  float* gcs = nullptr;     // [nbh][nC][kLocalLT]: gc_t / s_t
-  float* Bend = nullptr;    // [nbh][nC][L]: B at each chunk's end
-  float* daB = nullptr;     // [nbh][L]: da's B·N share, summed from the last chunk down
-  Str3 gn, dn0;             // grad_rho_norm_out (optional), grad_rho_norm (optional)
-  Str4 dq;
-};
-// Waits (one thread) until another block raised the flag; the caller's barrier and fence follow.
-__device__ __forceinline__ void wait_flag(const int* flag) {
-  while (*static_cast<const volatile int*>(flag) == 0) __nanosleep(128);
-}
-// The block whose item completed chunk c of pair bh: gc_t / s_t of the chunk's tokens into gcs.
-__device__ __forceinline__ void bwd_local_publish_gc(const Dims& d, const float* s, const float* gcp,
-                                                     const FinishArgs& fa, int64_t bh, int c) {
-  const int nlt = static_cast<int>((d.L + kLocalLT - 1) / kLocalLT), Cn = static_cast<int>(d.chunk_len(c));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t r0 = bh * d.T + int64_t{c} * d.C, g0 = (bh * d.nC + c) * kLocalLT;
-  if (nlt <= kGcFewBlocks) {  // gc_reduce_few's thread per token, else gc_reduce's warp
-    if (threadIdx.x < Cn)
-      fa.gcs[g0 + threadIdx.x] = gc_sum_few<true>(gcp + (r0 + threadIdx.x) * nlt, nlt) / __ldcg(s + r0 + threadIdx.x);
-  } else {
-    for (int i = warp; i < Cn; i += kLocalThreads / 32) {
-      const float gc = gc_sum_warp<true>(gcp + (r0 + i) * nlt, nlt, lane);
-      if (lane == 0) fa.gcs[g0 + i] = gc / __ldcg(s + r0 + i);
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();  // (the block's gcs before the flag)
-    atomicExch(fa.gc_ready + bh * d.nC + c, 1);
-  }
-}
-// The tile (bh, c, latents lt·64 …) of an earlier item, once its chunk's gc and its carry are
-// ready (bwd_local_finish_ready): B's step and dq (gcs_s: kLocalLT floats of shared memory).
-template <typename T>
-__device__ __forceinline__ void bwd_local_finish_tile(const Dims& d, const float* a32, const float* dqp,
-                                                      const float* Bsum, const float* Zs, const FinishArgs& fa,
-                                                      int64_t bh, int64_t b, int64_t h, int c, int lt, float* gcs_s) {
-  const int nC = static_cast<int>(d.nC), nlt = static_cast<int>((d.L + kLocalLT - 1) / kLocalLT);
-  const int Cn = static_cast<int>(d.chunk_len(c));
-  const int64_t bc = bh * nC + c;
-  if (threadIdx.x < Cn) gcs_s[threadIdx.x] = __ldcg(fa.gcs + bc * kLocalLT + threadIdx.x);
-  const int64_t l = int64_t{lt} * kLocalLT + threadIdx.x;
-  if (threadIdx.x < kLocalLT && l < d.L) {  // bscan's step for chunk c, the same operations
-    const int64_t o = bc * d.L + l, x = bh * d.L + l;
-    float Bc, da;
-    if (c == nC - 1) {
-      Bc = fa.gn.p ? static_cast<const float*>(fa.gn.p)[fa.gn.at(b, h, l)] : 0.0f;
-      da = 0.0f;
-      fa.Bend[o] = Bc;
-    } else {
-      Bc = __ldcg(fa.Bend + o);
-      da = __ldcg(fa.daB + x);
-    }
-    da += Bc * __ldcg(Zs + o);
-    const float Bn = ipow(a32[h * d.L + l], Cn) * Bc + __ldcg(Bsum + o);
-    fa.daB[x] = da;
-    if (c > 0)
-      fa.Bend[o - d.L] = Bn;
-    else if (fa.dn0.p)
-      static_cast<float*>(const_cast<void*>(fa.dn0.p))[fa.dn0.at(b, h, l)] = Bn;
-  }
-  __syncthreads();  // (Bend_c, where written here, before the tile reads it)
-  if (threadIdx.x == 0 && c > 0) {
-    __threadfence();  // (the block's Bend_(c-1) and daB before the flag)
-    atomicExch(fa.b_ready + (bc - 1) * nlt + lt, 1);
-  }
-  // dq_final's tile: 16 threads along the latents (4 each), 16 segments of the chunk's tokens
-  dq_final_tile<T, 4, true>(d, a32, dqp, gcs_s, fa.Bend, fa.dq, kLocalLT / 4, bh, b, h, c, lt);
-}
-
-// A block's tiles waiting to be finished, oldest first (in shared memory; thread 0 keeps it).
-constexpr int kFinishQueue = 3;
-struct FinishItem {
-  int64_t bh, b, h;
-  int c, lt;
-};
-struct FinishQueue {
-  FinishItem q[kFinishQueue];
-  int head, n;
-  int go;  // thread 0's verdict on the oldest tile
-};
-// Finishes the queue's oldest tiles while their chunk's gc and their carry are ready; waits for the
-// oldest where the queue is full (or `all`: the block's items are done). So a tile is finished an
-// item or two after its own (its partial dq still in the L2), and a block rarely waits.
-template <typename T>
-__device__ __forceinline__ void bwd_local_finish_ready(const Dims& d, const float* a32, const float* dqp,
-                                                       const float* Bsum, const float* Zs, const FinishArgs& fa,
-                                                       FinishQueue& Q, float* gcs_s, bool all) {
-  const int64_t nlt = (d.L + kLocalLT - 1) / kLocalLT;
-  for (;;) {
-    __syncthreads();  // (the queue as thread 0 left it; the previous tile's reads of gcs_s)
-    if (Q.n == 0) return;
-    if (threadIdx.x == 0) {
-      const FinishItem& e = Q.q[Q.head];
-      const int64_t bc = e.bh * d.nC + e.c;
-      const int* g = fa.gc_ready + bc;
-      const int* bf = e.c < d.nC - 1 ? fa.b_ready + bc * nlt + e.lt : nullptr;
-      auto ready = [&] {
-        return *static_cast<const volatile int*>(g) != 0 && (!bf || *static_cast<const volatile int*>(bf) != 0);
-      };
-      bool go = ready();
-      if (!go && (all || Q.n == kFinishQueue)) {
-        wait_flag(g);
-        if (bf) wait_flag(bf);
-        go = true;
-      }
-      if (go) __threadfence();  // (acquire: what the flags' blocks wrote before them)
-      Q.go = go;
-    }
-    __syncthreads();
-    if (!Q.go) return;
-    const FinishItem e = Q.q[Q.head];
-    bwd_local_finish_tile<T>(d, a32, dqp, Bsum, Zs, fa, e.bh, e.b, e.h, e.c, e.lt, gcs_s);
-    __syncthreads();  // (every thread has read the entry)
-    if (threadIdx.x == 0) Q.head = (Q.head + 1) % kFinishQueue, --Q.n;
   }
 }
 
@@ -650,10 +433,6 @@ struct LocalSmemP {
   // kernel's excess shared wavefronts in the H200 profile of round 8)
   __align__(8) float n0[kLocalLT];
   __align__(8) float al[kLocalLT];
-  // bwd_local_finish_tile's gc_t / s_t of the chunk's tokens, the block's count verdict (kFinish only)
-  float fin_gcs[kLocalLT];
-  int fin_flag;
-  FinishQueue fin_queue;
 };
 using LocalSmem = LocalSmemP<0>;
 static_assert(kLocalThreads == 256 && kLocalLT == 64, "bwd_local's layout: 8 warps × 8 rows, 32 lanes × 2 latents");
@@ -1398,12 +1177,11 @@ __device__ __forceinline__ void for_segment(int s0, int e0, Step&& step) {
 // Compute durations per call, bfloat16): 2.01 -> 1.83 ms at BDH-8k against version 4, which was
 // then removed (with it the emulation's bitwise comparison: version 5 is now checked against
 // float64, as version 2).
-// kFinish: then gc, B across chunks and dq too (bwd_local_finish_tile above, fa), the chunks last to first.
-template <typename T, bool kFinish = false>
+template <typename T>
 __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, const float* Qp, const float* s,
                                              const float* Nc, const float* M, const float* Wr, const float* Ur,
                                              const float* HdHr, float* gcp, float* dqp, float* dap, float* Bsum,
-                                             float* Zs, const FinishArgs& fa = FinishArgs{}) {
+                                             float* Zs) {
   constexpr int LT = kLocalLT, RS = kLocalLT + kLocalPadV5;  // RS: floats per row of the [64][RS] tiles
   constexpr int MS = 64 + kLocalMsPadV5;  // floats per row of ms
   static_assert(kLocalMsPadV5 >= 2, "ms's padding columns LT, LT + 1: 1/s, s");
@@ -1435,13 +1213,13 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
   // items (bh, c, lt), item = (bh nC + c) nlt + lt, advanced by the grid; b, h of bh0 + bh with them.
   // The grid's and the block's own decomposition in 32-bit unsigned arithmetic (grid.x < 2^32; nlt,
   // nC are int), b and h of the first pair by a 32-bit division where bh0 + bh and H fit in 32 bits.
-  int lt, ci, dlt, dc;  // ci: the item's chunk (kFinish: counted from the last)
+  int lt, c, dlt, dc;
   int64_t bh, dbh, h, b, dh, db;
   {
     const uint32_t unlt = static_cast<uint32_t>(nlt), unc = static_cast<uint32_t>(nC);
     const uint32_t gq = gridDim.x / unlt, bq = blockIdx.x / unlt;
     dlt = static_cast<int>(gridDim.x - gq * unlt), dc = static_cast<int>(gq % unc), dbh = gq / unc;
-    lt = static_cast<int>(blockIdx.x - bq * unlt), ci = static_cast<int>(bq % unc), bh = bq / unc;
+    lt = static_cast<int>(blockIdx.x - bq * unlt), c = static_cast<int>(bq % unc), bh = bq / unc;
     const uint64_t x = static_cast<uint64_t>(d.bh0 + bh), H = static_cast<uint64_t>(d.H);
     if ((x | H) >> 32 == 0) {
       const uint32_t q = static_cast<uint32_t>(x) / static_cast<uint32_t>(H);
@@ -1456,15 +1234,12 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
       db = 0, dh = dbh;
     }
   }
-  if constexpr (kFinish)
-    if (threadIdx.x == 0) S.fin_queue.head = S.fin_queue.n = 0;  // (the item's barriers before its use)
   auto advance = [&] {
-    const int c2 = carry_add(ci, dc, carry_add(lt, dlt, 0, nlt), nC);
+    const int c2 = carry_add(c, dc, carry_add(lt, dlt, 0, nlt), nC);
     bh += dbh + c2;
     b += db + carry_add(h, dh, c2, d.H);
   };
   for (; bh < d.nbh; advance()) {
-    const int c = kFinish ? nC - 1 - ci : ci;
     const int Cn = c == nC - 1 ? CnLast : C, l0 = lt * LT;
     const int64_t row0 = bh * d.T + int64_t{c} * C;  // [bh][t] row of the chunk's token 0
     const int64_t tb = row0 * L + l0;                // [bh][t][l] offset of (token 0, latent l0)
@@ -1877,25 +1652,7 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
         }
       }
     }
-    if constexpr (kFinish) {
-      __syncthreads();  // (the item's stores and its reads of shared memory before the count and the tile's)
-      if (threadIdx.x == 0) {
-        // one thread's fences, with the barriers: release of the block's partials before the count,
-        // acquire of the others' after it (CUTLASS's semaphore does the same)
-        __threadfence();
-        const bool last = atomicAdd(fa.count + bh * nC + c, 1) == nlt - 1;
-        if (last) __threadfence();
-        S.fin_flag = last;
-        FinishQueue& Q = S.fin_queue;  // the item's tile, to be finished once its chunk is
-        Q.q[(Q.head + Q.n) % kFinishQueue] = FinishItem{bh, b, h, c, lt};
-        ++Q.n;
-      }
-      __syncthreads();
-      if (S.fin_flag) bwd_local_publish_gc(d, s, gcp, fa, bh, c);  // the chunk is complete
-      bwd_local_finish_ready<T>(d, a32, dqp, Bsum, Zs, fa, S.fin_queue, S.fin_gcs, false);
-    }
   }
-  if constexpr (kFinish) bwd_local_finish_ready<T>(d, a32, dqp, Bsum, Zs, fa, S.fin_queue, S.fin_gcs, true);
 }
 
 // The kernel: version 2 without the readback (float32), version 5 with it (bfloat16, float16).
@@ -1910,17 +1667,15 @@ __device__ __forceinline__ void bwd_local_v5(Dims d, Str4 q, const float* a32, c
 #endif
 // kVersion: 2 (every path; the float32 one's; with kReadback only in the host emulation) or 5 (only
 // with kReadback).
-// kFinish (version 5): gc, B across chunks and dq as well (bwd_local_finish_tile, fa).
-template <typename T, bool kReadback, int kVersion = kReadback ? 5 : 2, bool kFinish = false>
+template <typename T, bool kReadback, int kVersion = kReadback ? 5 : 2>
 __global__ void __launch_bounds__(kLocalThreads, 2) bwd_local_kernel(
     Dims d, Str4 q, Str4 v, Str4 g, const float* a32, const float* Qp, const float* s, const float* Nc,
     const float* Hs, const float* dHs, const float* M, const float* Wr, const float* Ur, const float* HdHr,
-    float* gcp, float* dqp, float* dap, float* Bsum, float* Zs, FinishArgs fa) {
+    float* gcp, float* dqp, float* dap, float* Bsum, float* Zs) {
   grid_dependency_wait();
   static_assert(kVersion == 2 || (kVersion == 5 && kReadback), "bwd_local: version 2, or 5 with the readback");
-  static_assert(!kFinish || kVersion == 5, "bwd_local: the finish is version 5's");
   if constexpr (kVersion == 5)
-    bwd_local_v5<T, kFinish>(d, q, a32, Qp, s, Nc, M, Wr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs, fa);
+    bwd_local_v5<T>(d, q, a32, Qp, s, Nc, M, Wr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
   else
     bwd_local_v2<T, kReadback>(d, q, v, g, a32, Qp, s, Nc, Hs, dHs, M, Wr, Ur, HdHr, gcp, dqp, dap, Bsum, Zs);
 }
@@ -1984,21 +1739,67 @@ __global__ void bscan_kernel(Dims d, const float* a32, Str3 gn, const float* Bsu
 // Until round 30 always 256 V latents a block, one segment: at BDH-base, L = 256, a quarter of the
 // threads had latents, each walking 64 tokens, 0.038 ms a backward on the H200 against a DRAM
 // floor near 0.015; on an H100, round 30's Nsight: 0.042 -> 0.033 ms a backward.)
+constexpr int kDqThreads = 256;
+// Threads along the latents: the smallest power of two from 32 that covers L / V, at most
+// kDqThreads (L past kDqThreads V: several latent blocks, one segment each, as before round 30).
+inline int dq_latent_threads(int64_t L, int V) {
+  int tl = 32;
+  while (tl < kDqThreads && int64_t{tl} * V < L) tl *= 2;
+  return tl;
+}
 template <typename T, int V>
 __global__ void __launch_bounds__(kDqThreads) dq_final_kernel(Dims d, const float* a32, const float* dqp,
                                                               const float* gc, const float* s, const float* Bend,
                                                               Str4 dq, int tl) {
   grid_dependency_wait();
   __shared__ float gcs[kMaxChunk];
-  const int64_t nlb = (d.L + int64_t{tl} * V - 1) / (int64_t{tl} * V);
+  const int64_t LB = int64_t{tl} * V;  // latents per block
+  const int64_t nlb = (d.L + LB - 1) / LB;
+  const int nseg = kDqThreads / tl, seg = threadIdx.x / tl;
   for (int64_t item = blockIdx.x; item < d.nbh * d.nC * nlb; item += gridDim.x) {
     const int64_t bh = item / (d.nC * nlb), c = (item / nlb) % d.nC;
-    const int64_t r0 = bh * d.T + c * d.C;
+    const int64_t l = (item % nlb) * LB + V * (threadIdx.x % tl);
+    const int64_t b = d.b_of(bh), h = d.h_of(bh), t0 = c * d.C, r0 = bh * d.T + t0;
     const int Cn = static_cast<int>(d.chunk_len(c));
     __syncthreads();  // the previous item's gcs are read
     if (threadIdx.x < Cn) gcs[threadIdx.x] = gc[r0 + threadIdx.x] / s[r0 + threadIdx.x];
     __syncthreads();
-    dq_final_tile<T, V, false>(d, a32, dqp, gcs, Bend, dq, tl, bh, d.b_of(bh), d.h_of(bh), c, item % nlb);
+    if (l >= d.L) continue;  // (V = 2, 4: L is a multiple of V, so l + V - 1 < L too)
+    // the segment: tokens hi down to lo, after = Cn - 1 - hi tokens past it in the chunk
+    const int seg_len = (Cn + nseg - 1) / nseg, after = seg * seg_len, hi = Cn - 1 - after;
+    if (hi < 0) continue;
+    const int lo = max(0, hi - seg_len + 1);
+    float a[V], bend[V], pw[V];  // pw = a^(Cn-1-i)
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      a[v] = a32[h * d.L + l + v];
+      bend[v] = Bend[(bh * d.nC + c) * d.L + l + v];
+      pw[v] = 1.0f;
+    }
+    for (int k = 0; k < after; ++k)  // (registers only: a^after as the tokens past the segment make it)
+#pragma unroll
+      for (int v = 0; v < V; ++v) pw[v] *= a[v];
+    const float* partial = dqp + (r0 + hi) * d.L + l;
+    T* out = static_cast<T*>(const_cast<void*>(dq.p)) + dq.at(b, h, t0 + hi, l);
+#pragma unroll 8  // loads of later tokens issued ahead
+    for (int i = hi; i >= lo; --i, partial -= d.L, out -= dq.s[2]) {
+      float x[V];
+      if constexpr (V == 4) {
+        const float4 p4 = *reinterpret_cast<const float4*>(partial);
+        x[0] = p4.x, x[1] = p4.y, x[2] = p4.z, x[3] = p4.w;
+      } else if constexpr (V == 2) {
+        const float2 p2 = *reinterpret_cast<const float2*>(partial);
+        x[0] = p2.x, x[1] = p2.y;
+      } else {
+        x[0] = *partial;
+      }
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        x[v] = (x[v] - gcs[i]) + pw[v] * bend[v];
+        pw[v] *= a[v];
+      }
+      store_latents<V>(out, x);
+    }
   }
 }
 
@@ -2138,15 +1939,6 @@ BackwardPath backward_path(const detail::BackwardParams& g, int64_t C, bool quad
   }
 }
 
-// Whether bwd_local finishes dq itself (bwd_local_finish_tile; the 16-bit path where dq's latents go
-// in fours): not by default (round 39: slower so far, docs/CUDA.md; -DRHOSCAN_BWD_FINISH=1 at build
-// time makes it the default); RHOSCAN_CUDA_BWD_FINISH=0|1 (environment, read per call) forces
-// either, for tests and A/B runs. Both give the same bits.
-#ifndef RHOSCAN_BWD_FINISH
-#define RHOSCAN_BWD_FINISH 0
-#endif
-inline bool bwd_finish_on() { return env_switch("RHOSCAN_CUDA_BWD_FINISH", RHOSCAN_BWD_FINISH != 0); }
-
 // The deferred value checks (value_gate.h, the saved header's comparison among them) are settled
 // in the first batch before the first kernel that writes an output: the reverse chunk states where
 // grad_rho is wanted (they write it), else bwd_local's successors (bscan writes grad_rho_norm); what
@@ -2188,9 +1980,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                                 operand_bytes<kTC, T>(d, saved_keys ? 0 : 2, 2) + Workspace::floats(nT * nlt) +
                                 Workspace::floats(nT * E) +
                                 Workspace::floats(nC * L) * 4 + Workspace::floats(L) +
-                                (kTC ? Workspace::floats(nT * L) + Workspace::floats(nC * L) +  // U, HdH
-                                           Workspace::floats(nC * (2 + nlt + kLocalLT))  // bwd_local's finish
-                                     : 0);
+                                (kTC ? Workspace::floats(nT * L) + Workspace::floats(nC * L) : 0);  // U, HdH
   // (and cross_scores' split partials: their count from the call's pairs, so that the sums do not
   // depend on the batching)
   const int64_t BH = p.B * p.H, cross_nsplit = cross_splits(BH, d);
@@ -2287,8 +2077,6 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     float* daB = ws.take_floats(n * L);
     float* Ur = kTC ? ws.take_floats(n * nT * L) : nullptr;  // W lives in dqp (see bwd_local_kernel)
     float* HdHr = kTC ? ws.take_floats(n * nC * L) : nullptr;
-    // bwd_local's finish: its counts and flags (ints), then gc_t / s_t per chunk
-    float* finish_ws = kTC ? ws.take_floats(n * nC * (2 + nlt + kLocalLT)) : nullptr;
 
     // a side stream (side_streams.h): quadratic, the keys (below), cross_scores (where not saved) and
     // quad_dv_mma beside cross_values_mma, quad_readback_mma and bwd_local, joined before
@@ -2366,59 +2154,38 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                       dHs_lo, o.gb, o.vb, dqp, Ur, HdHr, o.glo, o.vlo);
       }
     }
-    // bwd_local finishes dq itself (bwd_local_finish_tile) on the 16-bit path where dq's latents go in
-    // fours, with the persistent grid (every block resident: its waits end) and a chunk's latent tiles
-    // within two rounds of it (each wait is for an earlier ticket); T = 0 has no items (bscan writes dN_0)
-    bool finish = kTC && RHOSCAN_BWD_LOCAL_PERSISTENT && nC > 0 && norm_quads_ok<T>(d, dq) && bwd_finish_on();
-    auto local_kernel = finish ? bwd_local_kernel<T, kTC, kTC ? 5 : 2, kTC> : bwd_local_kernel<T, kTC>;
-    if (finish)  // (the plain kernel's is set above)
-      RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(local_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, local_smem));
     unsigned local_grid = grid_for(n * nC * nlt);
     if constexpr (kTC && RHOSCAN_BWD_LOCAL_PERSISTENT) {
       int dev = 0, sms = 0, per_sm = 0;
       RHOSCAN_CUDA_CHECK(cudaGetDevice(&dev));
       RHOSCAN_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      RHOSCAN_CUDA_CHECK(
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, local_kernel, kLocalThreads, local_smem));
+      RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bwd_local_kernel<T, kTC>,
+                                                                       kLocalThreads, local_smem));
       local_grid = grid_for(n * nC * nlt, 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
     }
-    finish = finish && nlt <= 2 * int64_t{local_grid};
-    if (!finish) local_kernel = bwd_local_kernel<T, kTC>;
-    FinishArgs fa;
-    if (finish) {
-      // (dq and dN_0 are outputs: the checks first)
-      fa.count = reinterpret_cast<int*>(finish_ws), fa.gc_ready = fa.count + n * nC, fa.b_ready = fa.gc_ready + n * nC;
-      fa.gcs = finish_ws + n * nC * (2 + nlt);
-      fa.Bend = Bend, fa.daB = daB, fa.gn = gn, fa.dn0 = dn0, fa.dq = dq;
-      RHOSCAN_CUDA_CHECK(cudaMemsetAsync(finish_ws, 0, sizeof(float) * n * nC * (2 + nlt), stream));
-      gate.settle();
-    }
-    launch_kernel("bwd_local_kernel", local_kernel, local_grid, kLocalThreads, local_smem, stream, d, q, v, gctx, a32, Qp,
-                  s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
+    launch_kernel("bwd_local_kernel", bwd_local_kernel<T, kTC>, local_grid, kLocalThreads, local_smem, stream, d, q, v,
+                  gctx, a32, Qp, s, Nc, kTC ? nullptr : reinterpret_cast<const float*>(Hs),
                   kTC ? nullptr : reinterpret_cast<const float*>(dHs), M, kTC ? dqp : nullptr, Ur, HdHr, gcp, dqp, dap,
-                  Bsum, Zs, fa);
+                  Bsum, Zs);
     gate.settle();
-    if (!finish) {
-      if (nlt <= kGcFewBlocks)
-        launch_kernel("gc_reduce_few_kernel", gc_reduce_few_kernel, grid_for(n * nT, 256), 256, 0, stream, d, gcp, gc);
-      else
-        launch_kernel("gc_reduce_kernel", gc_reduce_kernel, grid_for(n * nT, 8), 256, 0, stream, d, gcp, gc);
-      launch_kernel("bscan_kernel", nC <= kBscanBatchFew ? bscan_kernel<kBscanBatchFew> : bscan_kernel<kBscanBatch>,
-                    grid_for(n * L, 256), 256, 0, stream, d, a32, gn, Bsum, Zs, Bend, daB, dn0);
-      auto dq_final = [&](auto latents) {  // V latents per thread
-        constexpr int V = decltype(latents)::value;
-        const int tl = dq_latent_threads(L, V);
-        launch_kernel("dq_final_kernel", dq_final_kernel<T, V>,
-                      grid_for(n * nC * ((L + int64_t{tl} * V - 1) / (tl * V))), kDqThreads, 0, stream, d, a32, dqp, gc,
-                      s, Bend, dq, tl);
-      };
-      if (norm_quads_ok<T>(d, dq))
-        dq_final(std::integral_constant<int, 4>{});
-      else if (norm_pairs_ok<T>(d, dq))
-        dq_final(std::integral_constant<int, 2>{});
-      else
-        dq_final(std::integral_constant<int, 1>{});
-    }
+    if (nlt <= kGcFewBlocks)
+      launch_kernel("gc_reduce_few_kernel", gc_reduce_few_kernel, grid_for(n * nT, 256), 256, 0, stream, d, gcp, gc);
+    else
+      launch_kernel("gc_reduce_kernel", gc_reduce_kernel, grid_for(n * nT, 8), 256, 0, stream, d, gcp, gc);
+    launch_kernel("bscan_kernel", nC <= kBscanBatchFew ? bscan_kernel<kBscanBatchFew> : bscan_kernel<kBscanBatch>,
+                  grid_for(n * L, 256), 256, 0, stream, d, a32, gn, Bsum, Zs, Bend, daB, dn0);
+    auto dq_final = [&](auto latents) {  // V latents per thread
+      constexpr int V = decltype(latents)::value;
+      const int tl = dq_latent_threads(L, V);
+      launch_kernel("dq_final_kernel", dq_final_kernel<T, V>, grid_for(n * nC * ((L + int64_t{tl} * V - 1) / (tl * V))),
+                    kDqThreads, 0, stream, d, a32, dqp, gc, s, Bend, dq, tl);
+    };
+    if (norm_quads_ok<T>(d, dq))
+      dq_final(std::integral_constant<int, 4>{});
+    else if (norm_pairs_ok<T>(d, dq))
+      dq_final(std::integral_constant<int, 2>{});
+    else
+      dq_final(std::integral_constant<int, 1>{});
     if (fork && quadratic) stream_wait(stream, s1);  // dvp (or grad_v)
     if (!dv_head_sum) {
       const int64_t rows = ((bh0 + n - 1) / p.H - bh0 / p.H + 1) * p.Hv * nT;

@@ -333,18 +333,18 @@ bool bwd_local_case(int64_t H, int64_t nbh, int64_t T, int64_t L, int64_t E, int
   } o[2];
   for (int k = 0; k < 2; ++k) {
     o[k] = {nans(nbh * T * nlt[k]), nans(nbh * T * L), nans(nbh * nC * L), nans(nbh * nC * L), nans(nbh * nC * L)};
-    auto run = [&](auto kernel, size_t smem, unsigned grid, auto... finish) {  // finish: the tree's FinishArgs{}
+    auto run = [&](auto kernel, size_t smem, unsigned grid) {
       emu::launch(grid, kLocalThreads, smem, [&] {
         kernel(d, qs, vs, gs, a.data(), Qp.data(), s.data(), Nc.data(), Hs.data(), dHs.data(), M.data(), Wr, Ur, HdHr,
-               o[k].gcp.data(), o[k].dqp.data(), o[k].dap.data(), o[k].Bsum.data(), o[k].Zs.data(), finish...);
+               o[k].gcp.data(), o[k].dqp.data(), o[k].dap.data(), o[k].Bsum.data(), o[k].Zs.data());
       });
     };
     if (k == 0)
       run(bwd_local_kernel_old<float>, sizeof(LocalSmemOld), 2);
     else if (readback)  // version 2 (version 5, the 16-bit path's, is run_mma.sh's: bwd_local_case)
-      run(bwd_local_kernel<float, true, 2>, sizeof(LocalSmem), grid, FinishArgs{});
+      run(bwd_local_kernel<float, true, 2>, sizeof(LocalSmem), grid);
     else
-      run(bwd_local_kernel<float, false>, sizeof(LocalSmem), grid, FinishArgs{});
+      run(bwd_local_kernel<float, false>, sizeof(LocalSmem), grid);
   }
   const bool ok = same("gc", gc_sums(o[1].gcp, nbh * T, nlt[1]), gc_sums(o[0].gcp, nbh * T, nlt[0])) &
                   same("dq partial", o[1].dqp, o[0].dqp) & same("da", o[1].dap, o[0].dap) &

@@ -60,7 +60,7 @@ MMA_PARTS = [
     (backward, "// ---- bwd_local's contractions over E on tensor cores", "// gc_t = sum_l"),
     (backward, "// gc_t = sum_l", "// ---- bwd_local: one block per"),
     (backward, "// ---- bwd_local: one block per", "// The normaliser gradient across chunks"),
-    (backward, "// The normaliser gradient across chunks", "// dv_acc[b, hv, t, e] += the partials"),
+    (backward, "// The normaliser gradient across chunks", "// dq_t[l] = partial"),
     ("src/cuda/quadratic_backward.cuh", "// ---- cross values", "// ---- end of the quadratic backward's kernels"),
 ]
 if base == "--mma":
@@ -84,8 +84,6 @@ parts = [
     cut(old_k, "// ---- normaliser scan: one thread per", "// ---- intra-chunk scores", f"{base}:{kernels}")
     .replace("norm_scan_kernel", "norm_scan_kernel_old"),
     cut(new_b, "constexpr int kLocalThreads", "\n\n", backward),
-    # the gc sums, dq_final's tile and bwd_local's finish (version 5's, named by the kernel's signature)
-    cut(new_b, "// gc_t = sum_l", "// ---- bwd_local: one block per", backward),
     cut(new_b, "// ---- bwd_local: one block per", "// The normaliser gradient across chunks", backward),
     # the base's bwd_local (a block per 16 latents), with its own copies of the tile constants
     "constexpr int kLocalLTOld = 16, kLocalETOld = 32;",

@@ -56,9 +56,6 @@
 #define __forceinline__ inline
 #define __align__(n) alignas(n)
 #define __launch_bounds__(...)
-// static __shared__ arrays: one per kernel for the whole launch (the blocks run one after the other
-// and the fibers of a block on one OS thread, so a function-local static is the block's)
-#define __shared__ static
 
 struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
@@ -442,41 +439,7 @@ inline void block_until(const Barrier& b, uint64_t gen) {
   while (b.gen == gen) s.switch_out();
   me.waits = nullptr;
 }
-// A thread that waits for another block (a spin loop's __nanosleep): the first runnable fiber of the
-// warps after its own, round the cluster, runs next (pick() would take the spinner itself again:
-// its lane comes round in its own warp), so that every runnable warp gets its turn; none: it spins
-// on (a real deadlock then runs into the caller's time limit).
-// Yields since the last barrier arrival: a million means that only spinning threads are left
-// (a livelock: flags that no block will raise), reported like a deadlock.
-inline uint64_t yields_since_arrival = 0;
-inline void yield_fiber() {
-  if (++yields_since_arrival > 1000000) {
-    std::fprintf(stderr, "emulation error: livelock: block %u thread %u (and every other thread left) waits for "
-                 "a flag that no block raises\n", blockIdx.x, threadIdx.x);
-    std::fflush(stderr);
-    std::abort();
-  }
-  Scheduler& s = scheduler();
-  const int me_i = s.current;
-  Fiber& me = s.fibers[me_i];
-  const unsigned w0 = me.rank * s.warps_per_block + me.tid / 32;
-  int next = -1;
-  for (unsigned k = 1; k <= s.nwarps && next < 0; ++k) {
-    const unsigned w = (w0 + k) % s.nwarps;
-    for (unsigned l = 0; l < s.lanes_of(w) && next < 0; ++l) {
-      const unsigned i = s.first_of(w) + l;
-      if (static_cast<int>(i) != me_i && s.fibers[i].runnable()) next = static_cast<int>(i);
-    }
-  }
-  if (next < 0) return;
-  Fiber& to = s.fibers[next];
-  me.state.swap_with_running();
-  to.state.swap_with_running();
-  s.current = next;
-  me.ctx.switch_to(to.ctx);
-}
 inline uint64_t Barrier::arrive() {
-  yields_since_arrival = 0;
   const uint64_t token = gen;
   if (++count == expected) {
     count = 0, ++gen;
@@ -617,27 +580,6 @@ inline float __shfl_xor_sync(unsigned, float x, int o) {
   const unsigned lane = threadIdx.x & 31u;
   return emu::exchange(x)[lane ^ unsigned(o)];
 }
-// __ldcg (a load through the L2), __threadfence, atomicAdd: the blocks of a launch run one after
-// the other on one OS thread, and the fibers of a block switch only at barriers, so plain accesses
-// (bwd_local's finish: a block counts its item into a chunk and finishes the chunk if it was last).
-template <typename T>
-inline T __ldcg(const T* p) {
-  return *p;
-}
-inline void __threadfence() {}
-inline int atomicAdd(int* p, int v) {
-  const int old = *p;
-  *p = old + v;
-  return old;
-}
-inline int atomicExch(int* p, int v) {
-  const int old = *p;
-  *p = v;
-  return old;
-}
-// A spin loop's pause: the other fibers run (blocks that wait for each other must run at once:
-// emu::launch_cluster with the whole grid as one cluster).
-inline void __nanosleep(unsigned) { emu::yield_fiber(); }
 
 // ---- the tensor-core building blocks of src/cuda/mma.cuh ------------------------------------
 using bf16 = __nv_bfloat16;
