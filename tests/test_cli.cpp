@@ -318,6 +318,23 @@ TEST_F(CliTest, BenchRunsACustomShapeAndRejectsMalformedOnes) {
   }
 }
 
+// bench --with-state: both directions run from a carried state (the table's "+state" rows, the JSON's
+// with_state); without it the JSON says false.
+TEST_F(CliTest, BenchWithStateMarksItsRows) {
+  const CliResult r = ok("bench --shape 1,2,1,70,33,20 --with-state --backward --repeats 1 --no-naive --json s.jsonl");
+  EXPECT_NE(r.out.find("shape-B1-H2-Hv1-T70-L33-E20+state forward "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("shape-B1-H2-Hv1-T70-L33-E20+state forward+backward"), std::string::npos) << r.out;
+  const std::string json = read_all(path("s.jsonl"));
+  size_t lines = 0, with_state = 0;
+  for (size_t at = 0; (at = json.find('\n', at)) != std::string::npos; ++at) ++lines;
+  for (size_t at = 0; (at = json.find("\"with_state\":true", at)) != std::string::npos; ++at) ++with_state;
+  EXPECT_EQ(lines, 2u) << json;
+  EXPECT_EQ(with_state, 2u) << json;
+  ok("bench --shape 1,2,1,70,33,20 --repeats 1 --no-naive --json plain.jsonl");
+  EXPECT_NE(read_all(path("plain.jsonl")).find("\"with_state\":false"), std::string::npos);
+  EXPECT_NE(ok("bench --help").out.find("--with-state"), std::string::npos);
+}
+
 TEST_F(CliTest, HelpDocumentsOptionsTensorsAndExitStatuses) {
   CliResult top = ok("--help");
   for (const char* c : {"run", "verify", "example"}) EXPECT_NE(top.out.find(c), std::string::npos) << c;

@@ -433,7 +433,7 @@ const char* bench_help() {
   return "usage: rhoscan bench [--device cpu|cuda] [--backward] [--cases NAME,...] [--repeats N]\n"
          "                     [--json FILE] [--dtype f32|bf16|f16] [--threads N] [--chunk N]\n"
          "                     [--workspace-mib N] [--commit HASH] [--no-naive] [--no-saved]\n"
-         "                     [--save-keys] [--list] [--shape B,H,Hv,T,L,E ...]\n\n"
+         "                     [--save-keys] [--with-state] [--list] [--shape B,H,Hv,T,L,E ...]\n\n"
          "Times the operator on the cases of the project's issues and prints, per case: the median\n"
          "time, GFLOP/s (FLOPs = B*H*(4*T*L*E + T*C*L + T*C*E) at C = 64; 3x for forward+backward),\n"
          "and ratios measured in the same run: limit_fraction = (the time at the device's limit) /\n"
@@ -456,6 +456,9 @@ const char* bench_help() {
          "  --no-saved     forward+backward without the forward's saved buffer (the backward recomputes)\n"
          "  --save-keys    forward+backward with the saved buffer's keys (saved_numel's with_keys: twice\n"
          "                 q's bytes more; the CUDA backward then skips its normaliser pass)\n"
+         "  --with-state   a carried state (training on a stream cut into segments): the forward starts\n"
+         "                 from an initial rho and rho_norm; forward+backward also takes dLoss/d(final\n"
+         "                 state) and returns the initial state's gradients (steps ignore it)\n"
          "  --list         print the case table and exit\n"
          "A progress line per case goes to stderr.\n";
 }
@@ -543,6 +546,16 @@ Result run_case(BenchDevice& dev, const BenchCase& c, Direction d, DType dtype, 
   ForwardArgs fa{view(*q, dtype, {c.B, c.H, T, c.L}), view(*v, dtype, {c.B, c.Hv, T, c.E}),
                  view(*a, sd, {c.H, c.L}), std::nullopt, std::nullopt, view(*ctx, dtype, {c.B, c.H, T, c.E}),
                  view(*rho, sd, {c.B, c.H, c.L, c.E}), view(*norm, sd, {c.B, c.H, c.L}), std::nullopt};
+  // --with-state: the state a previous segment left (rho of both signs, a normaliser of order 1)
+  const bool with_state = s.with_state && d != Direction::step;
+  std::unique_ptr<DeviceTensor> rho0, norm0, g_rho, g_norm, gr_rho, gr_norm;
+  if (with_state) {
+    rho0 = random_tensor(dev, sd, ns, gauss);
+    norm0 = random_tensor(dev, sd, nn, [&] { return 2.0 * unit(); });
+    fa.rho = view(*rho0, sd, {c.B, c.H, c.L, c.E});
+    fa.rho_norm = view(*norm0, sd, {c.B, c.H, c.L});
+    tensor_bytes += static_cast<int64_t>(rho0->bytes + norm0->bytes);
+  }
   BackwardArgs ba;
   if (d == Direction::step) {
     // a state that has seen a sequence: N of order 1
@@ -562,8 +575,20 @@ Result run_case(BenchDevice& dev, const BenchCase& c, Direction d, DType dtype, 
     ba.grad_q = view(*gq, dtype, {c.B, c.H, T, c.L});
     ba.grad_v = view(*gv, dtype, {c.B, c.Hv, T, c.E});
     ba.grad_decay = view(*ga, sd, {c.H, c.L});
+    if (with_state) {
+      ba.rho = fa.rho, ba.rho_norm = fa.rho_norm;
+      g_rho = random_tensor(dev, sd, ns, gauss);
+      g_norm = random_tensor(dev, sd, nn, gauss);
+      gr_rho = std::make_unique<DeviceTensor>(dev, ns * dtype_size(sd));
+      gr_norm = std::make_unique<DeviceTensor>(dev, nn * dtype_size(sd));
+      ba.grad_rho_out = view(*g_rho, sd, {c.B, c.H, c.L, c.E});
+      ba.grad_rho_norm_out = view(*g_norm, sd, {c.B, c.H, c.L});
+      ba.grad_rho = view(*gr_rho, sd, {c.B, c.H, c.L, c.E});
+      ba.grad_rho_norm = view(*gr_norm, sd, {c.B, c.H, c.L});
+      tensor_bytes += static_cast<int64_t>(g_rho->bytes + g_norm->bytes + gr_rho->bytes + gr_norm->bytes);
+    }
     // What a training step does: the forward keeps what the backward would recompute (docs/API.md).
-    const int64_t n_saved = s.saved ? saved_numel(c.B, c.H, T, c.L, dtype, false, s.chunk_size, s.saved_keys) : 0;
+    const int64_t n_saved = s.saved ? saved_numel(c.B, c.H, T, c.L, dtype, with_state, s.chunk_size, s.saved_keys) : 0;
     if (n_saved > 0) {
       saved = std::make_unique<DeviceTensor>(dev, n_saved * 4);
       tensor_bytes += static_cast<int64_t>(saved->bytes);
@@ -654,6 +679,8 @@ int bench_main(const std::vector<std::string>& args) {
       s.saved = false;
     } else if (a == "--save-keys") {
       s.saved_keys = true;
+    } else if (a == "--with-state") {
+      s.with_state = true;
     } else if (a == "--list") {
       list = true;
     } else {
@@ -715,7 +742,9 @@ int bench_main(const std::vector<std::string>& args) {
     for (Direction d : c.directions) {
       if (d == Direction::forward_backward && !backward_too) continue;
       const DType dt = dtype.value_or(c.dtype == DType::bfloat16 && device == Device::cpu ? DType::float32 : c.dtype);
-      std::fprintf(stderr, "[bench] %s %s B%lld H%lld T%lld L%lld E%lld %s ...\n", c.name, direction_name(d),
+      // (a carried state: the case's name with "+state" in the table; the JSON's with_state says it)
+      const std::string shown = std::string(c.name) + (s.with_state && d != Direction::step ? "+state" : "");
+      std::fprintf(stderr, "[bench] %s %s B%lld H%lld T%lld L%lld E%lld %s ...\n", shown.c_str(), direction_name(d),
                    (long long)c.B, (long long)c.H, (long long)c.T, (long long)c.L, (long long)c.E, dtype_name(dt));
       Result r = run_case(*dev, c, d, dt, s, with_naive && d != Direction::step);
       const double speedup = r.naive_ms > 0 ? r.naive_ms / r.median_ms : 0;
@@ -723,7 +752,7 @@ int bench_main(const std::vector<std::string>& args) {
       const double speedup_simd = r.naive_simd.time_ms > 0 ? r.naive_simd.time_ms / r.median_ms : 0;
       const double speedup_simd_cpu =
           r.naive_simd.cpu_ms > 0 && r.median_cpu_ms > 0 ? r.naive_simd.cpu_ms / r.median_cpu_ms : -1;
-      std::printf("%-16s %-17s %-8s %10.2f %9.1f %10.3f %10.3f %9.1fx\n", c.name, direction_name(d), dtype_name(dt),
+      std::printf("%-16s %-17s %-8s %10.2f %9.1f %10.3f %10.3f %9.1fx\n", shown.c_str(), direction_name(d), dtype_name(dt),
                   r.median_ms, r.gflops, r.limit_fraction, r.limit_fraction_cpu, speedup);
       std::printf("    limit: %s\n", r.limit.description.c_str());
       if (r.naive_ms > 0)
@@ -741,7 +770,7 @@ int bench_main(const std::vector<std::string>& args) {
                      "\"median_cpu_ms\":%.3f,\"limit_fraction_cpu_time\":%.4f,\"speedup_vs_naive_cpu_time\":%.2f,"
                      "\"naive_vectorised_ms\":%.2f,\"speedup_vs_naive_vectorised\":%.2f,"
                      "\"speedup_vs_naive_vectorised_cpu_time\":%.2f,\"median_wall_ms_all\":\"%s\","
-                     "\"max_workspace_bytes\":%lld,\"saved\":%s,\"saved_keys\":%s}\n",
+                     "\"max_workspace_bytes\":%lld,\"saved\":%s,\"saved_keys\":%s,\"with_state\":%s}\n",
                      c.name, (long long)c.B, (long long)c.H, (long long)c.Hv, (long long)(d == Direction::step ? 1 : c.T),
                      (long long)c.L, (long long)c.E, dtype_name(dt), device_name(device), direction_name(d), r.median_ms,
                      r.gflops / 1000.0, r.limit_fraction, (long long)r.peak_bytes, json_escape(commit).c_str(),
@@ -752,7 +781,8 @@ int bench_main(const std::vector<std::string>& args) {
                      r.median_cpu_ms, r.limit_fraction_cpu, speedup_cpu, r.naive_simd.time_ms, speedup_simd,
                      speedup_simd_cpu, r.all_times.c_str(), (long long)s.max_workspace_bytes,
                      d == Direction::forward_backward && s.saved ? "true" : "false",
-                     d == Direction::forward_backward && s.saved && s.saved_keys ? "true" : "false");
+                     d == Direction::forward_backward && s.saved && s.saved_keys ? "true" : "false",
+                     s.with_state && d != Direction::step ? "true" : "false");
         std::fflush(json);
       }
     }

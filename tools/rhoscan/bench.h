@@ -41,6 +41,10 @@ struct BenchSettings {
   int64_t max_workspace_bytes = 0;  // 0: the backend's default cap
   bool saved = true;  // forward+backward: the forward fills ForwardArgs::saved, the backward reads it
   bool saved_keys = false;  // and it has room for the keys (saved_numel's with_keys): --save-keys
+  // --with-state: a carried state, as in training on a stream cut into segments: the forward
+  // starts from rho and rho_norm, the backward also gets dLoss/d(final state) and returns the
+  // initial state's gradients
+  bool with_state = false;
 };
 
 // What a device measures for limit_fraction: the time a case would take at the device's limit.
