@@ -872,21 +872,52 @@ TEST_F(Cuda, QuadraticSideStreamsJoinTheCallersStream) {
   }
 }
 
-// With an initial rho the quadratic path does not apply: forcing it must fall back to the chunked
-// path (the reference includes R_0's read).
-TEST_F(Cuda, ForwardPathQuadraticNeedsNoInitialRho) {
-  ScopedEnv forced("RHOSCAN_CUDA_FORWARD_PATH", "quadratic");
-  ProblemSpec s = spec(2, 2, 1, 130, 100, 40, DType::bfloat16);
-  s.initial_rho = s.initial_rho_norm = true;
-  Problem p(s);
-  Problem ref = p.reference_solution();
-  {
-    MirroredProblem m(p, Device::cuda);
-    forward(m.forward_args(), cuda());
-    m.copy_outputs_to_host();
+// The quadratic forward from an initial state (round 40: quadratic_output's kState adds Xq a^(I C)
+// rho0 to the context, add_initial_state a^T rho0 to rho_T), forced, against the float64 reference
+// (which includes R_0's read and decay) and against the chunked path; bitwise the same with the
+// side streams off and on (add_initial_state follows final_state on its stream) and from run to
+// run. Tail chunks, E past one column block, chunk 32, T = 1, decay 0 and 1, zero q rows, Hv = H,
+// the [B,T,H,x] layout; float16 (rho0's tile split into hi + lo) on two of them.
+TEST_F(Cuda, QuadraticForwardFromAnInitialState) {
+  struct Case {
+    ProblemSpec s;
+    int64_t chunk;
+  };
+  std::vector<Case> cases;
+  for (DType dtype : {DType::bfloat16, DType::float16}) {
+    cases.push_back({spec(2, 2, 1, 130, 100, 40, dtype), 0});
+    cases.push_back({spec(1, 2, 2, 300, 150, 136, dtype), 0});
   }
-  EXPECT_LE(rms_rel(p.context.values(), ref.context.values()), forward_tolerance(s.dtype)) << "context";
-  EXPECT_LE(rms_rel(p.rho_out.values(), ref.rho_out.values()), forward_tolerance(s.dtype)) << "rho";
+  cases.push_back({spec(2, 3, 1, 200, 330, 40, DType::bfloat16), 32});
+  cases.push_back({spec(2, 2, 1, 1, 70, 20, DType::bfloat16), 0});
+  cases[1].s.bthl_layout = true;
+  cases[2].s.decay = DecayKind::with_zeros_and_ones;
+  cases[4].s.zero_q_rows = true;
+  for (Case& c : cases) {
+    c.s.initial_rho = c.s.initial_rho_norm = true;
+    SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk));
+    const Problem ref = Problem(c.s).reference_solution();
+    auto run = [&](const char* path, const char* side) {
+      ScopedEnv forced("RHOSCAN_CUDA_FORWARD_PATH", path), streams("RHOSCAN_CUDA_SIDE_STREAMS", side);
+      Problem p(c.s);
+      MirroredProblem m(p, Device::cuda);
+      forward(m.forward_args(), cuda(c.chunk));
+      m.copy_outputs_to_host();
+      return p;
+    };
+    const Problem quad = run("quadratic", "1"), quad_one = run("quadratic", "0"), quad2 = run("quadratic", "1");
+    const Problem chunked = run("chunked", "1");
+    const double ft = forward_tolerance(c.s.dtype);
+    EXPECT_LE(rms_rel(quad.context.values(), ref.context.values()), ft) << "context, quadratic";
+    EXPECT_LE(rms_rel(quad.rho_out.values(), ref.rho_out.values()), ft) << "rho, quadratic";
+    EXPECT_LE(rms_rel(quad.rho_norm_out.values(), ref.rho_norm_out.values()), ft) << "rho_norm, quadratic";
+    EXPECT_LE(rms_rel(chunked.context.values(), ref.context.values()), ft) << "context, chunked";
+    EXPECT_LE(rms_rel(quad.context.values(), chunked.context.values()), ft) << "context, quadratic vs chunked";
+    EXPECT_TRUE(same_bytes(quad.context, quad_one.context)) << "context, side streams off";
+    EXPECT_TRUE(same_bytes(quad.rho_out, quad_one.rho_out)) << "rho, side streams off";
+    EXPECT_TRUE(same_bytes(quad.context, quad2.context)) << "context, not bitwise deterministic";
+    EXPECT_TRUE(same_bytes(quad.rho_out, quad2.rho_out)) << "rho, not bitwise deterministic";
+  }
 }
 
 // The quadratic forward's rows variant (RHOSCAN_CUDA_FORWARD_PATH=rows: quadratic_rows_mma, a row

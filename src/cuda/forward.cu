@@ -42,18 +42,19 @@ namespace {
 #endif
 inline bool norm_scores_on() { return env_switch("RHOSCAN_CUDA_NORM_SCORES", RHOSCAN_NORM_SCORES != 0); }
 
-// Whether the quadratic path applies (forward_path below): tensor-core dtype and no initial rho
-// (rho_norm0 is fine: the normaliser scan takes it); then by default, if built with
+// Whether the quadratic path applies (forward_path below): tensor-core dtype (rho_norm0 is fine:
+// the normaliser scan takes it; since round 40 rho0 too: quadratic_output's kState adds Xq a^(I C)
+// rho0 to the context and add_initial_state a^T rho0 to the final state); then by default, if built with
 // RHOSCAN_QUADRATIC_FORWARD=1, where
 // quadratic_shape allows (quadratic.cuh: T, L >= 2 T, chunks of 64), or whatever
 // RHOSCAN_CUDA_FORWARD_PATH says (chunked, or quadratic at any T and chunk; an unknown
 // value counts as unset).
 // The rows variant (quadratic_rows_mma): only where RHOSCAN_CUDA_FORWARD_PATH=rows and it applies
-// (bfloat16, quadratic_rows_applies); measured slower than the default where it does (docs/CUDA.md).
+// (bfloat16, quadratic_rows_applies, no rho0); measured slower than the default where it does (docs/CUDA.md).
 enum class ForwardPath { chunked, quadratic, rows };
 inline ForwardPath forward_path(bool tensor_core, bool bf16_values, bool has_rho0, const Dims& d) {
-  if (!tensor_core || has_rho0) return ForwardPath::chunked;
-  const bool rows = bf16_values && quadratic_rows_applies(d);
+  if (!tensor_core) return ForwardPath::chunked;
+  const bool rows = bf16_values && !has_rho0 && quadratic_rows_applies(d);
   if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_PATH")) {
     if (std::strcmp(env, "chunked") == 0) return ForwardPath::chunked;
     if (std::strcmp(env, "quadratic") == 0) return ForwardPath::quadratic;
@@ -238,6 +239,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
         launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, s1);
         stream_wait(s2, stream);
         launch_final_state<T>(d, a32, o, rho_out, s2);
+        launch_add_initial_state(d, a32, rho0, rho_out, s2);
       }
       if (fork && rows) launch_final_state<T>(d, a32, o, rho_out, s1);
     }
@@ -247,11 +249,14 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       RHOSCAN_CUDA_CHECK(cudaMemcpy2DAsync(P_saved, CC, P, d.nsplit * CC, CC, static_cast<size_t>(d.nbh * d.nC),
                                            cudaMemcpyDeviceToDevice, stream));
     }
-    // quadratic (rho0 is null there: forward_path): only the final state, by final_state_mma
-    // (it has no init term); chunked: the chunk states and the final state by the states kernel,
-    // or all of it (outputs and final state) by chunk_scan_mma
+    // quadratic: only the final state, by final_state_mma (from zero; a^T rho0 added after it where
+    // rho0 is given); chunked: the chunk states and the final state by the states kernel, or all of
+    // it (outputs and final state) by chunk_scan_mma
     if constexpr (kTC) {
-      if (quadratic && !fork) launch_final_state<T>(d, a32, o, rho_out, stream);
+      if (quadratic && !fork) {
+        launch_final_state<T>(d, a32, o, rho_out, stream);
+        launch_add_initial_state(d, a32, rho0, rho_out, stream);
+      }
     }
     if (!quadratic && scan) launch_chunk_scan<T>(d, o, P, a32, rho0, ctx, rho_out, stream);
     if (!quadratic && !scan && !fork) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);
@@ -262,7 +267,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
         } else {
           launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, stream);
         }
-        launch_quadratic_output<T>(d, P, Pcross, o, ctx, stream);
+        launch_quadratic_output<T>(d, P, Pcross, o, ctx, stream, a32, rho0);
       }
       if constexpr (!kSplitValues<T>) {
         if (rows) launch_quadratic_rows<T>(d, P, o, a32, ctx, stream);

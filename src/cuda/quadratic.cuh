@@ -644,10 +644,16 @@ template <bool kLo>
 constexpr int quadratic_output_smem() {
   return 2 * 64 * (kQOutPS + (kLo ? 2 : 1) * kQOutVS) * static_cast<int>(sizeof(bf16));
 }
-template <typename OutT, bool kLo, bool kSwizzle = kQOutSwizzle>
+// kState (a forward from an initial state rho0): after the blocks J, the contraction goes on over
+// L in 64-latent tiles, A = Xq_I (the chunk's rows of the operand Xq = Qp a^i, by cp.async into P's
+// stages) and B = a^(I C) ⊙ rho0 (rho0's float32 rows, each latent's row scaled by a^(I C) and rounded
+// to bf16 once, into V's stages; kLo: its bf16 remainder too, into V_lo's): c_t gains Qp_t · (a^t
+// rho0), t = I C + i, in the same accumulators, so the context is rounded once. Items then run the
+// chunks of a (pair, columns) together (I fastest), so that their reads of rho0's tiles meet in the L2.
+template <typename OutT, bool kLo, bool kSwizzle = kQOutSwizzle, bool kState = false>
 static __global__ void __launch_bounds__(kMmaThreads, 2)
     quadratic_output_mma_kernel(Dims d, const float* P, const bf16* Pcross, const bf16* V, const bf16* V_lo,
-                                Str4 out) {
+                                Str4 out, const bf16* Xq = nullptr, const float* a32 = nullptr, Str4 rho0 = Str4{}) {
   grid_dependency_wait();
   constexpr int ET = kMmaET, PS = kSwizzle ? 64 : kQOutPS, VS = kSwizzle ? kMmaET : kQOutVS;
   // byte offsets in shared memory: [2 stages][64 tokens i'][PS] P_IJ[i'][j'], [2 stages][64 tokens
@@ -668,9 +674,10 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
   // multiprocessors as they free up. In (bh, I, columns) order (until round 25) the last blocks
   // dispatched held a pair's I = nC - 1 items too, whose nC steps then ran after the others'.
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t rest = item % per_row, bh = rest / net, e0 = rest % net * ET;
+    const int64_t rest = kState ? item / d.nC : item % per_row, bh = rest / net, e0 = rest % net * ET;
     const int64_t vr = d.v_row(bh);  // V's row: bh, or its batch row (d.v_rows: Hv = 1)
-    const int I = static_cast<int>(d.nC - 1 - item / per_row), CnI = static_cast<int>(d.chunk_len(I));
+    const int I = static_cast<int>(kState ? item % d.nC : d.nC - 1 - item / per_row);
+    const int CnI = static_cast<int>(d.chunk_len(I));
     const int64_t t0 = int64_t{I} * C;
     // this thread's P pieces of the next block, four of 4 columns (row (tid + 256 r) / 16, columns
     // p .. p + 3): of the diagonal block (J = I, chunk_scores' float32 P) as floats, rounded in put;
@@ -747,10 +754,79 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
       __syncthreads();
     }
     const int64_t b = d.b_of(bh), h = d.h_of(bh);
+    if constexpr (kState) {
+      const bf16* xq = Xq + (bh * d.T + t0) * d.Lp;  // the chunk's token 0
+      const float* r0 = static_cast<const float*>(rho0.p) + rho0.at(b, h, 0, 0);
+      const int nlt = static_cast<int>(d.Lp / 64), n = I * C;
+      auto fetch_x = [&](int lt, int st) {  // Xq's tile (rows past CnI zero-filled; Xq's padded latents are 0)
+        for (int idx = tid; idx < 64 * 8; idx += kMmaThreads) {
+          const int i = idx / 8, c = idx % 8;
+          cp_async16_u32(s0 + st * kPStage + tile_offset<kSwizzle>(i, c, PS), xq + min(i, CnI - 1) * d.Lp + lt * 64 + 8 * c,
+                         i < CnI ? 16u : 0u);
+        }
+        cp_async_commit();
+      };
+      auto put_state = [&](int lt, int st) {  // a^n ⊙ rho0's tile, 8 columns a piece (zeros past L and E)
+        for (int idx = tid; idx < 64 * (ET / 8); idx += kMmaThreads) {
+          const int r = idx / (ET / 8), c8 = 8 * (idx % (ET / 8));
+          const int64_t l = int64_t{lt} * 64 + r;
+          float x[8];
+          if (l < d.L) {
+            const float f = ipow(a32[h * d.L + l], n);
+            const float* src = r0 + l * rho0.s[2];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) x[k] = e0 + c8 + k < d.E ? f * src[(e0 + c8 + k) * rho0.s[3]] : 0.0f;
+          } else {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) x[k] = 0.0f;
+          }
+          __nv_bfloat162 hi[4], lo[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            hi[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
+            if constexpr (kLo)
+              lo[k] = __floats2bfloat162_rn(x[2 * k] - __low2float(hi[k]), x[2 * k + 1] - __high2float(hi[k]));
+          }
+          const uint32_t o = kV + st * kVStage + tile_offset<kSwizzle>(r, c8 / 8, VS);
+          memcpy(smem_raw + o, hi, sizeof hi);
+          if constexpr (kLo) memcpy(smem_raw + o + (kVlo - kV), lo, sizeof lo);
+        }
+      };
+      fetch_x(0, 0);  // (the blocks' last step ended with a barrier: both stages are free)
+      for (int lt = 0; lt < nlt; ++lt) {
+        const int st = lt & 1;
+        put_state(lt, st);  // stage st was last read two steps ago, before the last barrier
+        if (lt + 1 < nlt) {
+          fetch_x(lt + 1, st ^ 1);
+          cp_async_wait<1>();
+        } else {
+          cp_async_wait<0>();
+        }
+        __syncthreads();
+        warp_mma_32x32_tile<kSwizzle, false, false, PS, VS, 64>(acc, a_p + st * kPStage, b_v + st * kVStage);
+        if constexpr (kLo)
+          warp_mma_32x32_tile<kSwizzle, false, false, PS, VS, 64>(acc, a_p + st * kPStage, b_v + (kVlo - kV) + st * kVStage);
+        __syncthreads();
+      }
+    }
     for_each_acc(acc, wm, wn, [&](int i, int ec, float& x) {
       const int64_t e = e0 + ec;
       if (i < CnI && e < d.E) store<OutT>(const_cast<void*>(out.p), out.at(b, h, t0 + i, e), x);
     });
+  }
+}
+
+// rho_T += a^T ⊙ rho0: the quadratic forward from an initial state (final_state's products start
+// from zero). A thread per element of the batch's pairs.
+static __global__ void add_initial_state_kernel(Dims d, const float* a32, Str4 rho0, Str4 out) {
+  grid_dependency_wait();
+  const int64_t n = d.nbh * d.L * d.E;
+  const int T = static_cast<int>(d.T);
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = x % d.E, rest = x / d.E, l = rest % d.L, bh = rest / d.L;
+    const int64_t b = d.b_of(bh), h = d.h_of(bh);
+    float* o = static_cast<float*>(const_cast<void*>(out.p)) + out.at(b, h, l, e);
+    *o += ipow(a32[h * d.L + l], T) * static_cast<const float*>(rho0.p)[rho0.at(b, h, l, e)];
   }
 }
 
@@ -1531,15 +1607,23 @@ inline void launch_cross_scores(const Dims& d, int64_t nsplit, const bf16* Xq, c
 }
 
 // The context of one batch (bf16 / float16 inputs; float16 values split into hi + lo).
+// rho0 (optional, float32): the initial state's share of the context too (kState).
 template <typename T>
 void launch_quadratic_output(const Dims& d, const float* P, const bf16* Pcross, const Operands16& o, Str4 ctx,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, const float* a32 = nullptr, Str4 rho0 = Str4{}) {
   constexpr bool kLo = kSplitValues<T>;
-  auto kernel = quadratic_output_mma_kernel<T, kLo>;
+  auto kernel = rho0.p != nullptr ? quadratic_output_mma_kernel<T, kLo, kQOutSwizzle, true>
+                                  : quadratic_output_mma_kernel<T, kLo, kQOutSwizzle, false>;
   constexpr int smem = quadratic_output_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   launch_kernel("quadratic_output_mma_kernel", kernel, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, smem,
-                stream, d, P, Pcross, o.vb, o.vlo, ctx);
+                stream, d, P, Pcross, o.vb, o.vlo, ctx, o.Xq, a32, rho0);
+}
+// rho_T += a^T ⊙ rho0 after launch_final_state, on its stream (the quadratic forward from an initial state).
+inline void launch_add_initial_state(const Dims& d, const float* a32, Str4 rho0, Str4 out, cudaStream_t stream) {
+  if (out.p == nullptr || rho0.p == nullptr || d.nbh * d.L * d.E == 0) return;
+  launch_kernel("add_initial_state_kernel", add_initial_state_kernel, grid_for(d.nbh * d.L * d.E, 256), 256, 0,
+                stream, d, a32, rho0, out);
 }
 
 // The context of one batch by quadratic_rows_mma (bfloat16 values; where quadratic_rows_applies).
