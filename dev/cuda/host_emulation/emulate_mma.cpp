@@ -496,10 +496,19 @@ bool cross_swizzle_case(const Problem& p, int nsplit) {
 //      context in the layout of v (bf16). P's split 0 holds the diagonal blocks (the upper triangle
 //      and the other splits NaN); Pcross's blocks J >= I and its rows past the last chunk's length
 //      NaN too: none of them may be read as operands.
-template <bool kLo = false>
+// kState: from an initial state rho0 (float32 [B][H][L][E], rows padded to E + 3), c_t also gains
+// sum_l Xq_t[l] a_l^(I C) rho0[l][e] (the kernel rounds a^(I C) rho0 to bf16, kLo: hi + lo).
+template <bool kLo = false, bool kState = false>
 bool quadratic_output_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t C = d.C, nC = d.nC, items = d.nbh * nC * (d.Ep / kMmaET);
+  const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1, RS = d.E + 3;  // rho0's batch rows and row stride
+  std::vector<float> rho0(kState ? Bn * d.H * d.L * RS : 0, kNaN);
+  Str4 rho0s;
+  rho0s.p = rho0.data();
+  rho0s.s[0] = d.H * d.L * RS, rho0s.s[1] = d.L * RS, rho0s.s[2] = RS, rho0s.s[3] = 1;
+  for (int64_t x = 0; x < int64_t(rho0.size()); ++x)
+    if (x % RS < d.E) rho0[x] = float(2 * U01() - 1);
   std::vector<float> P(d.nbh * nC * d.nsplit * C * C, kNaN);
   auto Pc = nans<bf16>(d.nbh * nC * nC * C * C);
   for (int64_t bh = 0; bh < d.nbh; ++bh)
@@ -513,16 +522,20 @@ bool quadratic_output_case(const Problem& p) {
   auto out = nans<bf16>(p.g.size());  // the context [B,H,T,E]: G's layout (v's may have Hv = 1)
   Str4 outs = p.gs;
   outs.p = out.data();
+  const bf16* Xq = kState ? p.Xq.data() : nullptr;
+  const float* a32 = kState ? p.a32.data() : nullptr;
+  const Str4 r0 = kState ? rho0s : Str4{};
   emu::launch(small_grid(items), kMmaThreads, quadratic_output_smem<kLo>(), [&] {
-    quadratic_output_mma_kernel<bf16, kLo>(d, P.data(), Pc.data(), p.vb.data(), kLo ? p.vlo.data() : nullptr, outs);
+    quadratic_output_mma_kernel<bf16, kLo, kQOutSwizzle, kState>(d, P.data(), Pc.data(), p.vb.data(),
+                                                                 kLo ? p.vlo.data() : nullptr, outs, Xq, a32, r0);
   });
   // the other tile layout (padded or swizzled: RHOSCAN_QO_SWIZZLE), bit for bit, on 3 blocks
   auto out_other = nans<bf16>(p.g.size());
   Str4 other_s = p.gs;
   other_s.p = out_other.data();
   emu::launch(3, kMmaThreads, quadratic_output_smem<kLo>(), [&] {
-    quadratic_output_mma_kernel<bf16, kLo, !kQOutSwizzle>(d, P.data(), Pc.data(), p.vb.data(),
-                                                          kLo ? p.vlo.data() : nullptr, other_s);
+    quadratic_output_mma_kernel<bf16, kLo, !kQOutSwizzle, kState>(d, P.data(), Pc.data(), p.vb.data(),
+                                                                  kLo ? p.vlo.data() : nullptr, other_s, Xq, a32, r0);
   });
   const bool same = same_bits("context", out, out_other);
   std::vector<Acc> ref(out.size(), kUnwritten);
@@ -537,6 +550,12 @@ bool quadratic_output_case(const Problem& p) {
                                       : P[((bh * nC + I) * d.nsplit * C + i) * C + j];
               x += pm * val(p.vb, p.vlo, kLo, p.vo(bh, J * C + j, e));
             }
+          if constexpr (kState) {
+            const int64_t b = p.b_of(bh), h = p.h_of(bh);
+            for (int64_t l = 0; l < d.L; ++l)
+              x += double(to_float(p.Xq[(bh * d.T + I * C + i) * d.Lp + l])) * p.apow(h, l, I * C) *
+                   rho0[rho0s.at(b, h, l, e)];
+          }
           ref[outs.at(p.b_of(bh), p.h_of(bh), I * C + i, e)] = x;
         }
   return check("context", doubles(out), ref, 1e-2) && same;
@@ -1734,6 +1753,8 @@ int main(int argc, char** argv) {
        [](const Problem& p) { return final_state_wgmma_case<false>(p, 2, false, 3); }, false, true},
       {"quadratic_output_mma", quadratic_output_case<false>, true, true},
       {"quadratic_output_mma, split values", quadratic_output_case<true>, false, true},
+      {"quadratic_output_mma from an initial state", quadratic_output_case<false, true>, true, true},
+      {"quadratic_output_mma from an initial state, split values", quadratic_output_case<true, true>, false, true},
       {"quadratic forward chain (chunk_scores, cross_scores, quadratic_output)", quadratic_chain_case, true, true},
       {"quadratic_rows_mma (chunk_scores, then the cross scores and context in one kernel)", quadratic_rows_case, true,
        true},
