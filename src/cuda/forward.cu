@@ -44,7 +44,7 @@ inline bool norm_scores_on() { return env_switch("RHOSCAN_CUDA_NORM_SCORES", RHO
 
 // Whether the quadratic path applies (forward_path below): tensor-core dtype (rho_norm0 is fine:
 // the normaliser scan takes it; since round 40 rho0 too: quadratic_output's kState adds Xq a^(I C)
-// rho0 to the context and add_initial_state a^T rho0 to the final state); then by default, if built with
+// rho0 to the context, and the final state's kernels start from a^Cn_0 rho0); then by default, if built with
 // RHOSCAN_QUADRATIC_FORWARD=1, where
 // quadratic_shape allows (quadratic.cuh: T, L >= 2 T, chunks of 64), or whatever
 // RHOSCAN_CUDA_FORWARD_PATH says (chunked, or quadratic at any T and chunk; an unknown
@@ -238,8 +238,7 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       if (fork && cross) {
         launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, Pparts, s1);
         stream_wait(s2, stream);
-        launch_final_state<T>(d, a32, o, rho_out, s2);
-        launch_add_initial_state(d, a32, rho0, rho_out, s2);
+        launch_final_state<T>(d, a32, o, rho_out, s2, rho0);
       }
       if (fork && rows) launch_final_state<T>(d, a32, o, rho_out, s1);
     }
@@ -249,14 +248,10 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       RHOSCAN_CUDA_CHECK(cudaMemcpy2DAsync(P_saved, CC, P, d.nsplit * CC, CC, static_cast<size_t>(d.nbh * d.nC),
                                            cudaMemcpyDeviceToDevice, stream));
     }
-    // quadratic: only the final state, by final_state_mma (from zero; a^T rho0 added after it where
-    // rho0 is given); chunked: the chunk states and the final state by the states kernel, or all of
+    // quadratic: only the final state, by final_state_mma (from rho0 where given); chunked: the chunk states and the final state by the states kernel, or all of
     // it (outputs and final state) by chunk_scan_mma
     if constexpr (kTC) {
-      if (quadratic && !fork) {
-        launch_final_state<T>(d, a32, o, rho_out, stream);
-        launch_add_initial_state(d, a32, rho0, rho_out, stream);
-      }
+      if (quadratic && !fork) launch_final_state<T>(d, a32, o, rho_out, stream, rho0);
     }
     if (!quadratic && scan) launch_chunk_scan<T>(d, o, P, a32, rho0, ctx, rho_out, stream);
     if (!quadratic && !scan && !fork) launch_chunk_states<kTC, T, false>(d, q, v, a32, Qp, o, rho0, Hs, rho_out, stream);

@@ -640,9 +640,10 @@ __device__ __forceinline__ uint4 load_block_row8(const bf16* src, int i, int p, 
 constexpr bool kQOutSwizzle = RHOSCAN_QO_SWIZZLE != 0;
 constexpr int kQOutPS = 64 + 8, kQOutVS = kMmaET + 8;  // padded bf16 row strides (conflict-free ldmatrix)
 // (the padded layout's size: an upper bound for the swizzled one)
+// (and kState's two 64-latent rows of factors after the stages)
 template <bool kLo>
 constexpr int quadratic_output_smem() {
-  return 2 * 64 * (kQOutPS + (kLo ? 2 : 1) * kQOutVS) * static_cast<int>(sizeof(bf16));
+  return 2 * 64 * (kQOutPS + (kLo ? 2 : 1) * kQOutVS) * static_cast<int>(sizeof(bf16)) + 2 * 64 * static_cast<int>(sizeof(float));
 }
 // kState (a forward from an initial state rho0): after the blocks J, the contraction goes on over
 // L in 64-latent tiles, A = Xq_I (the chunk's rows of the operand Xq = Qp a^i, by cp.async into P's
@@ -755,9 +756,20 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
     }
     const int64_t b = d.b_of(bh), h = d.h_of(bh);
     if constexpr (kState) {
+      // a^(I C) of the tile's 64 latents: threads 0-63 make the next tile's into fac_s[st ^ 1] before
+      // the step's barrier (one ipow a latent, not one a thread and row); rho0's rows as float4 pairs
+      // where its columns are contiguous and 16-byte aligned, a whole piece inside E
+      float(*fac_s)[64] = reinterpret_cast<float(*)[64]>(smem_raw + kVlo + (kLo ? 2 * kVStage : 0));
       const bf16* xq = Xq + (bh * d.T + t0) * d.Lp;  // the chunk's token 0
       const float* r0 = static_cast<const float*>(rho0.p) + rho0.at(b, h, 0, 0);
       const int nlt = static_cast<int>(d.Lp / 64), n = I * C;
+      const bool vec = rho0.s[3] == 1 && (rho0.s[2] % 4) == 0 && (reinterpret_cast<uintptr_t>(r0) % 16) == 0;
+      auto make_factors = [&](int lt, int st) {
+        if (tid < 64) {
+          const int64_t l = int64_t{lt} * 64 + tid;
+          fac_s[st][tid] = l < d.L ? ipow(a32[h * d.L + l], n) : 0.0f;
+        }
+      };
       auto fetch_x = [&](int lt, int st) {  // Xq's tile (rows past CnI zero-filled; Xq's padded latents are 0)
         for (int idx = tid; idx < 64 * 8; idx += kMmaThreads) {
           const int i = idx / 8, c = idx % 8;
@@ -767,36 +779,47 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
         cp_async_commit();
       };
       auto put_state = [&](int lt, int st) {  // a^n ⊙ rho0's tile, 8 columns a piece (zeros past L and E)
-        for (int idx = tid; idx < 64 * (ET / 8); idx += kMmaThreads) {
-          const int r = idx / (ET / 8), c8 = 8 * (idx % (ET / 8));
-          const int64_t l = int64_t{lt} * 64 + r;
+#pragma unroll
+        for (int k = 0; k < 64 * (ET / 8) / kMmaThreads; ++k) {
+          const int idx = tid + k * kMmaThreads, r = idx / (ET / 8), c8 = 8 * (idx % (ET / 8));
+          const int64_t l = int64_t{lt} * 64 + r, e = e0 + c8;
           float x[8];
           if (l < d.L) {
-            const float f = ipow(a32[h * d.L + l], n);
+            const float f = fac_s[st][r];
             const float* src = r0 + l * rho0.s[2];
+            if (vec && e + 8 <= d.E) {
+              const float4 u = __ldg(reinterpret_cast<const float4*>(src + e)), w = __ldg(reinterpret_cast<const float4*>(src + e + 4));
+              x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w, x[4] = w.x, x[5] = w.y, x[6] = w.z, x[7] = w.w;
+            } else {
 #pragma unroll
-            for (int k = 0; k < 8; ++k) x[k] = e0 + c8 + k < d.E ? f * src[(e0 + c8 + k) * rho0.s[3]] : 0.0f;
+              for (int j = 0; j < 8; ++j) x[j] = e + j < d.E ? __ldg(src + (e + j) * rho0.s[3]) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j) x[j] *= f;
           } else {
 #pragma unroll
-            for (int k = 0; k < 8; ++k) x[k] = 0.0f;
+            for (int j = 0; j < 8; ++j) x[j] = 0.0f;
           }
           __nv_bfloat162 hi[4], lo[4];
 #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            hi[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
+          for (int j = 0; j < 4; ++j) {
+            hi[j] = __floats2bfloat162_rn(x[2 * j], x[2 * j + 1]);
             if constexpr (kLo)
-              lo[k] = __floats2bfloat162_rn(x[2 * k] - __low2float(hi[k]), x[2 * k + 1] - __high2float(hi[k]));
+              lo[j] = __floats2bfloat162_rn(x[2 * j] - __low2float(hi[j]), x[2 * j + 1] - __high2float(hi[j]));
           }
           const uint32_t o = kV + st * kVStage + tile_offset<kSwizzle>(r, c8 / 8, VS);
           memcpy(smem_raw + o, hi, sizeof hi);
           if constexpr (kLo) memcpy(smem_raw + o + (kVlo - kV), lo, sizeof lo);
         }
       };
+      make_factors(0, 0);
       fetch_x(0, 0);  // (the blocks' last step ended with a barrier: both stages are free)
+      __syncthreads();  // (the first tile's factors)
       for (int lt = 0; lt < nlt; ++lt) {
         const int st = lt & 1;
         put_state(lt, st);  // stage st was last read two steps ago, before the last barrier
         if (lt + 1 < nlt) {
+          make_factors(lt + 1, st ^ 1);  // (fac_s[st ^ 1] was last read by put_state(lt - 1), before the last barrier)
           fetch_x(lt + 1, st ^ 1);
           cp_async_wait<1>();
         } else {
@@ -813,20 +836,6 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
       const int64_t e = e0 + ec;
       if (i < CnI && e < d.E) store<OutT>(const_cast<void*>(out.p), out.at(b, h, t0 + i, e), x);
     });
-  }
-}
-
-// rho_T += a^T ⊙ rho0: the quadratic forward from an initial state (final_state's products start
-// from zero). A thread per element of the batch's pairs.
-static __global__ void add_initial_state_kernel(Dims d, const float* a32, Str4 rho0, Str4 out) {
-  grid_dependency_wait();
-  const int64_t n = d.nbh * d.L * d.E;
-  const int T = static_cast<int>(d.T);
-  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = x % d.E, rest = x / d.E, l = rest % d.L, bh = rest / d.L;
-    const int64_t b = d.b_of(bh), h = d.h_of(bh);
-    float* o = static_cast<float*>(const_cast<void*>(out.p)) + out.at(b, h, l, e);
-    *o += ipow(a32[h * d.L + l], T) * static_cast<const float*>(rho0.p)[rho0.at(b, h, l, e)];
   }
 }
 
@@ -986,6 +995,27 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
   }
 }
 
+// From an initial state rho0 (init), the final state's accumulators start at a^Cn_0 ⊙ rho0 instead of
+// 0: chunk 0's products add to them unscaled and every later chunk's factor a^Cn_c scales them, so
+// they end as a^T ⊙ rho0 + the products, the chunked recurrence's own sum (S_0 = rho0). One
+// accumulator row: latent l, columns e_base + 8 j + c (j < 8 or 16: the kernel's column blocks, c <
+// 2), f(j, c, x) for each, x = 0 past L or E.
+template <int kBlocks = 8, typename F>
+__device__ __forceinline__ void initial_state_row(const Dims& d, const float* a32, const Str4& init, int64_t b, int64_t h,
+                                                  int64_t l, int64_t e_base, F&& f) {
+  const bool in = l < d.L;
+  const float a = in ? __ldg(a32 + h * d.L + l) : 0.0f;
+  const float fac = ipow(a, static_cast<int>(d.chunk_len(0)));  // (T = 0: a^0, rho_T = rho0)
+  const float* row = static_cast<const float*>(init.p) + init.at(b, h, in ? l : 0, 0);
+#pragma unroll
+  for (int j = 0; j < kBlocks; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int64_t e = e_base + 8 * j + c;
+      f(j, c, in && e < d.E ? fac * __ldg(row + e * init.s[3]) : 0.0f);
+    }
+}
+
 // ---- final state: rho_T without chunk states, GEMM-shaped ----------------------------------------
 // The quadratic forward stores no chunk-start state; it needs only (no initial rho: the quadratic
 // path has none, so there is no init term)
@@ -1081,9 +1111,10 @@ inline int64_t final_state_items(const Dims& d) { return d.nbh * ((d.Lp + kFsLT 
 // gave rho_T bit for bit as this kernel (emulated). Measured on the H200 (cd8634c's A/B, BDH-8k):
 // this kernel (then version 4) 0.28 against 0.32 ms per forward (Nsight Compute durations), forward
 // 1.41 against 1.44 ms; version 3 was then removed.
-template <bool kLo, bool kSwizzle = kFsSwizzle>
+template <bool kLo, bool kSwizzle = kFsSwizzle, bool kInit = false>  // kInit: from an initial state (initial_state_row)
 static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
-    final_state_mma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
+    final_state_mma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out,
+                           Str4 init = Str4{}) {
   grid_dependency_wait();
   constexpr int LT = kFsLT, ET = kFsET, TT = kFsTT, NS = kFsNS, NT = kFsThreads;
   constexpr int KS = kSwizzle ? LT : kFsKS, VS = kSwizzle ? ET : kFsVS;
@@ -1177,6 +1208,15 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
         for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
+    if constexpr (kInit) {  // S from a^Cn_0 ⊙ rho0 (initial_state_row)
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+          initial_state_row(d, a32, init, b, h, l0 + wm + 16 * mt + 8 * hf + g, e0 + wn + 2 * tq, [&](int nt, int r, float x) {
+            acc[mt][nt][2 * hf + r] = x;
+          });
+    }
     for (int c = 0; c < nC; ++c) {  // step c: chunk c
       cp_async_wait<NS - 2>();  // this step's tiles have landed (this thread's copies) ...
       __syncthreads();          // ... everyone's (and the stage fetch_next refills was read at the last step)
@@ -1339,9 +1379,10 @@ constexpr int final_state_wgmma_smem() {  // (1008 bytes of slack: the tiles on 
 static_assert(2 * (final_state_wgmma_smem<false>() + 1024) <= 228 * 1024 &&
                   2 * (final_state_wgmma_smem<true>() + 1024) <= 228 * 1024,
               "final_state_wgmma: two blocks per SM (each with the 1 KiB the system reserves)");
-template <bool kLo>
+template <bool kLo, bool kInit = false>  // kInit: from an initial state (initial_state_row)
 __global__ void __launch_bounds__(kFwThreads, 2)
-    final_state_wgmma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out) {
+    final_state_wgmma_kernel(Dims d, const bf16* Kq, const bf16* V, const bf16* V_lo, const float* a32, Str4 out,
+                             Str4 init = Str4{}) {
   grid_dependency_wait();
   constexpr int LT = kFwLT, kN = 128, ET = kN, NS = kFwStages<kLo>, kDist = NS - 1;  // kDist: the fetch's distance in steps
   constexpr uint32_t kStage = final_state_wgmma_stage<kLo>();
@@ -1454,6 +1495,13 @@ __global__ void __launch_bounds__(kFwThreads, 2)
     for (int hf = 0; hf < 2; ++hf) fC[hf] = ipow(a_item[hf], C), fLast[hf] = ipow(a_item[hf], CnLast);
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
+    if constexpr (kInit) {  // S from a^Cn_0 ⊙ rho0 (initial_state_row)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+        initial_state_row<kN / 8>(d, a32, init, b, h, l0 + lr + 8 * hf, e0 + 2 * q, [&](int j, int c, float x) {
+          acc[4 * j + 2 * hf + c] = x;
+        });
+    }
     for (int c = 0; c < nC; ++c) {  // step c: chunk c
       cp_async_wait<kDist - 1>();  // this step's pieces (this thread's) have landed ...
       fence_proxy_async();          // ... and are visible to the tensor cores' reads
@@ -1516,18 +1564,18 @@ __global__ void __launch_bounds__(kFwThreads, 2)
   cp_async_wait<0>();  // (only empty groups are left)
 }
 
-// final_state_mma_kernel's launches for a batch: f(s, first, a32_s, out_s) per launch, with the
+// final_state_mma_kernel's launches for a batch: f(s, first, a32_s, out_s, init_s) per launch, with the
 // launch's Dims s (pairs first .. first + s.nbh - 1 of the batch: its Kq and V rows from pair
-// first on), a32 and rho rebased to them. The kernel keeps bh, b and h in 32-bit registers, so a
+// first on), a32, rho and the initial state (if any) rebased to them. The kernel keeps bh, b and h in 32-bit registers, so a
 // launch needs s.bh0 + s.nbh < limit (2^30): one launch with d where that holds, else sub-batches
 // with s.bh0 = 0, a32 and rho moved to the sub-batch's first pair (b0, h0) and at most limit - 1
 // pairs, ending with their row of heads where h0 > 0 (so that the pair's h is h0 + its index and
 // b is b0); from h0 = 0 on, the kernel's own b, h from its index. (A parameter, not the constant,
 // so that the emulation runs the sub-batches on small problems.)
 template <typename F>
-void final_state_batches(const Dims& d, const float* a32, Str4 out, int64_t limit, F&& f) {
+void final_state_batches(const Dims& d, const float* a32, Str4 out, Str4 init, int64_t limit, F&& f) {
   if (d.bh0 + d.nbh < limit) {
-    f(d, int64_t{0}, a32, out);
+    f(d, int64_t{0}, a32, out, init);
     return;
   }
   for (int64_t first = 0; first < d.nbh;) {
@@ -1535,9 +1583,10 @@ void final_state_batches(const Dims& d, const float* a32, Str4 out, int64_t limi
     Dims s = d;
     s.bh0 = 0;
     s.nbh = std::min(d.nbh - first, h0 > 0 ? std::min(limit - 1, d.H - h0) : limit - 1);
-    Str4 o = out;
+    Str4 o = out, i = init;
     o.p = static_cast<const float*>(out.p) + b0 * out.s[0] + h0 * out.s[1];
-    f(s, first, a32 + h0 * d.L, o);
+    if (init.p != nullptr) i.p = static_cast<const float*>(init.p) + b0 * init.s[0] + h0 * init.s[1];
+    f(s, first, a32 + h0 * d.L, o, i);
     first += s.nbh;
   }
 }
@@ -1619,13 +1668,6 @@ void launch_quadratic_output(const Dims& d, const float* P, const bf16* Pcross, 
   launch_kernel("quadratic_output_mma_kernel", kernel, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, smem,
                 stream, d, P, Pcross, o.vb, o.vlo, ctx, o.Xq, a32, rho0);
 }
-// rho_T += a^T ⊙ rho0 after launch_final_state, on its stream (the quadratic forward from an initial state).
-inline void launch_add_initial_state(const Dims& d, const float* a32, Str4 rho0, Str4 out, cudaStream_t stream) {
-  if (out.p == nullptr || rho0.p == nullptr || d.nbh * d.L * d.E == 0) return;
-  launch_kernel("add_initial_state_kernel", add_initial_state_kernel, grid_for(d.nbh * d.L * d.E, 256), 256, 0,
-                stream, d, a32, rho0, out);
-}
-
 // The context of one batch by quadratic_rows_mma (bfloat16 values; where quadratic_rows_applies).
 template <typename T>
 void launch_quadratic_rows(const Dims& d, const float* P, const Operands16& o, const float* a32, Str4 ctx,
@@ -1644,11 +1686,12 @@ void launch_quadratic_rows(const Dims& d, const float* P, const Operands16& o, c
 #ifndef RHOSCAN_FS_WGMMA
 #define RHOSCAN_FS_WGMMA 1
 #endif
-// The final state rho_T of one batch by final_state_wgmma or final_state_mma (the quadratic
-// forward has no initial rho). A persistent grid: as many blocks as fit at once (at most one per
+// The final state rho_T of one batch by final_state_wgmma or final_state_mma, from the initial state
+// `init` where given (initial_state_row). A persistent grid: as many blocks as fit at once (at most one per
 // item), so that each block's cp.async pipeline runs on across its items.
 template <typename T>
-void launch_final_state(const Dims& d, const float* a32, const Operands16& o, Str4 out, cudaStream_t stream) {
+void launch_final_state(const Dims& d, const float* a32, const Operands16& o, Str4 out, cudaStream_t stream,
+                        Str4 init = Str4{}) {
   if (out.p == nullptr) return;
   constexpr bool kLo = kSplitValues<T>;
   int dev = 0, sms = 0;
@@ -1659,21 +1702,26 @@ void launch_final_state(const Dims& d, const float* a32, const Operands16& o, St
     int per_sm = 0;
     RHOSCAN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     // (one launch, or sub-batches past 2^30 pairs: the kernels' 32-bit pair indices)
-    final_state_batches(d, a32, out, int64_t{1} << 30, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
+    final_state_batches(d, a32, out, init, int64_t{1} << 30, [&](const Dims& s, int64_t first, const float* as, Str4 os,
+                                                                 Str4 is) {
       const unsigned grid = grid_for(final_state_items(s), 1, std::max<int64_t>(1, int64_t{sms} * per_sm));
       // the sub-batch's first token row of Kq, and of V: d.v_row(first)'s (values packed per batch row
       // where d.v_rows: the sub-batch's pairs lie in one batch row, or start at h = 0, so that s's
       // own v_row, from s.bh0 = 0, counts its rows from there)
       const int64_t kv = first * d.T, vv = d.v_row(first) * d.T;
       launch_kernel(name, kernel, grid, threads, smem, stream, s, o.Kq + kv * d.Lp, o.vb + vv * d.Ep,
-                    o.vlo != nullptr ? o.vlo + vv * d.Ep : nullptr, as, os);
+                    o.vlo != nullptr ? o.vlo + vv * d.Ep : nullptr, as, os, is);
     });
   };
   static_assert(kFwLT == kFsLT && kFsET == 128, "final_state_wgmma's items are final_state_mma's (final_state_items)");
   if (wgmma_chosen("RHOSCAN_CUDA_FINAL_STATE", RHOSCAN_FS_WGMMA != 0))
-    run("final_state_wgmma_kernel", final_state_wgmma_kernel<kLo>, kFwThreads, final_state_wgmma_smem<kLo>());
+    init.p != nullptr
+        ? run("final_state_wgmma_kernel", final_state_wgmma_kernel<kLo, true>, kFwThreads, final_state_wgmma_smem<kLo>())
+        : run("final_state_wgmma_kernel", final_state_wgmma_kernel<kLo, false>, kFwThreads, final_state_wgmma_smem<kLo>());
   else
-    run("final_state_mma_kernel", final_state_mma_kernel<kLo>, kFsThreads, final_state_smem<kLo>());
+    init.p != nullptr
+        ? run("final_state_mma_kernel", final_state_mma_kernel<kLo, kFsSwizzle, true>, kFsThreads, final_state_smem<kLo>())
+        : run("final_state_mma_kernel", final_state_mma_kernel<kLo, kFsSwizzle, false>, kFsThreads, final_state_smem<kLo>());
 }
 
 }  // namespace rhoscan::cuda_detail

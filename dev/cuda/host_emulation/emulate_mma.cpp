@@ -496,13 +496,14 @@ bool cross_swizzle_case(const Problem& p, int nsplit) {
 //      context in the layout of v (bf16). P's split 0 holds the diagonal blocks (the upper triangle
 //      and the other splits NaN); Pcross's blocks J >= I and its rows past the last chunk's length
 //      NaN too: none of them may be read as operands.
-// kState: from an initial state rho0 (float32 [B][H][L][E], rows padded to E + 3), c_t also gains
-// sum_l Xq_t[l] a_l^(I C) rho0[l][e] (the kernel rounds a^(I C) rho0 to bf16, kLo: hi + lo).
+// kState: from an initial state rho0 (float32 [B][H][L][E]; rows padded to E + 3, or, without kLo,
+// to a multiple of 4 past E: the kernel's float4 loads), c_t also gains sum_l Xq_t[l] a_l^(I C)
+// rho0[l][e] (the kernel rounds a^(I C) rho0 to bf16, kLo: hi + lo).
 template <bool kLo = false, bool kState = false>
 bool quadratic_output_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t C = d.C, nC = d.nC, items = d.nbh * nC * (d.Ep / kMmaET);
-  const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1, RS = d.E + 3;  // rho0's batch rows and row stride
+  const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1, RS = kLo ? d.E + 3 : (d.E + 3) / 4 * 4 + 4;  // rho0's batch rows, row stride
   std::vector<float> rho0(kState ? Bn * d.H * d.L * RS : 0, kNaN);
   Str4 rho0s;
   rho0s.p = rho0.data();
@@ -798,31 +799,36 @@ Str4 final_state_strides(const Problem& p, bool padded, size_t& size) {
 // final_state_mma_kernel into a NaN-initialised rho at strides rs, launched as launch_final_state
 // does (final_state_batches) with its pair limit `limit` (the launcher's 2^30: one launch; a small
 // one: the sub-batches that the launcher takes past 2^30 pairs)
+// init: the initial state rho0 (p.init_s), or none
 template <bool kLo, bool kSwizzle = kFsSwizzle>
-std::vector<float> run_final_state(const Problem& p, unsigned grid, Str4 rs, size_t size, int64_t limit) {
+std::vector<float> run_final_state(const Problem& p, unsigned grid, Str4 rs, size_t size, int64_t limit,
+                                   Str4 init = Str4{}) {
   auto out = nans<float>(size);
   Str4 outs = rs;
   outs.p = out.data();
-  final_state_batches(p.d, p.a32.data(), outs, limit, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
+  final_state_batches(p.d, p.a32.data(), outs, init, limit, [&](const Dims& s, int64_t first, const float* as, Str4 os,
+                                                               Str4 is) {
     const int64_t kv = first * p.d.T, vv = p.vr(first) * p.d.T;  // (as launch_final_state)
     emu::launch(grid, kFsThreads, final_state_smem<kLo, kSwizzle>(), [&] {
-      final_state_mma_kernel<kLo, kSwizzle>(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + vv * p.d.Ep,
-                                  kLo ? p.vlo.data() + vv * p.d.Ep : nullptr, as, os);
+      auto kernel = is.p != nullptr ? final_state_mma_kernel<kLo, kSwizzle, true> : final_state_mma_kernel<kLo, kSwizzle, false>;
+      kernel(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + vv * p.d.Ep, kLo ? p.vlo.data() + vv * p.d.Ep : nullptr, as, os, is);
     });
   });
   return out;
 }
 // final_state_wgmma_kernel, launched as launch_final_state launches it (like run_final_state)
 template <bool kLo>
-std::vector<float> run_final_state_wgmma(const Problem& p, unsigned grid, Str4 rs, size_t size, int64_t limit) {
+std::vector<float> run_final_state_wgmma(const Problem& p, unsigned grid, Str4 rs, size_t size, int64_t limit,
+                                         Str4 init = Str4{}) {
   auto out = nans<float>(size);
   Str4 outs = rs;
   outs.p = out.data();
-  final_state_batches(p.d, p.a32.data(), outs, limit, [&](const Dims& s, int64_t first, const float* as, Str4 os) {
+  final_state_batches(p.d, p.a32.data(), outs, init, limit, [&](const Dims& s, int64_t first, const float* as, Str4 os,
+                                                               Str4 is) {
     const int64_t kv = first * p.d.T, vv = p.vr(first) * p.d.T;  // (as launch_final_state)
     emu::launch(grid, kFwThreads, final_state_wgmma_smem<kLo>(), [&] {
-      final_state_wgmma_kernel<kLo>(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + vv * p.d.Ep,
-                                    kLo ? p.vlo.data() + vv * p.d.Ep : nullptr, as, os);
+      auto kernel = is.p != nullptr ? final_state_wgmma_kernel<kLo, true> : final_state_wgmma_kernel<kLo, false>;
+      kernel(s, p.Kq.data() + kv * p.d.Lp, p.vb.data() + vv * p.d.Ep, kLo ? p.vlo.data() + vv * p.d.Ep : nullptr, as, os, is);
     });
   });
   return out;
@@ -831,11 +837,12 @@ std::vector<float> run_final_state_wgmma(const Problem& p, unsigned grid, Str4 r
 // per element in the same order, so rho_T bit for bit (on NaN-initialised rho at strides rs, so
 // that a store outside L, E or a missing one shows too).
 template <bool kLo>
-bool final_state_wgmma_case(const Problem& p, unsigned grid, bool padded, int64_t limit = int64_t{1} << 30) {
+bool final_state_wgmma_case(const Problem& p, unsigned grid, bool padded, int64_t limit = int64_t{1} << 30,
+                            bool from_init = false) {
   size_t size = 0;
-  const Str4 rs = final_state_strides(p, padded, size);
-  return same_bits("rho_T", run_final_state<kLo>(p, grid, rs, size, limit),
-                   run_final_state_wgmma<kLo>(p, grid, rs, size, limit), "final_state_mma's");
+  const Str4 rs = final_state_strides(p, padded, size), init = from_init ? p.init_s : Str4{};
+  return same_bits("rho_T", run_final_state<kLo>(p, grid, rs, size, limit, init),
+                   run_final_state_wgmma<kLo>(p, grid, rs, size, limit, init), "final_state_mma's");
 }
 template <bool kLo>
 bool final_state_swizzle_case(const Problem& p, unsigned grid, bool padded) {
@@ -844,13 +851,15 @@ bool final_state_swizzle_case(const Problem& p, unsigned grid, bool padded) {
   return same_bits("rho_T", run_final_state<kLo, false>(p, grid, rs, size, int64_t{1} << 30),
                    run_final_state<kLo, true>(p, grid, rs, size, int64_t{1} << 30));
 }
+// from_init: from the initial state p.init (rho_T gains a^T ⊙ init)
 template <bool kLo>
-bool final_state_case(const Problem& p, unsigned grid, bool padded = false, int64_t limit = int64_t{1} << 30) {
+bool final_state_case(const Problem& p, unsigned grid, bool padded = false, int64_t limit = int64_t{1} << 30,
+                      bool from_init = false) {
   const Dims& d = p.d;
   const int64_t L = d.L, E = d.E;
   size_t size = 0;
   const Str4 rs = final_state_strides(p, padded, size);  // rho's strides
-  const auto out = run_final_state<kLo>(p, grid, rs, size, limit);
+  const auto out = run_final_state<kLo>(p, grid, rs, size, limit, from_init ? p.init_s : Str4{});
   std::vector<Acc> ref(out.size(), kUnwritten);
   for (int64_t bh = 0; bh < d.nbh; ++bh) {
     const int64_t b = p.b_of(bh), h = p.h_of(bh);
@@ -861,6 +870,7 @@ bool final_state_case(const Problem& p, unsigned grid, bool padded = false, int6
           const double vt = to_float(p.v[p.vs.at(b, h, t, e)]) + (kLo ? bf(p.vlo, p.vo(bh, t, e)) : 0.0);
           x += p.qf(bh, t, l) * p.apow(h, l, d.T - 1 - t) * vt;
         }
+        if (from_init) x += p.apow(h, l, d.T) * p.init[p.init_s.at(b, h, l, e)];
         ref[rs.at(b, h, l, e)] = x;
       }
   }
@@ -1749,6 +1759,12 @@ int main(int argc, char** argv) {
        [](const Problem& p) { return final_state_wgmma_case<true>(p, 3, true); }, false, true},
       {"final_state_wgmma, split values, bitwise final_state_mma, 1 block",
        [](const Problem& p) { return final_state_wgmma_case<true>(p, 1, false); }, false, true},
+      {"final_state_mma from an initial state, sub-batches of at most 2 pairs, rho rows padded",
+       [](const Problem& p) { return final_state_case<false>(p, 3, true, 3, true); }, true, true},
+      {"final_state_mma from an initial state, split values",
+       [](const Problem& p) { return final_state_case<true>(p, 2, false, int64_t{1} << 30, true); }, false, true},
+      {"final_state_wgmma from an initial state, sub-batches of at most 2 pairs, bitwise final_state_mma",
+       [](const Problem& p) { return final_state_wgmma_case<false>(p, 2, true, 3, true); }, true, true},
       {"final_state_wgmma, sub-batches of at most 2 pairs, bitwise final_state_mma, 2 blocks",
        [](const Problem& p) { return final_state_wgmma_case<false>(p, 2, false, 3); }, false, true},
       {"quadratic_output_mma", quadratic_output_case<false>, true, true},
