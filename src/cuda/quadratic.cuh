@@ -640,10 +640,11 @@ __device__ __forceinline__ uint4 load_block_row8(const bf16* src, int i, int p, 
 constexpr bool kQOutSwizzle = RHOSCAN_QO_SWIZZLE != 0;
 constexpr int kQOutPS = 64 + 8, kQOutVS = kMmaET + 8;  // padded bf16 row strides (conflict-free ldmatrix)
 // (the padded layout's size: an upper bound for the swizzled one)
-// (and kState's two 64-latent rows of factors after the stages)
-template <bool kLo>
+// (kState: and two 64-latent rows of factors and rho0's float32 staging tile after the stages)
+template <bool kLo, bool kState = false>
 constexpr int quadratic_output_smem() {
-  return 2 * 64 * (kQOutPS + (kLo ? 2 : 1) * kQOutVS) * static_cast<int>(sizeof(bf16)) + 2 * 64 * static_cast<int>(sizeof(float));
+  return 2 * 64 * (kQOutPS + (kLo ? 2 : 1) * kQOutVS) * static_cast<int>(sizeof(bf16)) +
+         (kState ? (2 * 64 + 64 * kMmaET) * static_cast<int>(sizeof(float)) : 0);
 }
 // kState (a forward from an initial state rho0): after the blocks J, the contraction goes on over
 // L in 64-latent tiles, A = Xq_I (the chunk's rows of the operand Xq = Qp a^i, by cp.async into P's
@@ -661,6 +662,7 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
   // j'][VS] V_J[j'][e], [2 stages][64][VS] if kLo: V_J's remainders (every stage on a 128-byte
   // boundary)
   constexpr uint32_t kPStage = 2 * 64 * PS, kVStage = 2 * 64 * VS, kV = 2 * kPStage, kVlo = kV + 2 * kVStage;
+  constexpr uint32_t kFac = kVlo + (kLo ? 2 * kVStage : 0);  // kState: the factors [2][64], then rho0's staging tile
   static_assert(kPStage % 128 == 0 && kVStage % 128 == 0, "");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t s0 = smem_addr(smem_raw);
@@ -757,49 +759,65 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
     const int64_t b = d.b_of(bh), h = d.h_of(bh);
     if constexpr (kState) {
       // a^(I C) of the tile's 64 latents: threads 0-63 make the next tile's into fac_s[st ^ 1] before
-      // the step's barrier (one ipow a latent, not one a thread and row); rho0's rows as float4 pairs
-      // where its columns are contiguous and 16-byte aligned, a whole piece inside E
-      float(*fac_s)[64] = reinterpret_cast<float(*)[64]>(smem_raw + kVlo + (kLo ? 2 * kVStage : 0));
+      // the step's barrier (one ipow a latent, not one a thread and row). rho0's float32 tile: where its
+      // columns are contiguous and 16-byte aligned (staged), each thread's own 4 pieces of 8 columns
+      // come by cp.async a step ahead into the staging tile (the thread reads back only what it copied:
+      // no barrier for it; columns past E zero-filled); else loaded where they are converted.
+      float(*fac_s)[64] = reinterpret_cast<float(*)[64]>(smem_raw + kFac);
+      float* stage_f = reinterpret_cast<float*>(smem_raw + kFac + 2 * 64 * sizeof(float));  // [64][ET]
       const bf16* xq = Xq + (bh * d.T + t0) * d.Lp;  // the chunk's token 0
       const float* r0 = static_cast<const float*>(rho0.p) + rho0.at(b, h, 0, 0);
       const int nlt = static_cast<int>(d.Lp / 64), n = I * C;
-      const bool vec = rho0.s[3] == 1 && (rho0.s[2] % 4) == 0 && (reinterpret_cast<uintptr_t>(r0) % 16) == 0;
+      const bool staged = rho0.s[3] == 1 && (rho0.s[2] % 4) == 0 && (reinterpret_cast<uintptr_t>(r0) % 16) == 0;
+      constexpr int kPieces = 64 * (ET / 8) / kMmaThreads;  // the thread's: rows tid / 16 + 16 k, columns 8 (tid % 16)
+      const int pr = tid / (ET / 8), pc = 8 * (tid % (ET / 8));
       auto make_factors = [&](int lt, int st) {
         if (tid < 64) {
           const int64_t l = int64_t{lt} * 64 + tid;
           fac_s[st][tid] = l < d.L ? ipow(a32[h * d.L + l], n) : 0.0f;
         }
       };
-      auto fetch_x = [&](int lt, int st) {  // Xq's tile (rows past CnI zero-filled; Xq's padded latents are 0)
+      auto fetch = [&](int lt, int st) {  // Xq's tile (rows past CnI zero-filled; Xq's padded latents are 0),
+                                          // and, staged, the thread's rho0 pieces: one commit group
         for (int idx = tid; idx < 64 * 8; idx += kMmaThreads) {
           const int i = idx / 8, c = idx % 8;
           cp_async16_u32(s0 + st * kPStage + tile_offset<kSwizzle>(i, c, PS), xq + min(i, CnI - 1) * d.Lp + lt * 64 + 8 * c,
                          i < CnI ? 16u : 0u);
         }
+        if (staged) {
+#pragma unroll
+          for (int k = 0; k < kPieces; ++k) {
+            const int r = pr + 16 * k;
+            const int64_t l = int64_t{lt} * 64 + r, e = e0 + pc;
+            const float* src = r0 + (l < d.L ? l : 0) * rho0.s[2] + e;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int64_t left = l < d.L ? d.E - (e + 4 * half) : 0;  // columns of this half inside E
+              const uint32_t bytes = left >= 4 ? 16u : left > 0 ? static_cast<uint32_t>(4 * left) : 0u;
+              cp_async16_u32(smem_addr(stage_f + r * ET + pc + 4 * half), bytes > 0 ? src + 4 * half : r0, bytes);
+            }
+          }
+        }
         cp_async_commit();
       };
-      auto put_state = [&](int lt, int st) {  // a^n ⊙ rho0's tile, 8 columns a piece (zeros past L and E)
+      auto put_state = [&](int lt, int st) {  // a^n ⊙ rho0's tile as bf16 (zeros past L and E)
 #pragma unroll
-        for (int k = 0; k < 64 * (ET / 8) / kMmaThreads; ++k) {
-          const int idx = tid + k * kMmaThreads, r = idx / (ET / 8), c8 = 8 * (idx % (ET / 8));
-          const int64_t l = int64_t{lt} * 64 + r, e = e0 + c8;
+        for (int k = 0; k < kPieces; ++k) {
+          const int r = pr + 16 * k;
+          const int64_t l = int64_t{lt} * 64 + r, e = e0 + pc;
+          const float f = fac_s[st][r];  // (0 past L)
           float x[8];
-          if (l < d.L) {
-            const float f = fac_s[st][r];
-            const float* src = r0 + l * rho0.s[2];
-            if (vec && e + 8 <= d.E) {
-              const float4 u = __ldg(reinterpret_cast<const float4*>(src + e)), w = __ldg(reinterpret_cast<const float4*>(src + e + 4));
-              x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w, x[4] = w.x, x[5] = w.y, x[6] = w.z, x[7] = w.w;
-            } else {
-#pragma unroll
-              for (int j = 0; j < 8; ++j) x[j] = e + j < d.E ? __ldg(src + (e + j) * rho0.s[3]) : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < 8; ++j) x[j] *= f;
+          if (staged) {
+            const float4 u = *reinterpret_cast<const float4*>(stage_f + r * ET + pc),
+                         w = *reinterpret_cast<const float4*>(stage_f + r * ET + pc + 4);
+            x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w, x[4] = w.x, x[5] = w.y, x[6] = w.z, x[7] = w.w;
           } else {
+            const float* src = r0 + l * rho0.s[2];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) x[j] = 0.0f;
+            for (int j = 0; j < 8; ++j) x[j] = l < d.L && e + j < d.E ? __ldg(src + (e + j) * rho0.s[3]) : 0.0f;
           }
+#pragma unroll
+          for (int j = 0; j < 8; ++j) x[j] *= f;
           __nv_bfloat162 hi[4], lo[4];
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
@@ -807,25 +825,24 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
             if constexpr (kLo)
               lo[j] = __floats2bfloat162_rn(x[2 * j] - __low2float(hi[j]), x[2 * j + 1] - __high2float(hi[j]));
           }
-          const uint32_t o = kV + st * kVStage + tile_offset<kSwizzle>(r, c8 / 8, VS);
+          const uint32_t o = kV + st * kVStage + tile_offset<kSwizzle>(r, pc / 8, VS);
           memcpy(smem_raw + o, hi, sizeof hi);
           if constexpr (kLo) memcpy(smem_raw + o + (kVlo - kV), lo, sizeof lo);
         }
       };
       make_factors(0, 0);
-      fetch_x(0, 0);  // (the blocks' last step ended with a barrier: both stages are free)
+      fetch(0, 0);      // (the blocks' last step ended with a barrier: both stages are free)
       __syncthreads();  // (the first tile's factors)
       for (int lt = 0; lt < nlt; ++lt) {
         const int st = lt & 1;
-        put_state(lt, st);  // stage st was last read two steps ago, before the last barrier
+        cp_async_wait<0>();  // this tile's pieces (the thread's own: its rho0 staging, read next)
+        put_state(lt, st);   // stage st was last read two steps ago, before the last barrier
         if (lt + 1 < nlt) {
+          asm volatile("" ::: "memory");  // (the staging's reads above before its refill)
           make_factors(lt + 1, st ^ 1);  // (fac_s[st ^ 1] was last read by put_state(lt - 1), before the last barrier)
-          fetch_x(lt + 1, st ^ 1);
-          cp_async_wait<1>();
-        } else {
-          cp_async_wait<0>();
+          fetch(lt + 1, st ^ 1);
         }
-        __syncthreads();
+        __syncthreads();  // everyone's Xq tile and B stage
         warp_mma_32x32_tile<kSwizzle, false, false, PS, VS, 64>(acc, a_p + st * kPStage, b_v + st * kVStage);
         if constexpr (kLo)
           warp_mma_32x32_tile<kSwizzle, false, false, PS, VS, 64>(acc, a_p + st * kPStage, b_v + (kVlo - kV) + st * kVStage);
@@ -995,24 +1012,23 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
   }
 }
 
-// From an initial state rho0 (init), the final state's accumulators start at a^Cn_0 ⊙ rho0 instead of
-// 0: chunk 0's products add to them unscaled and every later chunk's factor a^Cn_c scales them, so
-// they end as a^T ⊙ rho0 + the products, the chunked recurrence's own sum (S_0 = rho0). One
-// accumulator row: latent l, columns e_base + 8 j + c (j < 8 or 16: the kernel's column blocks, c <
-// 2), f(j, c, x) for each, x = 0 past L or E.
-template <int kBlocks = 8, typename F>
+// From an initial state rho0 (init), the final state gains a^T ⊙ rho0. The kernels add it to what
+// they stored, each thread to its own elements of rho_T (still in the L2), after the stores: an init
+// of the accumulators before the chunk loop spilled 132 bytes in final_state_wgmma, an add to them
+// before the stores 304. One accumulator row: latent l, columns e_base + 8 j + c (j < kBlocks: the
+// kernel's column blocks, c < 2), f(e, x) for each inside L and E.
+template <int kBlocks, typename F>
 __device__ __forceinline__ void initial_state_row(const Dims& d, const float* a32, const Str4& init, int64_t b, int64_t h,
                                                   int64_t l, int64_t e_base, F&& f) {
-  const bool in = l < d.L;
-  const float a = in ? __ldg(a32 + h * d.L + l) : 0.0f;
-  const float fac = ipow(a, static_cast<int>(d.chunk_len(0)));  // (T = 0: a^0, rho_T = rho0)
-  const float* row = static_cast<const float*>(init.p) + init.at(b, h, in ? l : 0, 0);
+  if (l >= d.L) return;
+  const float fac = ipow(__ldg(a32 + h * d.L + l), static_cast<int>(d.T));  // (T = 0: a^0, rho_T = rho0)
+  const float* row = static_cast<const float*>(init.p) + init.at(b, h, l, 0);
 #pragma unroll
   for (int j = 0; j < kBlocks; ++j)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int64_t e = e_base + 8 * j + c;
-      f(j, c, in && e < d.E ? fac * __ldg(row + e * init.s[3]) : 0.0f);
+      if (e < d.E) f(e, fac * __ldg(row + e * init.s[3]));
     }
 }
 
@@ -1208,15 +1224,6 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
         for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
-    if constexpr (kInit) {  // S from a^Cn_0 ⊙ rho0 (initial_state_row)
-#pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-          initial_state_row(d, a32, init, b, h, l0 + wm + 16 * mt + 8 * hf + g, e0 + wn + 2 * tq, [&](int nt, int r, float x) {
-            acc[mt][nt][2 * hf + r] = x;
-          });
-    }
     for (int c = 0; c < nC; ++c) {  // step c: chunk c
       cp_async_wait<NS - 2>();  // this step's tiles have landed (this thread's copies) ...
       __syncthreads();          // ... everyone's (and the stage fetch_next refills was read at the last step)
@@ -1281,6 +1288,16 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
     }
     if (!active) continue;
     const int64_t o0 = out.at(b, h, 0, 0);
+    auto add_initial_state = [&] {  // + a^T ⊙ rho0 to the thread's stored elements (initial_state_row)
+      if constexpr (kInit) {
+#pragma unroll 1
+        for (int r = 0; r < 8; ++r) {
+          const int l = l0 + wm + 16 * (r / 2) + 8 * (r % 2) + g;
+          initial_state_row<8>(d, a32, init, b, h, l, e0 + wn + 2 * tq,
+                               [&](int64_t e, float x) { out_p[o0 + l * out.s[2] + e * out.s[3]] += x; });
+        }
+      }
+    };
     // float2 pairs (columns 2 tq, 2 tq + 1: e even) where every pair is 8-byte aligned
     const bool pairs = out.s[3] == 1 && (o0 | out.s[2]) % 2 == 0 && reinterpret_cast<uintptr_t>(out_p) % 8 == 0;
     if (pairs && l0 + wm + 64 <= d.L && e0 + wn + 64 <= d.E) {  // a full tile: no checks
@@ -1294,6 +1311,7 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
             *reinterpret_cast<float2*>(row + 8 * nt) = make_float2(acc[mt][nt][2 * hf], acc[mt][nt][2 * hf + 1]);
           row += 8 * out.s[2];
         }
+      add_initial_state();
       continue;
     }
     auto for_each_row = [&](auto&& f) {  // f(mt, hf, l) for the thread's accumulator rows l inside L
@@ -1328,6 +1346,7 @@ static __global__ void __launch_bounds__(kFsThreads, kFsMinBlocks)
           }
       });
     }
+    add_initial_state();
   }
   cp_async_wait<0>();  // (only empty groups are left)
 }
@@ -1495,13 +1514,6 @@ __global__ void __launch_bounds__(kFwThreads, 2)
     for (int hf = 0; hf < 2; ++hf) fC[hf] = ipow(a_item[hf], C), fLast[hf] = ipow(a_item[hf], CnLast);
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
-    if constexpr (kInit) {  // S from a^Cn_0 ⊙ rho0 (initial_state_row)
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf)
-        initial_state_row<kN / 8>(d, a32, init, b, h, l0 + lr + 8 * hf, e0 + 2 * q, [&](int j, int c, float x) {
-          acc[4 * j + 2 * hf + c] = x;
-        });
-    }
     for (int c = 0; c < nC; ++c) {  // step c: chunk c
       cp_async_wait<kDist - 1>();  // this step's pieces (this thread's) have landed ...
       fence_proxy_async();          // ... and are visible to the tensor cores' reads
@@ -1527,6 +1539,16 @@ __global__ void __launch_bounds__(kFwThreads, 2)
     }
     if (!active) continue;
     const int64_t o0 = out.at(b, h, 0, 0);
+    auto add_initial_state = [&] {  // + a^T ⊙ rho0 to the thread's stored elements (initial_state_row)
+      if constexpr (kInit) {
+#pragma unroll 1
+        for (int hf = 0; hf < 2; ++hf) {
+          const int l = l0 + lr + 8 * hf;
+          initial_state_row<kN / 8>(d, a32, init, b, h, l, e0 + 2 * q,
+                                    [&](int64_t e, float x) { out_p[o0 + l * out.s[2] + e * out.s[3]] += x; });
+        }
+      }
+    };
     // float2 pairs (columns 2 q, 2 q + 1: e even) where every pair is 8-byte aligned
     const bool pairs = out.s[3] == 1 && (o0 | out.s[2]) % 2 == 0 && reinterpret_cast<uintptr_t>(out_p) % 8 == 0;
     if (pairs && l0 + 64 * wg + 64 <= d.L && e0 + ET <= d.E) {  // a full tile: no checks
@@ -1538,6 +1560,7 @@ __global__ void __launch_bounds__(kFwThreads, 2)
           *reinterpret_cast<float2*>(row + 8 * j) = make_float2(acc[4 * j + 2 * hf], acc[4 * j + 2 * hf + 1]);
         row += 8 * out.s[2];
       }
+      add_initial_state();
       continue;
     }
 #pragma unroll
@@ -1560,6 +1583,7 @@ __global__ void __launch_bounds__(kFwThreads, 2)
         }
       }
     }
+    add_initial_state();
   }
   cp_async_wait<0>();  // (only empty groups are left)
 }
@@ -1663,7 +1687,7 @@ void launch_quadratic_output(const Dims& d, const float* P, const bf16* Pcross, 
   constexpr bool kLo = kSplitValues<T>;
   auto kernel = rho0.p != nullptr ? quadratic_output_mma_kernel<T, kLo, kQOutSwizzle, true>
                                   : quadratic_output_mma_kernel<T, kLo, kQOutSwizzle, false>;
-  constexpr int smem = quadratic_output_smem<kLo>();
+  const int smem = rho0.p != nullptr ? quadratic_output_smem<kLo, true>() : quadratic_output_smem<kLo, false>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   launch_kernel("quadratic_output_mma_kernel", kernel, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, smem,
                 stream, d, P, Pcross, o.vb, o.vlo, ctx, o.Xq, a32, rho0);

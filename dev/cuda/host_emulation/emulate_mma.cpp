@@ -526,7 +526,7 @@ bool quadratic_output_case(const Problem& p) {
   const bf16* Xq = kState ? p.Xq.data() : nullptr;
   const float* a32 = kState ? p.a32.data() : nullptr;
   const Str4 r0 = kState ? rho0s : Str4{};
-  emu::launch(small_grid(items), kMmaThreads, quadratic_output_smem<kLo>(), [&] {
+  emu::launch(small_grid(items), kMmaThreads, quadratic_output_smem<kLo, kState>(), [&] {
     quadratic_output_mma_kernel<bf16, kLo, kQOutSwizzle, kState>(d, P.data(), Pc.data(), p.vb.data(),
                                                                  kLo ? p.vlo.data() : nullptr, outs, Xq, a32, r0);
   });
@@ -534,7 +534,7 @@ bool quadratic_output_case(const Problem& p) {
   auto out_other = nans<bf16>(p.g.size());
   Str4 other_s = p.gs;
   other_s.p = out_other.data();
-  emu::launch(3, kMmaThreads, quadratic_output_smem<kLo>(), [&] {
+  emu::launch(3, kMmaThreads, quadratic_output_smem<kLo, kState>(), [&] {
     quadratic_output_mma_kernel<bf16, kLo, !kQOutSwizzle, kState>(d, P.data(), Pc.data(), p.vb.data(),
                                                                   kLo ? p.vlo.data() : nullptr, other_s, Xq, a32, r0);
   });

@@ -190,6 +190,7 @@ struct Copy {
   const void* src;
   bool valid;
   size_t bytes = 16;  // (cp_async_small: 4 or 8)
+  size_t src_bytes = SIZE_MAX;  // bytes read from src (the rest zero-filled: cp.async's src-size); all by default
 };
 inline thread_local std::vector<Copy> open_copies;               // issued, not committed
 inline thread_local std::deque<std::vector<Copy>> copy_groups;   // committed, not complete
@@ -645,10 +646,9 @@ inline void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, u
 // wait_group<N>. Deferred by default (see the top of this file).
 namespace emu {
 inline void do_copy(const Copy& c) {
-  if (c.valid)
-    std::memcpy(c.dst, c.src, c.bytes);
-  else
-    std::memset(c.dst, 0, c.bytes);
+  const size_t n = c.valid ? std::min(c.bytes, c.src_bytes) : 0;
+  std::memcpy(c.dst, c.src, n);
+  std::memset(static_cast<char*>(c.dst) + n, 0, c.bytes - n);
 }
 }  // namespace emu
 // cp.async.ca 4 or 8 bytes (mma.cuh's cp_async_small), deferred like the 16-byte copies.
@@ -681,10 +681,22 @@ inline void cp_async_wait() {
     emu::copy_groups.pop_front();
   }
 }
-// cp.async to a 32-bit shared-memory address (smem_addr's); src_bytes 16, or 0 for a zero fill.
+// cp.async to a 32-bit shared-memory address (smem_addr's); src_bytes <= 16 read from src, the rest
+// of the 16 zero-filled (0: src is not read).
 inline void cp_async16_u32(uint32_t dst, const void* src, uint32_t src_bytes = 16) {
-  if (src_bytes != 0 && src_bytes != 16) emu::fail("cp.async src size other than 0 or 16", src);
-  cp_async16(emu::smem + dst, src, src_bytes == 16);
+  if (src_bytes > 16) emu::fail("cp.async src size past 16", src);
+  if (src_bytes == 0 || src_bytes == 16) {
+    cp_async16(emu::smem + dst, src, src_bytes == 16);
+    return;
+  }
+  void* d = emu::smem + dst;
+  emu::check_smem(d, 16, "cp.async destination outside shared memory or not 16-byte aligned");
+  if (reinterpret_cast<uintptr_t>(src) % 16) emu::fail("cp.async source not 16-byte aligned", src);
+  const emu::Copy c{d, src, true, 16, src_bytes};
+  if (emu::cp_async_eager)
+    emu::do_copy(c);
+  else
+    emu::open_copies.push_back(c);
 }
 
 // ---- warpgroup MMA (mma.cuh's wgmma_*) ------------------------------------------------------
