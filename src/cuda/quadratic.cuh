@@ -1033,8 +1033,8 @@ __device__ __forceinline__ void initial_state_row(const Dims& d, const float* a3
 }
 
 // ---- final state: rho_T without chunk states, GEMM-shaped ----------------------------------------
-// The quadratic forward stores no chunk-start state; it needs only (no initial rho: the quadratic
-// path has none, so there is no init term)
+// The quadratic forward stores no chunk-start state; it needs only (with an initial rho, plus a_l^T
+// rho0[l][e], added after the stores: kInit, initial_state_row)
 //   rho_T[l][e] = sum_c a_l^(sum of the later chunks' lengths) sum_{i<Cn_c} Kq_c[i][l] V_c[i][e],
 // i.e. S <- a^Cn_c ⊙ S + Kq_c^T V_c over the chunks (each thread scales the rows of its own
 // accumulators; exponents >= 0, exact at a = 0 and 1, never a^(-n)), with Kq = q_i a^(Cn-1-i)
