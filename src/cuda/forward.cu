@@ -43,19 +43,23 @@ namespace {
 inline bool norm_scores_on() { return env_switch("RHOSCAN_CUDA_NORM_SCORES", RHOSCAN_NORM_SCORES != 0); }
 
 // Whether the quadratic path applies (forward_path below): tensor-core dtype (rho_norm0 is fine:
-// the normaliser scan takes it; since round 40 rho0 too: quadratic_output's kState adds Xq a^(I C)
-// rho0 to the context, and the final state's kernels start from a^Cn_0 rho0); then by default, if built with
-// RHOSCAN_QUADRATIC_FORWARD=1, where
+// the normaliser scan takes it); then by default, if built with RHOSCAN_QUADRATIC_FORWARD=1, where
 // quadratic_shape allows (quadratic.cuh: T, L >= 2 T, chunks of 64), or whatever
 // RHOSCAN_CUDA_FORWARD_PATH says (chunked, or quadratic at any T and chunk; an unknown
 // value counts as unset).
+// With an initial rho (round 40: quadratic_output's kState adds Xq a^(I C) rho0 to the context, the
+// final state's kernels a^T rho0 to rho_T) only where RHOSCAN_CUDA_FORWARD_PATH=quadratic forces it:
+// measured slower than the chunked path so far (BDH-8k, H100: 1.91 against 1.74 ms; docs/CUDA.md,
+// "The quadratic forward from an initial state"), so calls with rho0 keep the chunked path.
 // The rows variant (quadratic_rows_mma): only where RHOSCAN_CUDA_FORWARD_PATH=rows and it applies
 // (bfloat16, quadratic_rows_applies, no rho0); measured slower than the default where it does (docs/CUDA.md).
 enum class ForwardPath { chunked, quadratic, rows };
 inline ForwardPath forward_path(bool tensor_core, bool bf16_values, bool has_rho0, const Dims& d) {
   if (!tensor_core) return ForwardPath::chunked;
-  const bool rows = bf16_values && !has_rho0 && quadratic_rows_applies(d);
-  if (const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_PATH")) {
+  const char* env = std::getenv("RHOSCAN_CUDA_FORWARD_PATH");
+  if (has_rho0) return env != nullptr && std::strcmp(env, "quadratic") == 0 ? ForwardPath::quadratic : ForwardPath::chunked;
+  const bool rows = bf16_values && quadratic_rows_applies(d);
+  if (env != nullptr) {
     if (std::strcmp(env, "chunked") == 0) return ForwardPath::chunked;
     if (std::strcmp(env, "quadratic") == 0) return ForwardPath::quadratic;
     if (std::strcmp(env, "rows") == 0) return rows ? ForwardPath::rows : ForwardPath::quadratic;
