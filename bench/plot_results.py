@@ -75,11 +75,15 @@ def on_main_line(commit):
         return True
 
 
+def is_build_row(r):
+    """A build's own measurement: not a compile-time variant measured beside it ("commit+FLAG"), nor
+    a run from a carried state (`bench --with-state`)."""
+    return "+" not in r.get("commit", "") and not r.get("with_state")
+
+
 def plot_cuda_builds(rows, out):
-    # builds only: compile-time variants measured beside a build are recorded as "commit+FLAG",
-    # and unmerged branches are left out; so are runs from a carried state (`bench --with-state`)
-    rows = [r for r in rows if r.get("dtype") == "bfloat16" and "median_ms" in r and "+" not in r["commit"]
-            and not r.get("with_state")]
+    # builds only, and unmerged branches left out
+    rows = [r for r in rows if r.get("dtype") == "bfloat16" and "median_ms" in r and is_build_row(r)]
     keep = {c: on_main_line(c) for c in in_order(r["commit"] for r in rows)}
     rows = [r for r in rows if keep[r["commit"]]]
     commits = in_order(r["commit"] for r in rows)
@@ -127,10 +131,8 @@ def plot_cuda_builds(rows, out):
 
 
 def latest(rows, **match):
-    """The last row of a build (not of a compile-time variant, "commit+FLAG", nor from a carried
-    state) matching `match`."""
-    found = [r for r in rows if all(r.get(k) == v for k, v in match.items()) and "+" not in r.get("commit", "")
-             and not r.get("with_state")]
+    """The last row of a build (is_build_row) matching `match`."""
+    found = [r for r in rows if all(r.get(k) == v for k, v in match.items()) and is_build_row(r)]
     return found[-1] if found else None
 
 

@@ -252,8 +252,9 @@ void forward_typed(const detail::ForwardParams& f, cudaStream_t stream) {
       RHOSCAN_CUDA_CHECK(cudaMemcpy2DAsync(P_saved, CC, P, d.nsplit * CC, CC, static_cast<size_t>(d.nbh * d.nC),
                                            cudaMemcpyDeviceToDevice, stream));
     }
-    // quadratic: only the final state, by final_state_mma (from rho0 where given); chunked: the chunk states and the final state by the states kernel, or all of
-    // it (outputs and final state) by chunk_scan_mma
+    // quadratic: only the final state, by final_state_mma (from rho0 where given); chunked: the
+    // chunk states and the final state by the states kernel, or all of it (outputs and final state)
+    // by chunk_scan_mma
     if constexpr (kTC) {
       if (quadratic && !fork) launch_final_state<T>(d, a32, o, rho_out, stream, rho0);
     }

@@ -1588,10 +1588,10 @@ __global__ void __launch_bounds__(kFwThreads, 2)
   cp_async_wait<0>();  // (only empty groups are left)
 }
 
-// final_state_mma_kernel's launches for a batch: f(s, first, a32_s, out_s, init_s) per launch, with the
-// launch's Dims s (pairs first .. first + s.nbh - 1 of the batch: its Kq and V rows from pair
-// first on), a32, rho and the initial state (if any) rebased to them. The kernel keeps bh, b and h in 32-bit registers, so a
-// launch needs s.bh0 + s.nbh < limit (2^30): one launch with d where that holds, else sub-batches
+// final_state_mma_kernel's launches for a batch: f(s, first, a32_s, out_s, init_s) per launch, with
+// the launch's Dims s (pairs first .. first + s.nbh - 1 of the batch: its Kq and V rows from pair
+// first on), a32, rho and the initial state (if any) rebased to them. The kernel keeps bh, b and h
+// in 32-bit registers, so a launch needs s.bh0 + s.nbh < limit (2^30): one launch with d where that holds, else sub-batches
 // with s.bh0 = 0, a32 and rho moved to the sub-batch's first pair (b0, h0) and at most limit - 1
 // pairs, ending with their row of heads where h0 > 0 (so that the pair's h is h0 + its index and
 // b is b0); from h0 = 0 on, the kernel's own b, h from its index. (A parameter, not the constant,
@@ -1692,6 +1692,7 @@ void launch_quadratic_output(const Dims& d, const float* P, const bf16* Pcross, 
   launch_kernel("quadratic_output_mma_kernel", kernel, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kMmaThreads, smem,
                 stream, d, P, Pcross, o.vb, o.vlo, ctx, o.Xq, a32, rho0);
 }
+
 // The context of one batch by quadratic_rows_mma (bfloat16 values; where quadratic_rows_applies).
 template <typename T>
 void launch_quadratic_rows(const Dims& d, const float* P, const Operands16& o, const float* a32, Str4 ctx,
@@ -1738,14 +1739,14 @@ void launch_final_state(const Dims& d, const float* a32, const Operands16& o, St
     });
   };
   static_assert(kFwLT == kFsLT && kFsET == 128, "final_state_wgmma's items are final_state_mma's (final_state_items)");
+  const bool from_init = init.p != nullptr;
   if (wgmma_chosen("RHOSCAN_CUDA_FINAL_STATE", RHOSCAN_FS_WGMMA != 0))
-    init.p != nullptr
-        ? run("final_state_wgmma_kernel", final_state_wgmma_kernel<kLo, true>, kFwThreads, final_state_wgmma_smem<kLo>())
-        : run("final_state_wgmma_kernel", final_state_wgmma_kernel<kLo, false>, kFwThreads, final_state_wgmma_smem<kLo>());
+    run("final_state_wgmma_kernel", from_init ? final_state_wgmma_kernel<kLo, true> : final_state_wgmma_kernel<kLo, false>,
+        kFwThreads, final_state_wgmma_smem<kLo>());
   else
-    init.p != nullptr
-        ? run("final_state_mma_kernel", final_state_mma_kernel<kLo, kFsSwizzle, true>, kFsThreads, final_state_smem<kLo>())
-        : run("final_state_mma_kernel", final_state_mma_kernel<kLo, kFsSwizzle, false>, kFsThreads, final_state_smem<kLo>());
+    run("final_state_mma_kernel",
+        from_init ? final_state_mma_kernel<kLo, kFsSwizzle, true> : final_state_mma_kernel<kLo, kFsSwizzle, false>,
+        kFsThreads, final_state_smem<kLo>());
 }
 
 }  // namespace rhoscan::cuda_detail

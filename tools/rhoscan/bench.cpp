@@ -743,7 +743,8 @@ int bench_main(const std::vector<std::string>& args) {
       if (d == Direction::forward_backward && !backward_too) continue;
       const DType dt = dtype.value_or(c.dtype == DType::bfloat16 && device == Device::cpu ? DType::float32 : c.dtype);
       // (a carried state: the case's name with "+state" in the table; the JSON's with_state says it)
-      const std::string shown = std::string(c.name) + (s.with_state && d != Direction::step ? "+state" : "");
+      const bool from_state = s.with_state && d != Direction::step;  // (steps ignore it)
+      const std::string shown = std::string(c.name) + (from_state ? "+state" : "");
       std::fprintf(stderr, "[bench] %s %s B%lld H%lld T%lld L%lld E%lld %s ...\n", shown.c_str(), direction_name(d),
                    (long long)c.B, (long long)c.H, (long long)c.T, (long long)c.L, (long long)c.E, dtype_name(dt));
       Result r = run_case(*dev, c, d, dt, s, with_naive && d != Direction::step);
@@ -782,7 +783,7 @@ int bench_main(const std::vector<std::string>& args) {
                      speedup_simd_cpu, r.all_times.c_str(), (long long)s.max_workspace_bytes,
                      d == Direction::forward_backward && s.saved ? "true" : "false",
                      d == Direction::forward_backward && s.saved && s.saved_keys ? "true" : "false",
-                     s.with_state && d != Direction::step ? "true" : "false");
+                     from_state ? "true" : "false");
         std::fflush(json);
       }
     }

@@ -662,13 +662,15 @@ inline void cp_async_small(void* dst, const void* src, bool valid) {
   else
     emu::open_copies.push_back(c);
 }
-inline void cp_async16(void* dst, const void* src, bool valid = true) {
+// src_bytes: how many of the 16 bytes come from src (cp.async's src-size; the rest zero-filled).
+inline void cp_async16(void* dst, const void* src, bool valid = true, size_t src_bytes = 16) {
   emu::check_smem(dst, 16, "cp.async destination outside shared memory or not 16-byte aligned");
   if (valid && reinterpret_cast<uintptr_t>(src) % 16) emu::fail("cp.async source not 16-byte aligned", src);
+  const emu::Copy c{dst, src, valid, 16, src_bytes};
   if (emu::cp_async_eager)
-    emu::do_copy({dst, src, valid});
+    emu::do_copy(c);
   else
-    emu::open_copies.push_back({dst, src, valid});
+    emu::open_copies.push_back(c);
 }
 inline void cp_async_commit() {
   emu::copy_groups.push_back(std::move(emu::open_copies));
@@ -685,18 +687,7 @@ inline void cp_async_wait() {
 // of the 16 zero-filled (0: src is not read).
 inline void cp_async16_u32(uint32_t dst, const void* src, uint32_t src_bytes = 16) {
   if (src_bytes > 16) emu::fail("cp.async src size past 16", src);
-  if (src_bytes == 0 || src_bytes == 16) {
-    cp_async16(emu::smem + dst, src, src_bytes == 16);
-    return;
-  }
-  void* d = emu::smem + dst;
-  emu::check_smem(d, 16, "cp.async destination outside shared memory or not 16-byte aligned");
-  if (reinterpret_cast<uintptr_t>(src) % 16) emu::fail("cp.async source not 16-byte aligned", src);
-  const emu::Copy c{d, src, true, 16, src_bytes};
-  if (emu::cp_async_eager)
-    emu::do_copy(c);
-  else
-    emu::open_copies.push_back(c);
+  cp_async16(emu::smem + dst, src, src_bytes > 0, src_bytes);
 }
 
 // ---- warpgroup MMA (mma.cuh's wgmma_*) ------------------------------------------------------
