@@ -350,6 +350,59 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
   }
 }
 
+// The quadratic backward from a carried state (RHOSCAN_CUDA_BACKWARD_PATH=quadratic with an initial
+// rho and/or grad_rho_out, bfloat16: state_readback_mma adds the state's shares of W, U and <H,
+// A_end>, quad_dv_mma's kState dv's share of GR, and dR_0 starts from a^T GR): against the float64
+// reference and the chunked path, bitwise deterministic, unchanged with side streams off and under
+// a workspace cap that batches the pairs (the state planes per batch; small shapes). Shapes: both states, rho0
+// alone, GR alone; a tail chunk, chunk 32, decay 0 and 1, zero q rows, Hv = H, [B,T,H,x], T = 1.
+// float16 is not taken (the chunked path runs, so the forced run is the chunked one's bits).
+TEST_F(Cuda, QuadraticBackwardFromACarriedState) {
+  std::vector<QuadraticCase> cases;
+  auto add = [&](ProblemSpec s, int64_t chunk, bool rho0, bool gr, auto&& tweak) {
+    s.initial_rho = rho0, s.grad_rho_out = gr;
+    s.initial_rho_norm = s.grad_rho_norm_out = true;
+    tweak(s);
+    cases.push_back({s, chunk});
+  };
+  add(spec(2, 2, 1, 300, 200, 136, DType::bfloat16), 0, true, true, [](ProblemSpec&) {});  // 300 = 4 · 64 + 44
+  add(spec(2, 3, 3, 100, 96, 40, DType::bfloat16), 32, true, true, [](ProblemSpec& s) {
+    s.decay = DecayKind::with_zeros_and_ones;
+    s.zero_q_rows = true;
+  });
+  add(spec(1, 2, 1, 130, 80, 72, DType::bfloat16), 0, true, false, [](ProblemSpec& s) { s.bthl_layout = true; });
+  add(spec(1, 2, 2, 150, 70, 130, DType::bfloat16), 0, false, true, [](ProblemSpec&) {});
+  add(spec(2, 2, 1, 1, 70, 20, DType::bfloat16), 0, true, true, [](ProblemSpec&) {});
+  add(spec(1, 2, 1, 130, 80, 40, DType::float16), 0, true, true, [](ProblemSpec& s) { s.q_zero_fraction = 0.0; });
+  for (const QuadraticCase& c : cases) {
+    SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk) +
+                 (c.s.initial_rho ? " rho0" : "") + (c.s.grad_rho_out ? " grad_rho_out" : ""));
+    const Problem ref = Problem(c.s).reference_solution();
+    auto run = [&](const char* path, const char* side, int64_t cap) {
+      ScopedEnv forced("RHOSCAN_CUDA_BACKWARD_PATH", path), streams("RHOSCAN_CUDA_SIDE_STREAMS", side);
+      Problem p(c.s);
+      MirroredProblem m(p, Device::cuda);
+      backward(m.backward_args(), cuda(c.chunk, cap));
+      m.copy_outputs_to_host();
+      return p;
+    };
+    const Problem quad = run("quadratic", "1", 0), again = run("quadratic", "1", 0), one = run("quadratic", "0", 0);
+    // (the cap: a pair or two per batch on the small shapes; the others run in one batch either way)
+    const int64_t cap = c.s.T * c.s.L <= 100 * 128 ? int64_t{3} << 20 : 0;
+    const Problem capped = run("quadratic", "1", cap), chunked = run("chunked", "1", 0);
+    expect_gradients_near(quad, ref, c.s.dtype, "quadratic from the state");
+    expect_gradients_near(chunked, ref, c.s.dtype, "chunked");
+    const double gt = gradient_tolerance(c.s.dtype);
+    EXPECT_LE(rms_rel(quad.grad_q.values(), chunked.grad_q.values()), gt) << "grad_q, quadratic vs chunked";
+    EXPECT_LE(rms_rel(quad.grad_v.values(), chunked.grad_v.values()), gt) << "grad_v, quadratic vs chunked";
+    EXPECT_LE(rms_rel(quad.grad_decay.values(), chunked.grad_decay.values()), gt) << "grad_decay, quadratic vs chunked";
+    expect_same_gradients(quad, again);
+    expect_same_gradients(quad, one);
+    expect_same_gradients(quad, capped);
+    if (c.s.dtype == DType::float16) expect_same_gradients(quad, chunked);  // (not taken: the chunked path's bits)
+  }
+}
+
 // Why the wgmma kernels cannot run here ("" where they can): this build has no sm_90a code, or the
 // device is not compute capability 9.0 (the library's wgmma_runs). The tests that compare them
 // with their mma.sync versions skip with it.

@@ -1925,16 +1925,26 @@ __global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void
 #ifndef RHOSCAN_QUADRATIC_BACKWARD_FLOAT16
 #define RHOSCAN_QUADRATIC_BACKWARD_FLOAT16 1
 #endif
+// With an initial rho or grad_rho_out (bfloat16, at most kStateReadbackMaxChunks chunks) the
+// quadratic backward adds the state's terms (state_readback_mma, quad_dv_mma's kState, dR_0's a^T GR):
+// forced by RHOSCAN_CUDA_BACKWARD_PATH=quadratic, the default only where built with
+// RHOSCAN_QUADRATIC_BACKWARD_STATE=1 (until measured against the chunked path).
+#ifndef RHOSCAN_QUADRATIC_BACKWARD_STATE
+#define RHOSCAN_QUADRATIC_BACKWARD_STATE 0
+#endif
 enum class BackwardPath { chunked, quadratic };
 template <typename T>
 BackwardPath backward_path(const detail::BackwardParams& g, int64_t C, bool quadratic_fits) {
   if constexpr (!kTensorCoreBackward<T> || (std::is_same_v<T, __half> && !RHOSCAN_QUADRATIC_BACKWARD_FLOAT16)) {
     return BackwardPath::chunked;
   } else {
-    if (g.rho0 != nullptr || g.grad_rho_out != nullptr) return BackwardPath::chunked;
+    const bool state = g.rho0 != nullptr || g.grad_rho_out != nullptr;
+    if (state && (!std::is_same_v<T, __nv_bfloat16> || (g.p.T + C - 1) / C > kStateReadbackMaxChunks))
+      return BackwardPath::chunked;
     const char* env = std::getenv("RHOSCAN_CUDA_BACKWARD_PATH");
     if (env != nullptr && std::strcmp(env, "chunked") == 0) return BackwardPath::chunked;
     if (env != nullptr && std::strcmp(env, "quadratic") == 0) return BackwardPath::quadratic;
+    if (state && !RHOSCAN_QUADRATIC_BACKWARD_STATE) return BackwardPath::chunked;
     return quadratic_backward_shape(g.p.T, g.p.L, C) && quadratic_fits ? BackwardPath::quadratic : BackwardPath::chunked;
   }
 }
@@ -1984,9 +1994,12 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   // (and cross_scores' split partials: their count from the call's pairs, so that the sums do not
   // depend on the batching)
   const int64_t BH = p.B * p.H, cross_nsplit = cross_splits(BH, d);
+  // (and, from a carried state, its hi and lo planes and dots: launch_state_readback)
+  const bool from_state = g.rho0 != nullptr || g.grad_rho_out != nullptr;
   const int64_t per_bh_quadratic = per_bh_common + Workspace::bytes<bf16>(cross_pairs(nC) * kQB * kQB) * 2 +
                                    Workspace::bytes<bf16>(nC * nC * C * C) +
-                                   Workspace::floats(cross_parts_planes(cross_nsplit) * nC * nC * C * C);
+                                   Workspace::floats(cross_parts_planes(cross_nsplit) * nC * nC * C * C) +
+                                   (from_state ? Workspace::bytes<bf16>(4 * d.Lp * d.Ep) + Workspace::floats(L) : 0);
   const int64_t cap = workspace_cap(g.options.max_workspace_bytes, kDefaultBackwardWorkspaceCap);
   const bool quadratic = backward_path<T>(g, C, shared + per_bh_quadratic <= cap) == BackwardPath::quadratic;
   const int64_t per_bh = quadratic ? per_bh_quadratic : per_bh_common + chunk_state_bytes<float>(d) * 2;
@@ -2063,6 +2076,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                                   : ws.take_array<bf16>(n * nC * nC * C * C);
     float* cross_parts =
         quadratic ? ws.take_floats(cross_parts_planes(cross_nsplit) * n * nC * nC * C * C) : nullptr;
+    bf16* state_planes = quadratic && from_state ? ws.take_array<bf16>(4 * n * d.Lp * d.Ep) : nullptr;
+    float* state_dots = quadratic && from_state ? ws.take_floats(n * L) : nullptr;
     Operands16 o = take_operands<kTC, T>(ws, d, true, !saved_keys);
     if (saved_keys) {
       o.Xq = reinterpret_cast<bf16*>(saved_at + saved.Xq) + bh0 * saved.keys_pair;
@@ -2109,7 +2124,8 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
     }
     // quad_dv_mma summing the heads into grad_v itself (no dvp, no dv_accumulate): after the checks
     // (bfloat16 only: float16's split values need a second pass, and the kernel spilled 160 bytes)
-    const bool dv_head_sum = kTC && !kSplitValues<T> && quadratic && quad_dv_head_sum_applies(d, p.B, p.Hv, one_batch);
+    const bool dv_head_sum = kTC && !kSplitValues<T> && quadratic && gr.p == nullptr &&
+                             quad_dv_head_sum_applies(d, p.B, p.Hv, one_batch);
     if (quadratic) {
       if constexpr (kTC) {
         // the cross scores (where the forward did not save them: BDH-base, whose forward is the scan)
@@ -2118,13 +2134,14 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
         if (fork) stream_wait(s1, stream);
         if (!saved_scores) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, s1);
         launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream, s1,
-                                                   dv_head_sum, keys_ready.e);
+                                                   dv_head_sum, keys_ready.e, gr);
+        launch_state_readback(d, o, a32, rho0, gr, state_planes, state_dots, dqp, Ur, HdHr, stream);
       }
       gate.settle();
       if constexpr (kTC && !kSplitValues<T>) {
         if (dv_head_sum) launch_quad_dv_head_sum<false, T>(d, Pcross, P, o, dv, s1);
       }
-      // dR_0 = A_0: the reverse recurrence's final state, no chunk states stored (GR is zero here)
+      // dR_0 = A_0: the reverse recurrence's final state from GR (a^T GR where given), no chunk states stored
       if (dr0.p != nullptr)
         launch_chunk_states<kTC, T, true>(d, q, gctx, a32, Qp, o, gr, static_cast<BState*>(nullptr), dr0, stream);
     } else {

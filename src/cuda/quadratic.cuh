@@ -618,6 +618,124 @@ __device__ __forceinline__ uint4 load_block_row8(const bf16* src, int i, int p, 
   }
   return w;
 }
+// ---- a state's readout by a chunk's key rows, on tensor cores --------------------------------
+// acc (a 64-token × 128-column block's 32 × 32 warp tiles, quadratic_output_mma's) gains
+//   acc[i][e] += sum_l keys[i][l] (a_l^n S[l][e0 + e]),   i < Cn,
+// contracted over L in 64-latent tiles: A = the key rows (bf16 [Cn][Lp], by cp.async into the A
+// stages; rows past Cn zero-filled, the keys' padded latents are 0), B = a^n ⊙ S (S's float32 rows,
+// each latent's row scaled by a^n and rounded to bf16 once, into the B stages; kLo: its bf16
+// remainder too). The forward's context from an initial state (S = rho0, keys Xq_I, n = I C) and the
+// backward's dv from grad_rho_out (S = GR, keys Kq_J, n = T - e_J). The factors a^n of the tile's 64
+// latents: threads 0-63 make the next tile's into fac[st ^ 1] before the step's barrier (one ipow a
+// latent, not one a thread and row). S's float32 tile: where its columns are contiguous and 16-byte
+// aligned (staged), each thread's own 4 pieces of 8 columns come by cp.async a step ahead into the
+// staging tile (the thread reads back only what it copied: no barrier for it; columns past E
+// zero-filled); else loaded where they are converted. Both stages must be free at the call (after a
+// barrier), and are again at its return.
+struct StateStages {  // byte offsets in shared memory
+  uint32_t a, a_stride;  // the key tiles [64][PS] of stages 0 and 1
+  uint32_t b, b_stride;  // the state tiles [64][VS]
+  uint32_t b_lo;         // kLo: the remainders' tiles, from b
+  uint32_t fac;          // the factors [2][64] floats, then the staging tile [64][kMmaET] floats
+};
+constexpr int state_readout_extra_smem() {
+  return (2 * 64 + 64 * kMmaET) * static_cast<int>(sizeof(float));
+}
+template <bool kLo, bool kSwizzle, int PS, int VS>
+__device__ __forceinline__ void state_readout_mma(float (&acc)[2][4][4], unsigned char* smem_raw, StateStages at,
+                                                  const Dims& d, const bf16* keys, int Cn, int n, const float* a_h,
+                                                  const float* r0, int64_t row_stride, int64_t col_stride,
+                                                  int64_t e0) {
+  constexpr int ET = kMmaET;
+  const uint32_t s0 = smem_addr(smem_raw);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+  const uint32_t a_k = s0 + at.a + warp_mma_lane_a_tile<kSwizzle, false>(lane, wm, PS);
+  const uint32_t b_s = s0 + at.b + warp_mma_lane_b_tile<kSwizzle, false>(lane, wn, VS);
+  float(*fac_s)[64] = reinterpret_cast<float(*)[64]>(smem_raw + at.fac);
+  float* stage_f = reinterpret_cast<float*>(smem_raw + at.fac + 2 * 64 * sizeof(float));  // [64][ET]
+  const int nlt = static_cast<int>(d.Lp / 64);
+  const bool staged = col_stride == 1 && (row_stride % 4) == 0 && (reinterpret_cast<uintptr_t>(r0) % 16) == 0;
+  constexpr int kPieces = 64 * (ET / 8) / kMmaThreads;  // the thread's: rows tid / 16 + 16 k, columns 8 (tid % 16)
+  const int pr = tid / (ET / 8), pc = 8 * (tid % (ET / 8));
+  auto make_factors = [&](int lt, int st) {
+    if (tid < 64) {
+      const int64_t l = int64_t{lt} * 64 + tid;
+      fac_s[st][tid] = l < d.L ? ipow(a_h[l], n) : 0.0f;
+    }
+  };
+  auto fetch = [&](int lt, int st) {  // the keys' tile and, staged, the thread's S pieces: one commit group
+    for (int idx = tid; idx < 64 * 8; idx += kMmaThreads) {
+      const int i = idx / 8, c = idx % 8;
+      cp_async16_u32(s0 + at.a + st * at.a_stride + tile_offset<kSwizzle>(i, c, PS),
+                     keys + min(i, Cn - 1) * d.Lp + lt * 64 + 8 * c, i < Cn ? 16u : 0u);
+    }
+    if (staged) {
+#pragma unroll
+      for (int k = 0; k < kPieces; ++k) {
+        const int r = pr + 16 * k;
+        const int64_t l = int64_t{lt} * 64 + r, e = e0 + pc;
+        const float* src = r0 + (l < d.L ? l : 0) * row_stride + e;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int64_t left = l < d.L ? d.E - (e + 4 * half) : 0;  // columns of this half inside E
+          const uint32_t bytes = left >= 4 ? 16u : left > 0 ? static_cast<uint32_t>(4 * left) : 0u;
+          cp_async16_u32(smem_addr(stage_f + r * ET + pc + 4 * half), bytes > 0 ? src + 4 * half : r0, bytes);
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  auto put_state = [&](int lt, int st) {  // a^n ⊙ S's tile as bf16 (zeros past L and E)
+#pragma unroll
+    for (int k = 0; k < kPieces; ++k) {
+      const int r = pr + 16 * k;
+      const int64_t l = int64_t{lt} * 64 + r, e = e0 + pc;
+      const float f = fac_s[st][r];  // (0 past L)
+      float x[8];
+      if (staged) {
+        const float4 u = *reinterpret_cast<const float4*>(stage_f + r * ET + pc),
+                     w = *reinterpret_cast<const float4*>(stage_f + r * ET + pc + 4);
+        x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w, x[4] = w.x, x[5] = w.y, x[6] = w.z, x[7] = w.w;
+      } else {
+        const float* src = r0 + l * row_stride;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) x[j] = l < d.L && e + j < d.E ? __ldg(src + (e + j) * col_stride) : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] *= f;
+      __nv_bfloat162 hi[4], lo[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        hi[j] = __floats2bfloat162_rn(x[2 * j], x[2 * j + 1]);
+        if constexpr (kLo)
+          lo[j] = __floats2bfloat162_rn(x[2 * j] - __low2float(hi[j]), x[2 * j + 1] - __high2float(hi[j]));
+      }
+      const uint32_t o = at.b + st * at.b_stride + tile_offset<kSwizzle>(r, pc / 8, VS);
+      memcpy(smem_raw + o, hi, sizeof hi);
+      if constexpr (kLo) memcpy(smem_raw + o + at.b_lo, lo, sizeof lo);
+    }
+  };
+  make_factors(0, 0);
+  fetch(0, 0);
+  __syncthreads();  // (the first tile's factors)
+  for (int lt = 0; lt < nlt; ++lt) {
+    const int st = lt & 1;
+    cp_async_wait<0>();  // this tile's pieces (the thread's own: its staging, read next)
+    put_state(lt, st);   // stage st was last read two steps ago, before the last barrier
+    if (lt + 1 < nlt) {
+      asm volatile("" ::: "memory");  // (the staging's reads above before its refill)
+      make_factors(lt + 1, st ^ 1);  // (fac_s[st ^ 1] was last read by put_state(lt - 1), before the last barrier)
+      fetch(lt + 1, st ^ 1);
+    }
+    __syncthreads();  // everyone's key tile and B stage
+    warp_mma_32x32_tile<kSwizzle, false, false, PS, VS, 64>(acc, a_k + st * at.a_stride, b_s + st * at.b_stride);
+    if constexpr (kLo)
+      warp_mma_32x32_tile<kSwizzle, false, false, PS, VS, 64>(acc, a_k + st * at.a_stride, b_s + at.b_lo + st * at.b_stride);
+    __syncthreads();
+  }
+}
+
 // ---- quadratic output: c_I = sum_{J <= I} P_IJ V_J on tensor cores ---------------------------
 // A block's item is (bh, row block I, 128 columns of E): a 64 × 128 output tile (a 32×32 warp tile
 // per warp) contracted over the tokens of the column blocks J = 0 .. I, one C-token block per step:
@@ -644,7 +762,7 @@ constexpr int kQOutPS = 64 + 8, kQOutVS = kMmaET + 8;  // padded bf16 row stride
 template <bool kLo, bool kState = false>
 constexpr int quadratic_output_smem() {
   return 2 * 64 * (kQOutPS + (kLo ? 2 : 1) * kQOutVS) * static_cast<int>(sizeof(bf16)) +
-         (kState ? (2 * 64 + 64 * kMmaET) * static_cast<int>(sizeof(float)) : 0);
+         (kState ? state_readout_extra_smem() : 0);
 }
 // kState (a forward from an initial state rho0): after the blocks J, the contraction goes on over
 // L in 64-latent tiles, A = Xq_I (the chunk's rows of the operand Xq = Qp a^i, by cp.async into P's
@@ -758,96 +876,10 @@ static __global__ void __launch_bounds__(kMmaThreads, 2)
     }
     const int64_t b = d.b_of(bh), h = d.h_of(bh);
     if constexpr (kState) {
-      // a^(I C) of the tile's 64 latents: threads 0-63 make the next tile's into fac_s[st ^ 1] before
-      // the step's barrier (one ipow a latent, not one a thread and row). rho0's float32 tile: where its
-      // columns are contiguous and 16-byte aligned (staged), each thread's own 4 pieces of 8 columns
-      // come by cp.async a step ahead into the staging tile (the thread reads back only what it copied:
-      // no barrier for it; columns past E zero-filled); else loaded where they are converted.
-      float(*fac_s)[64] = reinterpret_cast<float(*)[64]>(smem_raw + kFac);
-      float* stage_f = reinterpret_cast<float*>(smem_raw + kFac + 2 * 64 * sizeof(float));  // [64][ET]
-      const bf16* xq = Xq + (bh * d.T + t0) * d.Lp;  // the chunk's token 0
-      const float* r0 = static_cast<const float*>(rho0.p) + rho0.at(b, h, 0, 0);
-      const int nlt = static_cast<int>(d.Lp / 64), n = I * C;
-      const bool staged = rho0.s[3] == 1 && (rho0.s[2] % 4) == 0 && (reinterpret_cast<uintptr_t>(r0) % 16) == 0;
-      constexpr int kPieces = 64 * (ET / 8) / kMmaThreads;  // the thread's: rows tid / 16 + 16 k, columns 8 (tid % 16)
-      const int pr = tid / (ET / 8), pc = 8 * (tid % (ET / 8));
-      auto make_factors = [&](int lt, int st) {
-        if (tid < 64) {
-          const int64_t l = int64_t{lt} * 64 + tid;
-          fac_s[st][tid] = l < d.L ? ipow(a32[h * d.L + l], n) : 0.0f;
-        }
-      };
-      auto fetch = [&](int lt, int st) {  // Xq's tile (rows past CnI zero-filled; Xq's padded latents are 0),
-                                          // and, staged, the thread's rho0 pieces: one commit group
-        for (int idx = tid; idx < 64 * 8; idx += kMmaThreads) {
-          const int i = idx / 8, c = idx % 8;
-          cp_async16_u32(s0 + st * kPStage + tile_offset<kSwizzle>(i, c, PS), xq + min(i, CnI - 1) * d.Lp + lt * 64 + 8 * c,
-                         i < CnI ? 16u : 0u);
-        }
-        if (staged) {
-#pragma unroll
-          for (int k = 0; k < kPieces; ++k) {
-            const int r = pr + 16 * k;
-            const int64_t l = int64_t{lt} * 64 + r, e = e0 + pc;
-            const float* src = r0 + (l < d.L ? l : 0) * rho0.s[2] + e;
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int64_t left = l < d.L ? d.E - (e + 4 * half) : 0;  // columns of this half inside E
-              const uint32_t bytes = left >= 4 ? 16u : left > 0 ? static_cast<uint32_t>(4 * left) : 0u;
-              cp_async16_u32(smem_addr(stage_f + r * ET + pc + 4 * half), bytes > 0 ? src + 4 * half : r0, bytes);
-            }
-          }
-        }
-        cp_async_commit();
-      };
-      auto put_state = [&](int lt, int st) {  // a^n ⊙ rho0's tile as bf16 (zeros past L and E)
-#pragma unroll
-        for (int k = 0; k < kPieces; ++k) {
-          const int r = pr + 16 * k;
-          const int64_t l = int64_t{lt} * 64 + r, e = e0 + pc;
-          const float f = fac_s[st][r];  // (0 past L)
-          float x[8];
-          if (staged) {
-            const float4 u = *reinterpret_cast<const float4*>(stage_f + r * ET + pc),
-                         w = *reinterpret_cast<const float4*>(stage_f + r * ET + pc + 4);
-            x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w, x[4] = w.x, x[5] = w.y, x[6] = w.z, x[7] = w.w;
-          } else {
-            const float* src = r0 + l * rho0.s[2];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) x[j] = l < d.L && e + j < d.E ? __ldg(src + (e + j) * rho0.s[3]) : 0.0f;
-          }
-#pragma unroll
-          for (int j = 0; j < 8; ++j) x[j] *= f;
-          __nv_bfloat162 hi[4], lo[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            hi[j] = __floats2bfloat162_rn(x[2 * j], x[2 * j + 1]);
-            if constexpr (kLo)
-              lo[j] = __floats2bfloat162_rn(x[2 * j] - __low2float(hi[j]), x[2 * j + 1] - __high2float(hi[j]));
-          }
-          const uint32_t o = kV + st * kVStage + tile_offset<kSwizzle>(r, pc / 8, VS);
-          memcpy(smem_raw + o, hi, sizeof hi);
-          if constexpr (kLo) memcpy(smem_raw + o + (kVlo - kV), lo, sizeof lo);
-        }
-      };
-      make_factors(0, 0);
-      fetch(0, 0);      // (the blocks' last step ended with a barrier: both stages are free)
-      __syncthreads();  // (the first tile's factors)
-      for (int lt = 0; lt < nlt; ++lt) {
-        const int st = lt & 1;
-        cp_async_wait<0>();  // this tile's pieces (the thread's own: its rho0 staging, read next)
-        put_state(lt, st);   // stage st was last read two steps ago, before the last barrier
-        if (lt + 1 < nlt) {
-          asm volatile("" ::: "memory");  // (the staging's reads above before its refill)
-          make_factors(lt + 1, st ^ 1);  // (fac_s[st ^ 1] was last read by put_state(lt - 1), before the last barrier)
-          fetch(lt + 1, st ^ 1);
-        }
-        __syncthreads();  // everyone's Xq tile and B stage
-        warp_mma_32x32_tile<kSwizzle, false, false, PS, VS, 64>(acc, a_p + st * kPStage, b_v + st * kVStage);
-        if constexpr (kLo)
-          warp_mma_32x32_tile<kSwizzle, false, false, PS, VS, 64>(acc, a_p + st * kPStage, b_v + (kVlo - kV) + st * kVStage);
-        __syncthreads();
-      }
+      const StateStages stages{0, kPStage, kV, kVStage, kVlo - kV, kFac};
+      state_readout_mma<kLo, kSwizzle, PS, VS>(acc, smem_raw, stages, d, Xq + (bh * d.T + t0) * d.Lp, CnI, I * C,
+                                               a32 + h * d.L, static_cast<const float*>(rho0.p) + rho0.at(b, h, 0, 0),
+                                               rho0.s[2], rho0.s[3], e0);
     }
     for_each_acc(acc, wm, wn, [&](int i, int ec, float& x) {
       const int64_t e = e0 + ec;

@@ -841,10 +841,17 @@ constexpr int quad_dv_smem() {
 // dv_accumulate_kernel's kStore adds and stores the pairs' dvp: the same bits without dvp's write
 // and read and dv_accumulate's launch (round 36: 22 µs of Nsight time a backward at BDH-base, an
 // H100, on the main stream after the join).
-template <bool kLo = false, bool kSwizzle = kQdSwizzle, typename OutT = float, bool kHeadSum = false>
+// kState (a backward with an upstream final-state gradient GR, bfloat16): after the steps, dv_j
+// gains (Kq_j ⊙ a^(T - e_J)) GR (A_end_J's share a^(T - e_J) GR read by the write keys, as the
+// forward's context reads rho0: state_readout_mma, A = Kq_J, B = a^(T - e_J) ⊙ GR); items then run
+// the chunks of a (pair, columns) together (J fastest), so that their reads of GR's tiles meet in the L2.
+template <bool kLo = false, bool kSwizzle = kQdSwizzle, typename OutT = float, bool kHeadSum = false, bool kState = false>
 __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, const bf16* Pcross, const float* P,
                                                                     const bf16* gb, float* dvp,
-                                                                    const bf16* glo = nullptr, Str4 gv = Str4{}) {
+                                                                    const bf16* glo = nullptr, Str4 gv = Str4{},
+                                                                    const bf16* Kq = nullptr, const float* a32 = nullptr,
+                                                                    Str4 gr = Str4{}) {
+  static_assert(!kState || (!kLo && !kHeadSum), "quad_dv_mma: the state's readout for bfloat16 per pair only");
   grid_dependency_wait();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   constexpr int PS = kQdPS<kSwizzle>, GS = kQdGS<kSwizzle>;
@@ -862,7 +869,8 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
   // Items in increasing column block J (nC - J steps each): the blocks dispatched first take the
   // longest, as quadratic_output_mma's (until round 25 in (bh, J, columns) order).
   for (int64_t item = blockIdx.x; item < d.nC * per_col; item += gridDim.x) {
-    const int64_t rest = item % per_col, grp = rest / net, J = item / per_col, e0 = (rest % net) * kMmaET;
+    const int64_t rest = kState ? item / d.nC : item % per_col, grp = rest / net;
+    const int64_t J = kState ? item % d.nC : item / per_col, e0 = (rest % net) * kMmaET;
     const int CnJ = static_cast<int>(d.chunk_len(J));
     float total[2][4][4] = {};  // (kHeadSum: the pairs' sum)
     for (int64_t hh = 0; hh < (kHeadSum ? d.H : 1); ++hh) {
@@ -966,6 +974,14 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
         step(s, std::integral_constant<int, 0>{});
         if (s + 1 < nsteps) step(s + 1, std::integral_constant<int, 1>{});
       }
+      if constexpr (kState) {  // (both stages free: the last step ended with a barrier)
+        const StateStages stages{0, kStageB, kG, kStageB, kGlo - kG, 2 * kStageB};
+        const int64_t b = d.b_of(bh), h = d.h_of(bh), eJ = J * d.C + CnJ;
+        state_readout_mma<false, kSwizzle, PS, GS>(acc, smem_raw, stages, d, Kq + (bh * d.T + J * d.C) * d.Lp, CnJ,
+                                                   static_cast<int>(d.T - eJ), a32 + h * d.L,
+                                                   static_cast<const float*>(gr.p) + gr.at(b, h, 0, 0), gr.s[2], gr.s[3],
+                                                   e0);
+      }
       // (pairs of columns as 8-byte stores where E is even: in round 31's profile at BDH-base the
       // scalar stores and their address arithmetic were a fifth of the kernel's samples)
       if constexpr (kHeadSum) {
@@ -997,6 +1013,202 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
         store<OutT>(const_cast<void*>(gv.p), go, x0);
         if (e + 1 < d.E) store<OutT>(const_cast<void*>(gv.p), go + gv.s[3], x1);
       });
+    }
+  }
+}
+// ---- a backward from a carried state: its share of W, U and <H, A_end> ------------------------
+// With an initial state rho0 and an upstream final-state gradient GR, chunk c (tokens s_c .. e_c -
+// 1, e_c = min((c + 1) C, T)) has H_c = (its value from 0) + a^(c C) rho0 and A_end_c = (its value
+// from 0) + a^(T - e_c) GR, so that what bwd_local reads gains, per latent l (checked in float64
+// against the recurrence by dev/cuda/state_terms.py):
+//   W_t[l] += a_l^(c C) Y_t[l],        Y_t = rho0 G_t      (rho0 [L × E] by G_t: over E)
+//   U_t[l] += a_l^(T - e_c) Z_t[l],    Z_t = GR v_t
+//   <H_c, A_end_c>[l] += x1_c + x2_c + x3_c   (HdH's slot c: bwd_local weighs slot c by f(Cn_c),
+//                                              the quadratic readback's collapsed slots alike)
+//     x1_c = a^(c C) sum_{J>c} a^((J-1-c) C) SY_J,   SY_J = sum_{k in J} Xq_k ⊙ Y_k
+//     x2_c = a^(T - e_c) sum_{J<c} a^((c-1-J) C) SZ_J,   SZ_J = sum_{j in J} Kq_j ⊙ Z_j
+//     x3_c = a^(c C + T - e_c) <rho0[l, :], GR[l, :]>
+// (Xq_k = Qp_k a^(k - s_J) and Kq_j = q_j a^(e_J - 1 - j): the operands norm_apply made.) Every
+// exponent is >= 0, so a = 0 and a = 1 are exact.
+// state_split_kernel first writes rho0 and GR as bf16 hi + lo planes [bh][Lp][Ep] (zeros in the
+// padding: W and U keep float32-level accuracy, as the chunked path's split states do) and the
+// per-latent dots <rho0, GR> in float32; either state may be absent (its planes unused).
+constexpr int kSsThreads = 256;
+__global__ void __launch_bounds__(kSsThreads) state_split_kernel(Dims d, Str4 rho0, Str4 gr, bf16* rho_hi, bf16* rho_lo,
+                                                                 bf16* gr_hi, bf16* gr_lo, float* dots) {
+  grid_dependency_wait();
+  const int lane = threadIdx.x % 32;
+  const int64_t rows = d.nbh * d.Lp;
+  for (int64_t row = (int64_t{blockIdx.x} * kSsThreads + threadIdx.x) / 32; row < rows;
+       row += int64_t{gridDim.x} * (kSsThreads / 32)) {
+    const int64_t bh = row / d.Lp, l = row % d.Lp, b = d.b_of(bh), h = d.h_of(bh);
+    float dot = 0.0f;
+    for (int64_t e = lane; e < d.Ep; e += 32) {
+      const bool in = l < d.L && e < d.E;
+      const float x = in && rho0.p != nullptr ? static_cast<const float*>(rho0.p)[rho0.at(b, h, l, e)] : 0.0f;
+      const float y = in && gr.p != nullptr ? static_cast<const float*>(gr.p)[gr.at(b, h, l, e)] : 0.0f;
+      const int64_t o = row * d.Ep + e;
+      if (rho_hi != nullptr) {
+        const bf16 hi = __float2bfloat16_rn(x);
+        rho_hi[o] = hi, rho_lo[o] = __float2bfloat16_rn(x - __bfloat162float(hi));
+      }
+      if (gr_hi != nullptr) {
+        const bf16 hi = __float2bfloat16_rn(y);
+        gr_hi[o] = hi, gr_lo[o] = __float2bfloat16_rn(y - __bfloat162float(hi));
+      }
+      dot = fmaf(x, y, dot);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    if (lane == 0 && dots != nullptr && l < d.L) dots[bh * d.L + l] = dot;
+  }
+}
+// state_readback_mma: an item per (bh, 64 latents), the chunks in turn, each contracted over E in
+// 64-column steps (two stages by cp.async: G_c's and v_c's rows [64 tokens][64], rho0's and GR's hi
+// and lo rows [64 latents][64], swizzled). Warps 0-3 make Y (A = G, B = rho0^T, hi then lo), warps
+// 4-7 Z (A = v, B = GR^T), each a 32 × 32 tile (tokens wm, latents wn). After a chunk's last step
+// they add the scaled products to W (dqp) or U (read, add, write: the item owns those elements) and
+// their columns' key-weighted sums (keys read from global memory) to SY or SZ ([chunk][half][64] in
+// shared memory, the two token halves kept apart and added in order: the same bits every run).
+// After the last chunk threads 0-63 walk the chunks once per latent (x2 ascending, x1 descending)
+// and add x1 + x2 + x3 to HdH. A state that is absent (null planes) leaves its warps idle. nC <=
+// kStateReadbackMaxChunks (the dispatch's condition).
+constexpr int kSrThreads = 256, kSrTile = 64 * 64 * 2;  // a [64][64] bf16 tile: 8 KiB
+constexpr int64_t kStateReadbackMaxChunks = 64;
+__host__ __device__ constexpr int state_readback_smem(int64_t nC) {
+  return 2 * 6 * kSrTile + static_cast<int>(2 * 2 * nC * 64 * sizeof(float));
+}
+__global__ void __launch_bounds__(kSrThreads) state_readback_mma_kernel(
+    Dims d, const bf16* gb, const bf16* vb, const bf16* Xq, const bf16* Kq, const bf16* rho_hi, const bf16* rho_lo,
+    const bf16* gr_hi, const bf16* gr_lo, const float* dots, const float* a32, float* W, float* U, float* HdH) {
+  grid_dependency_wait();
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // byte offsets: [2 stages][G, v, rho_hi, rho_lo, gr_hi, gr_lo tiles], then SY and SZ [nC][2][64] floats
+  constexpr uint32_t kStage = 6 * kSrTile;
+  float* sy = reinterpret_cast<float*>(smem_raw + 2 * kStage);
+  float* sz = sy + d.nC * 2 * 64;
+  const uint32_t s0 = smem_addr(smem_raw);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const bool zrole = warp >= 4;  // warps 4-7: Z (U), warps 0-3: Y (W)
+  const int wq = warp & 3, wm = (wq & 1) * 32, wn = (wq >> 1) * 32;
+  const bool active = zrole ? gr_hi != nullptr : rho_hi != nullptr;
+  const uint32_t a_off = (zrole ? 1 : 0) * kSrTile, b_off = (zrole ? 4 : 2) * kSrTile;
+  const uint32_t a_lane = s0 + a_off + warp_mma_lane_a_tile<true, false>(lane, wm, 64);
+  const uint32_t b_lane = s0 + b_off + warp_mma_lane_b_tile<true, true>(lane, wn, 64);
+  const int C = static_cast<int>(d.C);
+  const int64_t nlt = d.Lp / 64, items = d.nC == 0 ? 0 : d.nbh * nlt, ne = d.Ep / 64, nsteps = d.nC * ne;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t bh = item / nlt, l0 = item % nlt * 64, h = d.h_of(bh), vr = d.v_row(bh);
+    // step s = (chunk s / ne, columns 64 (s % ne)): the six tiles into stage st (tiles of an absent
+    // state not fetched; rows past the chunk's tokens zero-filled)
+    auto fetch = [&](int64_t s, int st) {
+      const int64_t c = s / ne, e0 = s % ne * 64;
+      const int Cn = static_cast<int>(d.chunk_len(c));
+      const bf16* planes[6] = {gb, vb, rho_hi, rho_lo, gr_hi, gr_lo};
+      const int64_t row0[6] = {bh * d.T + c * C, vr * d.T + c * C, bh * d.Lp + l0, bh * d.Lp + l0, bh * d.Lp + l0,
+                               bh * d.Lp + l0};
+      for (int idx = tid; idx < 6 * 64 * 8; idx += kSrThreads) {
+        const int tile = idx / 512, r = idx % 512 / 8, k = idx % 8;
+        const bool z_tile = tile == 1 || tile >= 4;
+        if (z_tile ? gr_hi == nullptr : rho_hi == nullptr) continue;
+        const bool tokens = tile < 2;
+        const int64_t row = row0[tile] + (tokens ? min(r, Cn - 1) : r);
+        cp_async16_u32(s0 + st * kStage + tile * kSrTile + tile_offset<true>(r, k, 64),
+                       planes[tile] + row * d.Ep + e0 + 8 * k, !tokens || r < Cn ? 16u : 0u);
+      }
+      cp_async_commit();
+    };
+    float acc[2][4][4] = {};
+    __syncthreads();  // the previous item's tiles and sums are consumed
+    fetch(0, 0);
+    for (int64_t s = 0; s < nsteps; ++s) {
+      const int st = static_cast<int>(s & 1);
+      if (s + 1 < nsteps) {
+        fetch(s + 1, st ^ 1);
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      if (active) {
+        const uint32_t so = st * kStage;
+        warp_mma_32x32_tile<true, false, true, 64, 64, 64>(acc, a_lane + so, b_lane + so);
+        warp_mma_32x32_tile<true, false, true, 64, 64, 64>(acc, a_lane + so, b_lane + so + kSrTile);
+      }
+      __syncthreads();
+      if (s % ne != ne - 1) continue;
+      // the chunk's last step: W or U, and the key-weighted column sums
+      const int64_t c = s / ne, t0 = c * C;
+      const int Cn = static_cast<int>(d.chunk_len(c));
+      if (active) {
+        float* out = zrole ? U : W;
+        const bf16* keys = zrole ? Kq : Xq;
+        const int n = zrole ? static_cast<int>(d.T - (t0 + Cn)) : static_cast<int>(t0);
+        const int g = lane / 4, q = lane % 4;
+        float colsum[4][2] = {};
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+          for (int c2 = 0; c2 < 2; ++c2) {
+            const int64_t l = l0 + wn + 8 * nt + 2 * q + c2;
+            const float f = l < d.L ? ipow(a32[h * d.L + l], n) : 0.0f;
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+              for (int hf = 0; hf < 2; ++hf) {
+                const int i = wm + 16 * mt + g + 8 * hf;
+                const float y = acc[mt][nt][2 * hf + c2];
+                if (i < Cn && l < d.L) {
+                  float* o = out + (bh * d.T + t0 + i) * d.L + l;
+                  *o += f * y;
+                  colsum[nt][c2] = fmaf(__bfloat162float(keys[(bh * d.T + t0 + i) * d.Lp + l]), y, colsum[nt][c2]);
+                }
+              }
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int c2 = 0; c2 < 2; ++c2) {
+            float x = colsum[nt][c2];
+            x += __shfl_xor_sync(0xffffffffu, x, 4);
+            x += __shfl_xor_sync(0xffffffffu, x, 8);
+            x += __shfl_xor_sync(0xffffffffu, x, 16);
+            if (g == 0) (zrole ? sz : sy)[(c * 2 + wm / 32) * 64 + wn + 8 * nt + 2 * q + c2] = x;
+          }
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
+    }
+    __syncthreads();  // SY and SZ complete
+    if (tid < 64 && l0 + tid < d.L) {
+      const int64_t l = l0 + tid, nC = d.nC;
+      const float a = a32[h * d.L + l], aC = ipow(a, C);
+      const bool has_y = rho_hi != nullptr, has_z = gr_hi != nullptr;
+      const float dot = has_y && has_z ? dots[bh * d.L + l] : 0.0f;
+      float* hdh = HdH + bh * nC * d.L + l;
+      // x2 (ascending: P_c = sum_{J<c} a^((c-1-J) C) SZ_J) and x3 first, then x1 (descending)
+      float p = 0.0f;
+      for (int64_t c = 0; c < nC; ++c) {
+        const int64_t ec = std::min((c + 1) * C, d.T);
+        const float up = ipow(a, static_cast<int>(d.T - ec));
+        float x = 0.0f;
+        if (has_z) x = up * p;
+        if (has_y && has_z) x = fmaf(ipow(a, static_cast<int>(c * C)) * up, dot, x);
+        hdh[c * d.L] += x;
+        if (has_z) p = fmaf(aC, p, sz[(c * 2) * 64 + tid] + sz[(c * 2 + 1) * 64 + tid]);
+      }
+      if (has_y) {
+        float r = 0.0f;  // R_c = sum_{J>c} a^((J-1-c) C) SY_J
+        for (int64_t c = nC - 1; c >= 0; --c) {
+          hdh[c * d.L] += ipow(a, static_cast<int>(c * C)) * r;
+          r = fmaf(aC, r, sy[(c * 2) * 64 + tid] + sy[(c * 2 + 1) * 64 + tid]);
+        }
+      }
     }
   }
 }
@@ -1059,7 +1271,7 @@ template <bool kLo>
 void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
                                const bf16* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
                                float* dvp, cudaStream_t stream, cudaStream_t dv_stream, bool dv_head_sum = false,
-                               cudaEvent_t keys_ready = nullptr) {
+                               cudaEvent_t keys_ready = nullptr, Str4 gr = Str4{}) {
   if (d.nbh == 0 || d.nC == 0) return;
   {
     auto cv = cross_values_mma_kernel<kLo>;
@@ -1094,11 +1306,45 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
     readback("quad_readback_mma_kernel", quad_readback_mma_kernel<kLo, RHOSCAN_QR_SWIZZLE != 0>,
              quad_readback_smem<kLo, RHOSCAN_QR_SWIZZLE != 0>(), false);
   if (dv_head_sum) return;
+  const unsigned dv_grid = grid_for(d.nbh * d.nC * (d.Ep / kMmaET));
+  if constexpr (!kLo) {
+    if (gr.p != nullptr) {  // (dv's share of GR: kState)
+      auto qd = quad_dv_mma_kernel<false, kQdSwizzle, float, false, true>;
+      constexpr int qd_smem = quad_dv_smem<false>() + state_readout_extra_smem();
+      RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));
+      launch_kernel("quad_dv_mma_kernel (from GR)", qd, dv_grid, kQdThreads, qd_smem, dv_stream, d, Pcross, P, o.gb,
+                    dvp, o.glo, Str4{}, o.Kq, a32, gr);
+      return;
+    }
+  }
+  if (gr.p != nullptr) throw Error(ErrorKind::internal, "rhoscan.backward (cuda): the quadratic dv from GR is bfloat16 only");
   auto qd = quad_dv_mma_kernel<kLo>;
   constexpr int qd_smem = quad_dv_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));
-  launch_kernel("quad_dv_mma_kernel", qd, grid_for(d.nbh * d.nC * (d.Ep / kMmaET)), kQdThreads, qd_smem, dv_stream, d,
-                Pcross, P, o.gb, dvp, o.glo, Str4{});
+  launch_kernel("quad_dv_mma_kernel", qd, dv_grid, kQdThreads, qd_smem, dv_stream, d, Pcross, P, o.gb, dvp, o.glo,
+                Str4{}, static_cast<const bf16*>(nullptr), static_cast<const float*>(nullptr), Str4{});
+}
+
+// The carried state's share of W, U and HdH (state_split, then state_readback_mma; bfloat16 only),
+// after the readback wrote them and before bwd_local reads them. rho0 and gr: either may be absent.
+// Workspace: planes, 4 d.nbh Lp Ep bf16 (the hi and lo planes of both states), and dots, d.nbh L
+// floats.
+inline void launch_state_readback(const Dims& d, const Operands16& o, const float* a32, Str4 rho0, Str4 gr,
+                                  bf16* planes, float* dots, float* W, float* U, float* HdH, cudaStream_t stream) {
+  if (d.nbh == 0 || d.nC == 0 || (rho0.p == nullptr && gr.p == nullptr)) return;
+  if (d.nC > kStateReadbackMaxChunks)
+    throw Error(ErrorKind::internal, "rhoscan.backward (cuda): state_readback_mma takes at most 64 chunks");
+  const int64_t plane = d.nbh * d.Lp * d.Ep;
+  bf16 *rho_hi = nullptr, *rho_lo = nullptr, *gr_hi = nullptr, *gr_lo = nullptr;
+  if (rho0.p != nullptr) rho_hi = planes, rho_lo = planes + plane;
+  if (gr.p != nullptr) gr_hi = planes + 2 * plane, gr_lo = planes + 3 * plane;
+  launch_kernel("state_split_kernel", state_split_kernel, grid_for(d.nbh * d.Lp, kSsThreads / 32), kSsThreads, 0,
+                stream, d, rho0, gr, rho_hi, rho_lo, gr_hi, gr_lo, dots);
+  const int smem = state_readback_smem(d.nC);
+  RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(state_readback_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          state_readback_smem(kStateReadbackMaxChunks)));
+  launch_kernel("state_readback_mma_kernel", state_readback_mma_kernel, grid_for(d.nbh * (d.Lp / 64)), kSrThreads, smem,
+                stream, d, o.gb, o.vb, o.Xq, o.Kq, rho_hi, rho_lo, gr_hi, gr_lo, dots, a32, W, U, HdH);
 }
 
 // RHOSCAN_DV_HEAD_SUM: 1 (the default since round 36's A/B on an H100: at BDH-base quad_dv_mma
@@ -1132,7 +1378,8 @@ void launch_quad_dv_head_sum(const Dims& d, const bf16* Pcross, const float* P, 
   constexpr int qd_smem = quad_dv_smem<kLo>();
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(qd, cudaFuncAttributeMaxDynamicSharedMemorySize, qd_smem));
   launch_kernel("quad_dv_mma_kernel (head sum)", qd, grid_for(d.nbh / d.H * d.nC * (d.Ep / kMmaET)), kQdThreads,
-                qd_smem, stream, d, Pcross, P, o.gb, static_cast<float*>(nullptr), o.glo, gv);
+                qd_smem, stream, d, Pcross, P, o.gb, static_cast<float*>(nullptr), o.glo, gv,
+                static_cast<const bf16*>(nullptr), static_cast<const float*>(nullptr), Str4{});
 }
 
 }  // namespace rhoscan::cuda_detail

@@ -492,6 +492,86 @@ bool cross_swizzle_case(const Problem& p, int nsplit) {
   return same_bits("Pcross", padded.first, swizzled.first) & same_bits("partials", padded.second, swizzled.second);
 }
 
+// ---- a backward from a carried state: state_split + state_readback_mma add the state's shares to
+//      W, U and HdH (random values, as the readback leaves them). rho0 and GR float32 [B][H][L][E]
+//      (rows padded past E, NaN there; sequence-first problems: rows of a [B,L,H,E] layout, so the
+//      strides are exercised); kRho / kGr: which state is given. W_t += a^(c C) rho0 G_t, U_t +=
+//      a^(T - e_c) GR v_t, HdH[c] += x1 + x2 + x3 (quadratic_backward.cuh), in float64 from the bf16
+//      G, v, Xq and Kq and the float32 states.
+template <bool kRho, bool kGr>
+bool state_readback_case(const Problem& p) {
+  const Dims& d = p.d;
+  const int64_t C = d.C, nC = d.nC, L = d.L, E = d.E, T = d.T;
+  const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1, RS = E + 3;
+  auto make_state = [&](std::vector<float>& x, Str4& xs) {
+    x.assign(Bn * d.H * L * RS, kNaN);
+    xs.p = x.data();
+    if (p.seq_first)  // [B, L, H, E + 3]
+      xs.s[0] = L * d.H * RS, xs.s[1] = RS, xs.s[2] = d.H * RS, xs.s[3] = 1;
+    else
+      xs.s[0] = d.H * L * RS, xs.s[1] = L * RS, xs.s[2] = RS, xs.s[3] = 1;
+    for (int64_t k = 0; k < int64_t(x.size()); ++k)
+      if (k % RS < E) x[k] = float(2 * U01() - 1);
+  };
+  std::vector<float> rho0, gr;
+  Str4 rs, gs;
+  if (kRho) make_state(rho0, rs);
+  if (kGr) make_state(gr, gs);
+  std::vector<float> W(d.nbh * T * L), U(W.size()), HdH(d.nbh * nC * L);
+  for (auto* v : {&W, &U, &HdH})
+    for (auto& x : *v) x = float(2 * U01() - 1);
+  const std::vector<float> W0 = W, U0 = U, H0 = HdH;
+  const int64_t plane = d.nbh * d.Lp * d.Ep;
+  auto planes = nans<bf16>(4 * plane);
+  auto dots = nans<float>(d.nbh * L);
+  bf16* base = planes.data();
+  bf16 *rho_hi = kRho ? base : nullptr, *rho_lo = kRho ? base + plane : nullptr;
+  bf16 *gr_hi = kGr ? base + 2 * plane : nullptr, *gr_lo = kGr ? base + 3 * plane : nullptr;
+  emu::launch(small_grid(d.nbh * d.Lp / 8), kSsThreads, 0, [&] {
+    state_split_kernel(d, kRho ? rs : Str4{}, kGr ? gs : Str4{}, rho_hi, rho_lo, gr_hi, gr_lo, dots.data());
+  });
+  emu::launch(small_grid(d.nbh * (d.Lp / 64)), kSrThreads, state_readback_smem(nC), [&] {
+    state_readback_mma_kernel(d, p.gb.data(), p.vb.data(), p.Xq.data(), p.Kq.data(), rho_hi, rho_lo, gr_hi, gr_lo,
+                              dots.data(), p.a32.data(), W.data(), U.data(), HdH.data());
+  });
+  std::vector<Acc> rW(W.size()), rU(U.size()), rH(HdH.size());
+  for (int64_t bh = 0; bh < d.nbh; ++bh) {
+    const int64_t b = p.b_of(bh), h = p.h_of(bh);
+    for (int64_t l = 0; l < L; ++l) {
+      std::vector<Acc> Y(T), Z(T);
+      Acc dot;
+      for (int64_t e = 0; e < E; ++e) {
+        const double r = kRho ? rho0[rs.at(b, h, l, e)] : 0.0, g = kGr ? gr[gs.at(b, h, l, e)] : 0.0;
+        dot += r * g;
+        for (int64_t t = 0; t < T; ++t) {
+          Y[t] += r * to_float(p.gb[(bh * T + t) * d.Ep + e]);
+          Z[t] += g * to_float(p.vb[p.vo(bh, t, e)]);
+        }
+      }
+      auto plus = [](Acc a, Acc b) { return Acc{a.x + b.x, a.m + b.m}; };
+      std::vector<Acc> SY(nC), SZ(nC);
+      for (int64_t c = 0; c < nC; ++c) {
+        const int64_t s0 = c * C, ec = s0 + p.chunk_len(c);
+        for (int64_t t = s0; t < ec; ++t) {
+          const int64_t o = (bh * T + t) * L + l;
+          rW[o] = plus(exact({double(W0[o])})[0], Y[t].scaled(p.apow(h, l, s0)));
+          rU[o] = plus(exact({double(U0[o])})[0], Z[t].scaled(p.apow(h, l, T - ec)));
+          SY[c] = plus(SY[c], Y[t].scaled(to_float(p.Xq[(bh * T + t) * d.Lp + l])));
+          SZ[c] = plus(SZ[c], Z[t].scaled(to_float(p.Kq[(bh * T + t) * d.Lp + l])));
+        }
+      }
+      for (int64_t c = 0; c < nC; ++c) {
+        const int64_t s0 = c * C, ec = s0 + p.chunk_len(c), o = (bh * nC + c) * L + l;
+        Acc x = plus(exact({double(H0[o])})[0], dot.scaled(p.apow(h, l, s0 + T - ec)));
+        for (int64_t J = c + 1; J < nC; ++J) x = plus(x, SY[J].scaled(p.apow(h, l, (J - 1) * C)));
+        for (int64_t J = 0; J < c; ++J) x = plus(x, SZ[J].scaled(p.apow(h, l, T - ec + (c - 1 - J) * C)));
+        rH[o] = x;
+      }
+    }
+  }
+  return check("W", doubles(W), rW, 1e-4) & check("U", doubles(U), rU, 1e-4) & check("HdH", doubles(HdH), rH, 1e-4);
+}
+
 // ---- quadratic output: c_i = sum_{J < I} Pcross_IJ[i'][:] V_J + sum_{j' < i'} P_II[i'][j'] v_j, the
 //      context in the layout of v (bf16). P's split 0 holds the diagonal blocks (the upper triangle
 //      and the other splits NaN); Pcross's blocks J >= I and its rows past the last chunk's length
@@ -1396,10 +1476,24 @@ bool quad_readback_slots_case(const Problem& p) {
 
 // quad_dv: dv_J = sum_{I>J} Pcross_IJ^T G_I + sum_{k>j} P[k][j] G_k. Pcross's blocks J >= I, and
 // its rows past Cn_I, are NaN (must not be read), as are P's upper triangle and splits past 0.
-template <bool kLo = false>
+// kState: from an upstream final-state gradient GR (float32 [B][H][L][E], rows padded to a
+// multiple of 4 past E, NaN there), dv_j also gains sum_l Kq_j[l] a_l^(T - e_J) GR[l][e] (the kernel
+// rounds a^(T - e_J) GR to bf16).
+template <bool kLo = false, bool kState = false>
 bool quad_dv_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t C = d.C, nC = d.nC, E = d.E, items = d.nbh * nC * (d.Ep / kMmaET);
+  const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1, RS = (d.E + 3) / 4 * 4 + 4;  // GR's batch rows, row stride
+  std::vector<float> gr(kState ? Bn * d.H * d.L * RS : 0, kNaN);
+  Str4 grs;
+  grs.p = gr.data();
+  grs.s[0] = d.H * d.L * RS, grs.s[1] = d.L * RS, grs.s[2] = RS, grs.s[3] = 1;
+  for (int64_t x = 0; x < int64_t(gr.size()); ++x)
+    if (x % RS < d.E) gr[x] = float(2 * U01() - 1);
+  const bf16* Kq = kState ? p.Kq.data() : nullptr;
+  const float* a32 = kState ? p.a32.data() : nullptr;
+  const Str4 g0 = kState ? grs : Str4{};
+  const int smem = quad_dv_smem<kLo>() + (kState ? state_readout_extra_smem() : 0);
   auto Pc = nans<bf16>(d.nbh * nC * nC * C * C);  // (bf16: cross_scores' output)
   std::vector<float> P(d.nbh * nC * d.nsplit * C * C, kNaN);
   for (int64_t bh = 0; bh < d.nbh; ++bh)
@@ -1412,14 +1506,15 @@ bool quad_dv_case(const Problem& p) {
         for (int64_t j = 0; j < i; ++j) P[((bh * nC + I) * d.nsplit * C + i) * C + j] = float(U01());
     }
   auto dv = nans<float>(d.nbh * d.T * E);
-  emu::launch(small_grid(items), kQdThreads, quad_dv_smem<kLo>(), [&] {
-    quad_dv_mma_kernel<kLo>(d, Pc.data(), P.data(), p.gb.data(), dv.data(), kLo ? p.glo.data() : nullptr);
+  emu::launch(small_grid(items), kQdThreads, smem, [&] {
+    quad_dv_mma_kernel<kLo, kQdSwizzle, float, false, kState>(d, Pc.data(), P.data(), p.gb.data(), dv.data(),
+                                                              kLo ? p.glo.data() : nullptr, Str4{}, Kq, a32, g0);
   });
   // the other tile layout (padded or swizzled: RHOSCAN_QD_SWIZZLE), bit for bit, on 3 blocks
   auto dv_other = nans<float>(dv.size());
-  emu::launch(3, kQdThreads, quad_dv_smem<kLo>(), [&] {
-    quad_dv_mma_kernel<kLo, !kQdSwizzle>(d, Pc.data(), P.data(), p.gb.data(), dv_other.data(),
-                                         kLo ? p.glo.data() : nullptr);
+  emu::launch(3, kQdThreads, smem, [&] {
+    quad_dv_mma_kernel<kLo, !kQdSwizzle, float, false, kState>(d, Pc.data(), P.data(), p.gb.data(), dv_other.data(),
+                                                               kLo ? p.glo.data() : nullptr, Str4{}, Kq, a32, g0);
   });
   const bool same = same_bits("dv", dv, dv_other);
   std::vector<Acc> ref(dv.size());
@@ -1435,12 +1530,18 @@ bool quad_dv_case(const Problem& p) {
             for (int64_t i = 0; i < p.chunk_len(I); ++i)
               x += double(to_float(Pc[(((bh * nC + I) * nC + J) * C + i) * C + j])) *
                    val(p.gb, p.glo, kLo, (bh * d.T + I * C + i) * d.Ep + e);
+          if constexpr (kState) {
+            const int64_t b = p.b_of(bh), h = p.h_of(bh), eJ = J * C + p.chunk_len(J);
+            for (int64_t l = 0; l < d.L; ++l)
+              x += double(to_float(p.Kq[(bh * d.T + J * C + j) * d.Lp + l])) * p.apow(h, l, d.T - eJ) *
+                   gr[grs.at(b, h, l, e)];
+          }
           ref[(bh * d.T + J * C + j) * E + e] = x;
         }
   // kHeadSum (bf16, whole batch rows from pair 0): grad_v of each batch row, bit for bit the pairs' dv
   // added in increasing h from 0.0f and rounded to bf16 (dv_accumulate_kernel's kStore), on 3 blocks
   bool head_sum = true;
-  if constexpr (!kLo) {
+  if constexpr (!kLo && !kState) {
     if (d.bh0 == 0 && d.nbh % d.H == 0 && d.Ep % kMmaET == 0) {
       const int64_t B = d.nbh / d.H;
       auto gv = nans<bf16>(B * d.T * E);
@@ -1797,6 +1898,10 @@ int main(int argc, char** argv) {
       {"quad_readback_mma slot by slot", quad_readback_slots_case<false>, false, true},
       {"quad_readback_mma, swizzled tiles", quad_readback_swizzle_case<false>, true, true},
       {"quad_dv_mma", quad_dv_case<false>, true, true},
+      {"quad_dv_mma from grad_rho_out", quad_dv_case<false, true>, true, true},
+      {"state_readback_mma, rho0 and grad_rho_out", state_readback_case<true, true>, true, true},
+      {"state_readback_mma, rho0 alone", state_readback_case<true, false>, false, true},
+      {"state_readback_mma, grad_rho_out alone", state_readback_case<false, true>, false, true},
       // the quadratic backward, float16 (split values and keys)
       {"cross_values_mma, split values", cross_values_case<true>, false, true},
       {"quad_readback_mma slot by slot, split keys", quad_readback_slots_case<true>, false, true},
