@@ -354,7 +354,8 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
 // rho and/or grad_rho_out, bfloat16: state_readback_mma adds the state's shares of W, U and <H,
 // A_end>, quad_dv_mma's kState dv's share of GR, and dR_0 starts from a^T GR): against the float64
 // reference and the chunked path, bitwise deterministic, unchanged with side streams off and under
-// a workspace cap that batches the pairs (the state planes per batch; small shapes). Shapes: both states, rho0
+// a workspace cap that batches the pairs (the state planes per batch; small shapes), and after a
+// forward (either path) whose saved buffer it reads. Shapes: both states, rho0
 // alone, GR alone; a tail chunk, chunk 32, decay 0 and 1, zero q rows, Hv = H, [B,T,H,x], T = 1.
 // float16 is not taken (the chunked path runs, so the forced run is the chunked one's bits).
 TEST_F(Cuda, QuadraticBackwardFromACarriedState) {
@@ -400,6 +401,18 @@ TEST_F(Cuda, QuadraticBackwardFromACarriedState) {
     expect_same_gradients(quad, one);
     expect_same_gradients(quad, capped);
     if (c.s.dtype == DType::float16) expect_same_gradients(quad, chunked);  // (not taken: the chunked path's bits)
+    // after a forward on either path that fills the saved buffer (s, N, P; Pcross and the keys where
+    // the quadratic forward saved them), read by the backward
+    for (const char* forward_path : {"chunked", "quadratic"}) {
+      SCOPED_TRACE(std::string("saved by the ") + forward_path + " forward");
+      ScopedEnv fp("RHOSCAN_CUDA_FORWARD_PATH", forward_path), bp("RHOSCAN_CUDA_BACKWARD_PATH", "quadratic");
+      const ProblemSpec& s = c.s;
+      Problem p(s);
+      HostTensor saved(DType::float32, {saved_numel(s.B, s.H, s.T, s.L, s.dtype, s.initial_rho, c.chunk, true)});
+      MirroredProblem m(p, Device::cuda);
+      forward_backward_saved(m, saved, cuda(c.chunk));
+      expect_gradients_near(p, ref, s.dtype, "quadratic from the state, saved buffer");
+    }
   }
 }
 

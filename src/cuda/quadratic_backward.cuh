@@ -1067,54 +1067,62 @@ __global__ void __launch_bounds__(kSsThreads) state_split_kernel(Dims d, Str4 rh
 // 64-column steps (two stages by cp.async: G_c's and v_c's rows [64 tokens][64], rho0's and GR's hi
 // and lo rows [64 latents][64], swizzled). Warps 0-3 make Y (A = G, B = rho0^T, hi then lo), warps
 // 4-7 Z (A = v, B = GR^T), each a 32 × 32 tile (tokens wm, latents wn). After a chunk's last step
-// they add the scaled products to W (dqp) or U (read, add, write: the item owns those elements) and
-// their columns' key-weighted sums (keys read from global memory) to SY or SZ ([chunk][half][64] in
-// shared memory, the two token halves kept apart and added in order: the same bits every run).
-// After the last chunk threads 0-63 walk the chunks once per latent (x2 ascending, x1 descending)
-// and add x1 + x2 + x3 to HdH. A state that is absent (null planes) leaves its warps idle. nC <=
-// kStateReadbackMaxChunks (the dispatch's condition).
+// (its stage is free until the step after next refills it) the products go through shared memory
+// ([64][72] floats a role, with the factors a^(c C) and a^(T - e_c) of the 64 latents), so that
+// every thread then reads, adds to and writes back whole 16-byte pieces of W (dqp) and U rows (the
+// item owns them), their loads and the keys' issued together; each thread's key-weighted column
+// sums over its 4 rows go to [16][64] partials, summed in order by a thread per latent into SY or
+// SZ ([chunk][64] in shared memory: the same bits every run). (A first version added each
+// accumulator to W and U where it lay, 4-byte accesses one after another: 5.5 ms a launch at BDH-8k
+// on an H100, 2.6 G warp instructions over two.) After the last chunk threads 0-63 walk the chunks
+// once per latent (x2 ascending, x1 descending) and add x1 + x2 + x3 to HdH. A state that is absent
+// (null planes) leaves its warps idle. nC <= kStateReadbackMaxChunks (the dispatch's condition).
 constexpr int kSrThreads = 256, kSrTile = 64 * 64 * 2;  // a [64][64] bf16 tile: 8 KiB
+constexpr int kSrOS = 72;                               // the products' row stride in shared memory (floats)
 constexpr int64_t kStateReadbackMaxChunks = 64;
 __host__ __device__ constexpr int state_readback_smem(int64_t nC) {
-  return 2 * 6 * kSrTile + static_cast<int>(2 * 2 * nC * 64 * sizeof(float));
+  return 2 * 6 * kSrTile + static_cast<int>(2 * nC * 64 * sizeof(float));
 }
+static_assert((2 * 64 * kSrOS + 2 * 16 * 64 + 2 * 64) * 4 <= 6 * kSrTile, "state_readback_mma: the epilogue in a stage");
 __global__ void __launch_bounds__(kSrThreads) state_readback_mma_kernel(
     Dims d, const bf16* gb, const bf16* vb, const bf16* Xq, const bf16* Kq, const bf16* rho_hi, const bf16* rho_lo,
     const bf16* gr_hi, const bf16* gr_lo, const float* dots, const float* a32, float* W, float* U, float* HdH) {
   grid_dependency_wait();
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  // byte offsets: [2 stages][G, v, rho_hi, rho_lo, gr_hi, gr_lo tiles], then SY and SZ [nC][2][64] floats
+  // byte offsets: [2 stages][G, v, rho_hi, rho_lo, gr_hi, gr_lo tiles], then SY and SZ [nC][64] floats
   constexpr uint32_t kStage = 6 * kSrTile;
   float* sy = reinterpret_cast<float*>(smem_raw + 2 * kStage);
-  float* sz = sy + d.nC * 2 * 64;
+  float* sz = sy + d.nC * 64;
   const uint32_t s0 = smem_addr(smem_raw);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const bool has_y = rho_hi != nullptr, has_z = gr_hi != nullptr;
   const bool zrole = warp >= 4;  // warps 4-7: Z (U), warps 0-3: Y (W)
   const int wq = warp & 3, wm = (wq & 1) * 32, wn = (wq >> 1) * 32;
-  const bool active = zrole ? gr_hi != nullptr : rho_hi != nullptr;
+  const bool active = zrole ? has_z : has_y;
   const uint32_t a_off = (zrole ? 1 : 0) * kSrTile, b_off = (zrole ? 4 : 2) * kSrTile;
   const uint32_t a_lane = s0 + a_off + warp_mma_lane_a_tile<true, false>(lane, wm, 64);
   const uint32_t b_lane = s0 + b_off + warp_mma_lane_b_tile<true, true>(lane, wn, 64);
   const int C = static_cast<int>(d.C);
   const int64_t nlt = d.Lp / 64, items = d.nC == 0 ? 0 : d.nbh * nlt, ne = d.Ep / 64, nsteps = d.nC * ne;
+  // the epilogue's rows idx / 16 + 16 k and columns 4 (idx % 16) .. + 3 (idx = tid)
+  const int er = tid / 16, ec = 4 * (tid % 16);
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t bh = item / nlt, l0 = item % nlt * 64, h = d.h_of(bh), vr = d.v_row(bh);
-    // step s = (chunk s / ne, columns 64 (s % ne)): the six tiles into stage st (tiles of an absent
-    // state not fetched; rows past the chunk's tokens zero-filled)
+    // step s = (chunk s / ne, columns 64 (s % ne)): the six tiles into stage st, two 16-byte pieces a
+    // thread and tile (rows tid / 8 and + 32, piece tid % 8; tiles of an absent state not fetched;
+    // rows past the chunk's tokens zero-filled)
     auto fetch = [&](int64_t s, int st) {
       const int64_t c = s / ne, e0 = s % ne * 64;
       const int Cn = static_cast<int>(d.chunk_len(c));
-      const bf16* planes[6] = {gb, vb, rho_hi, rho_lo, gr_hi, gr_lo};
-      const int64_t row0[6] = {bh * d.T + c * C, vr * d.T + c * C, bh * d.Lp + l0, bh * d.Lp + l0, bh * d.Lp + l0,
-                               bh * d.Lp + l0};
-      for (int idx = tid; idx < 6 * 64 * 8; idx += kSrThreads) {
-        const int tile = idx / 512, r = idx % 512 / 8, k = idx % 8;
-        const bool z_tile = tile == 1 || tile >= 4;
-        if (z_tile ? gr_hi == nullptr : rho_hi == nullptr) continue;
+#pragma unroll
+      for (int j = 0; j < 12; ++j) {
+        const int tile = j / 2, r = tid / 8 + 32 * (j % 2), k = tid % 8;
+        if ((tile == 1 || tile >= 4) ? !has_z : !has_y) continue;
+        const bf16* plane = tile == 0 ? gb : tile == 1 ? vb : tile == 2 ? rho_hi : tile == 3 ? rho_lo : tile == 4 ? gr_hi : gr_lo;
         const bool tokens = tile < 2;
-        const int64_t row = row0[tile] + (tokens ? min(r, Cn - 1) : r);
-        cp_async16_u32(s0 + st * kStage + tile * kSrTile + tile_offset<true>(r, k, 64),
-                       planes[tile] + row * d.Ep + e0 + 8 * k, !tokens || r < Cn ? 16u : 0u);
+        const int64_t row = tokens ? (tile == 0 ? bh : vr) * d.T + c * C + min(r, Cn - 1) : bh * d.Lp + l0 + r;
+        cp_async16_u32(s0 + st * kStage + tile * kSrTile + tile_offset<true>(r, k, 64), plane + row * d.Ep + e0 + 8 * k,
+                       !tokens || r < Cn ? 16u : 0u);
       }
       cp_async_commit();
     };
@@ -1137,45 +1145,22 @@ __global__ void __launch_bounds__(kSrThreads) state_readback_mma_kernel(
       }
       __syncthreads();
       if (s % ne != ne - 1) continue;
-      // the chunk's last step: W or U, and the key-weighted column sums
+      // the chunk's last step: its products and factors into stage st (free until fetch(s + 2))
       const int64_t c = s / ne, t0 = c * C;
       const int Cn = static_cast<int>(d.chunk_len(c));
+      float* prod = reinterpret_cast<float*>(smem_raw + st * kStage);  // [2 roles][64 tokens][kSrOS]
+      float* part = prod + 2 * 64 * kSrOS;                             // [2 roles][16][64]
+      float* fac = part + 2 * 16 * 64;                                 // [2 roles][64]
       if (active) {
-        float* out = zrole ? U : W;
-        const bf16* keys = zrole ? Kq : Xq;
-        const int n = zrole ? static_cast<int>(d.T - (t0 + Cn)) : static_cast<int>(t0);
-        const int g = lane / 4, q = lane % 4;
-        float colsum[4][2] = {};
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-          for (int c2 = 0; c2 < 2; ++c2) {
-            const int64_t l = l0 + wn + 8 * nt + 2 * q + c2;
-            const float f = l < d.L ? ipow(a32[h * d.L + l], n) : 0.0f;
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-              for (int hf = 0; hf < 2; ++hf) {
-                const int i = wm + 16 * mt + g + 8 * hf;
-                const float y = acc[mt][nt][2 * hf + c2];
-                if (i < Cn && l < d.L) {
-                  float* o = out + (bh * d.T + t0 + i) * d.L + l;
-                  *o += f * y;
-                  colsum[nt][c2] = fmaf(__bfloat162float(keys[(bh * d.T + t0 + i) * d.Lp + l]), y, colsum[nt][c2]);
-                }
-              }
-          }
-        }
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-          for (int c2 = 0; c2 < 2; ++c2) {
-            float x = colsum[nt][c2];
-            x += __shfl_xor_sync(0xffffffffu, x, 4);
-            x += __shfl_xor_sync(0xffffffffu, x, 8);
-            x += __shfl_xor_sync(0xffffffffu, x, 16);
-            if (g == 0) (zrole ? sz : sy)[(c * 2 + wm / 32) * 64 + wn + 8 * nt + 2 * q + c2] = x;
-          }
+        float* o = prod + (zrole ? 64 * kSrOS : 0);
+        for_each_acc_pair(acc, wm, wn, [&](int i, int l, float x0, float x1) {
+          *reinterpret_cast<float2*>(o + i * kSrOS + l) = make_float2(x0, x1);
+        });
+      }
+      if (tid < 128) {
+        const int64_t l = l0 + tid % 64;
+        const int n = tid < 64 ? static_cast<int>(t0) : static_cast<int>(d.T - (t0 + Cn));
+        fac[tid] = l < d.L ? ipow(a32[h * d.L + l], n) : 0.0f;
       }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -1183,30 +1168,85 @@ __global__ void __launch_bounds__(kSrThreads) state_readback_mma_kernel(
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
           for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
+      __syncthreads();
+      // W and U rows: loads (and the keys') first, then the adds and stores
+      const bool vec = d.L % 4 == 0 && l0 + ec + 4 <= d.L;  // (16-byte pieces wholly inside L)
+#pragma unroll
+      for (int role = 0; role < 2; ++role) {
+        if (role == 0 ? !has_y : !has_z) continue;
+        float* out = role == 0 ? W : U;
+        const bf16* keys = role == 0 ? Xq : Kq;
+        float4 w[4];
+        uint2 kk[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int i = er + 16 * k;
+          const int64_t t = t0 + (i < Cn ? i : 0);
+          const float* src = out + (bh * d.T + t) * d.L + l0 + ec;
+          if (vec)
+            w[k] = i < Cn ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+          else
+            w[k] = make_float4(i < Cn && l0 + ec < d.L ? src[0] : 0.f, i < Cn && l0 + ec + 1 < d.L ? src[1] : 0.f,
+                               i < Cn && l0 + ec + 2 < d.L ? src[2] : 0.f, i < Cn && l0 + ec + 3 < d.L ? src[3] : 0.f);
+          kk[k] = i < Cn ? *reinterpret_cast<const uint2*>(keys + (bh * d.T + t) * d.Lp + l0 + ec) : make_uint2(0u, 0u);
+        }
+        const float* pr = prod + role * 64 * kSrOS;
+        const float* f = fac + role * 64 + ec;
+        float colsum[4] = {};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int i = er + 16 * k;
+          const float4 y = *reinterpret_cast<const float4*>(pr + i * kSrOS + ec);
+          __nv_bfloat162 k01, k23;
+          memcpy(&k01, &kk[k].x, sizeof k01);
+          memcpy(&k23, &kk[k].y, sizeof k23);
+          colsum[0] = fmaf(__low2float(k01), y.x, colsum[0]), colsum[1] = fmaf(__high2float(k01), y.y, colsum[1]);
+          colsum[2] = fmaf(__low2float(k23), y.z, colsum[2]), colsum[3] = fmaf(__high2float(k23), y.w, colsum[3]);
+          if (i >= Cn) continue;
+          const float4 r = make_float4(fmaf(f[0], y.x, w[k].x), fmaf(f[1], y.y, w[k].y), fmaf(f[2], y.z, w[k].z),
+                                       fmaf(f[3], y.w, w[k].w));
+          float* dst = out + (bh * d.T + t0 + i) * d.L + l0 + ec;
+          if (vec) {
+            *reinterpret_cast<float4*>(dst) = r;
+          } else {
+            if (l0 + ec < d.L) dst[0] = r.x;
+            if (l0 + ec + 1 < d.L) dst[1] = r.y;
+            if (l0 + ec + 2 < d.L) dst[2] = r.z;
+            if (l0 + ec + 3 < d.L) dst[3] = r.w;
+          }
+        }
+        *reinterpret_cast<float4*>(part + (role * 16 + er) * 64 + ec) = make_float4(colsum[0], colsum[1], colsum[2], colsum[3]);
+      }
+      __syncthreads();
+      if (tid < 128 && (tid < 64 ? has_y : has_z)) {  // the 16 partials of a latent, in order
+        const int role = tid / 64, l = tid % 64;
+        float x = 0.0f;
+        for (int g = 0; g < 16; ++g) x += part[(role * 16 + g) * 64 + l];
+        (role == 0 ? sy : sz)[c * 64 + l] = x;
+      }
+      __syncthreads();  // (stage st's next fill comes after this)
     }
-    __syncthreads();  // SY and SZ complete
-    if (tid < 64 && l0 + tid < d.L) {
+    if (tid < 64 && l0 + tid < d.L) {  // (SY and SZ complete: the last chunk's barrier)
       const int64_t l = l0 + tid, nC = d.nC;
       const float a = a32[h * d.L + l], aC = ipow(a, C);
-      const bool has_y = rho_hi != nullptr, has_z = gr_hi != nullptr;
       const float dot = has_y && has_z ? dots[bh * d.L + l] : 0.0f;
       float* hdh = HdH + bh * nC * d.L + l;
       // x2 (ascending: P_c = sum_{J<c} a^((c-1-J) C) SZ_J) and x3 first, then x1 (descending)
       float p = 0.0f;
       for (int64_t c = 0; c < nC; ++c) {
-        const int64_t ec = std::min((c + 1) * C, d.T);
-        const float up = ipow(a, static_cast<int>(d.T - ec));
+        const int64_t ec_ = std::min((c + 1) * C, d.T);
+        const float up = ipow(a, static_cast<int>(d.T - ec_));
         float x = 0.0f;
         if (has_z) x = up * p;
         if (has_y && has_z) x = fmaf(ipow(a, static_cast<int>(c * C)) * up, dot, x);
         hdh[c * d.L] += x;
-        if (has_z) p = fmaf(aC, p, sz[(c * 2) * 64 + tid] + sz[(c * 2 + 1) * 64 + tid]);
+        if (has_z) p = fmaf(aC, p, sz[c * 64 + tid]);
       }
       if (has_y) {
         float r = 0.0f;  // R_c = sum_{J>c} a^((J-1-c) C) SY_J
         for (int64_t c = nC - 1; c >= 0; --c) {
           hdh[c * d.L] += ipow(a, static_cast<int>(c * C)) * r;
-          r = fmaf(aC, r, sy[(c * 2) * 64 + tid] + sy[(c * 2 + 1) * 64 + tid]);
+          r = fmaf(aC, r, sy[c * 64 + tid]);
         }
       }
     }
