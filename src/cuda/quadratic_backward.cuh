@@ -1034,29 +1034,56 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 // padding: W and U keep float32-level accuracy, as the chunked path's split states do) and the
 // per-latent dots <rho0, GR> in float32; either state may be absent (its planes unused).
 constexpr int kSsThreads = 256;
+// (16-byte pieces where both states' rows are contiguous and 16-byte aligned and E % 4 == 0: a
+// lane's 4 columns a step; else a column a lane)
+__device__ __forceinline__ bool state_rows_aligned(const Str4& x) {
+  return x.p == nullptr || (x.s[3] == 1 && x.s[2] % 4 == 0 && x.s[1] % 4 == 0 && x.s[0] % 4 == 0 &&
+                            reinterpret_cast<uintptr_t>(x.p) % 16 == 0);
+}
 __global__ void __launch_bounds__(kSsThreads) state_split_kernel(Dims d, Str4 rho0, Str4 gr, bf16* rho_hi, bf16* rho_lo,
                                                                  bf16* gr_hi, bf16* gr_lo, float* dots) {
   grid_dependency_wait();
   const int lane = threadIdx.x % 32;
   const int64_t rows = d.nbh * d.Lp;
+  const int V = d.E % 4 == 0 && state_rows_aligned(rho0) && state_rows_aligned(gr) ? 4 : 1;
   for (int64_t row = (int64_t{blockIdx.x} * kSsThreads + threadIdx.x) / 32; row < rows;
        row += int64_t{gridDim.x} * (kSsThreads / 32)) {
     const int64_t bh = row / d.Lp, l = row % d.Lp, b = d.b_of(bh), h = d.h_of(bh);
     float dot = 0.0f;
-    for (int64_t e = lane; e < d.Ep; e += 32) {
-      const bool in = l < d.L && e < d.E;
-      const float x = in && rho0.p != nullptr ? static_cast<const float*>(rho0.p)[rho0.at(b, h, l, e)] : 0.0f;
-      const float y = in && gr.p != nullptr ? static_cast<const float*>(gr.p)[gr.at(b, h, l, e)] : 0.0f;
-      const int64_t o = row * d.Ep + e;
-      if (rho_hi != nullptr) {
-        const bf16 hi = __float2bfloat16_rn(x);
-        rho_hi[o] = hi, rho_lo[o] = __float2bfloat16_rn(x - __bfloat162float(hi));
+    for (int64_t e = V * lane; e < d.Ep; e += 32 * V) {
+      float x[4] = {}, y[4] = {};
+      if (l < d.L && e < d.E) {  // (V = 4: E % 4 == 0, so e + 3 < E too)
+        if (V == 4) {
+          auto load4 = [&](const Str4& z, float (&out)[4]) {
+            const float4 u = *reinterpret_cast<const float4*>(static_cast<const float*>(z.p) + z.at(b, h, l, e));
+            out[0] = u.x, out[1] = u.y, out[2] = u.z, out[3] = u.w;
+          };
+          if (rho0.p != nullptr) load4(rho0, x);
+          if (gr.p != nullptr) load4(gr, y);
+        } else {
+          if (rho0.p != nullptr) x[0] = static_cast<const float*>(rho0.p)[rho0.at(b, h, l, e)];
+          if (gr.p != nullptr) y[0] = static_cast<const float*>(gr.p)[gr.at(b, h, l, e)];
+        }
       }
-      if (gr_hi != nullptr) {
-        const bf16 hi = __float2bfloat16_rn(y);
-        gr_hi[o] = hi, gr_lo[o] = __float2bfloat16_rn(y - __bfloat162float(hi));
-      }
-      dot = fmaf(x, y, dot);
+      auto split = [&](const float (&z)[4], bf16* hi, bf16* lo) {
+        bf16 zh[4], zl[4];
+        for (int k = 0; k < V; ++k) {
+          zh[k] = __float2bfloat16_rn(z[k]);
+          zl[k] = __float2bfloat16_rn(z[k] - __bfloat162float(zh[k]));
+        }
+        const int64_t o = row * d.Ep + e;
+        if (V == 4) {  // (o % 4 == 0: 8-byte aligned)
+          uint2 wh, wl;
+          memcpy(&wh, zh, sizeof wh);
+          memcpy(&wl, zl, sizeof wl);
+          *reinterpret_cast<uint2*>(hi + o) = wh, *reinterpret_cast<uint2*>(lo + o) = wl;
+        } else {
+          hi[o] = zh[0], lo[o] = zl[0];
+        }
+      };
+      if (rho_hi != nullptr) split(x, rho_hi, rho_lo);
+      if (gr_hi != nullptr) split(y, gr_hi, gr_lo);
+      for (int k = 0; k < V; ++k) dot = fmaf(x[k], y[k], dot);
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);

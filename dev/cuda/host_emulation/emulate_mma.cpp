@@ -502,7 +502,9 @@ template <bool kRho, bool kGr>
 bool state_readback_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t C = d.C, nC = d.nC, L = d.L, E = d.E, T = d.T;
-  const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1, RS = E + 3;
+  // (rows of E + 3: state_split's column a lane; both states given and E % 4 == 0: rows of a multiple
+  // of 4, its 16-byte pieces)
+  const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1, RS = kRho && kGr && E % 4 == 0 ? (E + 3) / 4 * 4 + 4 : E + 3;
   auto make_state = [&](std::vector<float>& x, Str4& xs) {
     x.assign(Bn * d.H * L * RS, kNaN);
     xs.p = x.data();
