@@ -851,8 +851,8 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
                                                                     const bf16* glo = nullptr, Str4 gv = Str4{},
                                                                     const bf16* Kq = nullptr, const float* a32 = nullptr,
                                                                     Str4 gr = Str4{}) {
-  static_assert(!kState || (!kLo && !kHeadSum), "quad_dv_mma: the state's readout for bfloat16 per pair only");
   grid_dependency_wait();
+  static_assert(!kState || (!kLo && !kHeadSum), "quad_dv_mma: the state's readout for bfloat16 per pair only");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   constexpr int PS = kQdPS<kSwizzle>, GS = kQdGS<kSwizzle>;
   // byte offsets: [2 stages][P tile [64][PS], G tile [64][GS], if kLo G_lo [64][GS]]
