@@ -356,7 +356,8 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
 // reference and the chunked path, bitwise deterministic, unchanged with side streams off and under
 // a workspace cap that batches the pairs (the state planes per batch; small shapes), and after a
 // forward (either path) whose saved buffer it reads. Shapes: both states, rho0
-// alone, GR alone; a tail chunk, chunk 32, decay 0 and 1, zero q rows, Hv = H, [B,T,H,x], T = 1.
+// alone, GR alone; a tail chunk, chunk 32, decay 0 and 1, zero q rows, Hv = H, [B,T,H,x], T = 1,
+// E = 300 (state_readback_mma's two column slabs).
 // float16 is not taken (the chunked path runs, so the forced run is the chunked one's bits).
 TEST_F(Cuda, QuadraticBackwardFromACarriedState) {
   std::vector<QuadraticCase> cases;
@@ -374,6 +375,7 @@ TEST_F(Cuda, QuadraticBackwardFromACarriedState) {
   add(spec(1, 2, 1, 130, 80, 72, DType::bfloat16), 0, true, false, [](ProblemSpec& s) { s.bthl_layout = true; });
   add(spec(1, 2, 2, 150, 70, 130, DType::bfloat16), 0, false, true, [](ProblemSpec&) {});
   add(spec(2, 2, 1, 1, 70, 20, DType::bfloat16), 0, true, true, [](ProblemSpec&) {});
+  add(spec(1, 2, 1, 130, 80, 300, DType::bfloat16), 0, true, true, [](ProblemSpec&) {});  // E past 256: two slabs
   add(spec(1, 2, 1, 130, 80, 40, DType::float16), 0, true, true, [](ProblemSpec& s) { s.q_zero_fraction = 0.0; });
   for (const QuadraticCase& c : cases) {
     SCOPED_TRACE(c.s.name() + " " + dtype_name(c.s.dtype) + " chunk " + std::to_string(c.chunk) +

@@ -1925,7 +1925,7 @@ __global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void
 #ifndef RHOSCAN_QUADRATIC_BACKWARD_FLOAT16
 #define RHOSCAN_QUADRATIC_BACKWARD_FLOAT16 1
 #endif
-// With an initial rho or grad_rho_out (bfloat16, at most kStateReadbackMaxChunks chunks) the
+// With an initial rho or grad_rho_out (bfloat16, at most kStateReadbackMaxChunks = 16 chunks) the
 // quadratic backward adds the state's terms (state_readback_mma, quad_dv_mma's kState, dR_0's a^T GR):
 // forced by RHOSCAN_CUDA_BACKWARD_PATH=quadratic, the default only where built with
 // RHOSCAN_QUADRATIC_BACKWARD_STATE=1 (until measured against the chunked path).
@@ -1994,12 +1994,9 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
   // (and cross_scores' split partials: their count from the call's pairs, so that the sums do not
   // depend on the batching)
   const int64_t BH = p.B * p.H, cross_nsplit = cross_splits(BH, d);
-  // (and, from a carried state, its hi and lo planes and dots: launch_state_readback)
-  const bool from_state = g.rho0 != nullptr || g.grad_rho_out != nullptr;
   const int64_t per_bh_quadratic = per_bh_common + Workspace::bytes<bf16>(cross_pairs(nC) * kQB * kQB) * 2 +
                                    Workspace::bytes<bf16>(nC * nC * C * C) +
-                                   Workspace::floats(cross_parts_planes(cross_nsplit) * nC * nC * C * C) +
-                                   (from_state ? Workspace::bytes<bf16>(4 * d.Lp * d.Ep) + Workspace::floats(L) : 0);
+                                   Workspace::floats(cross_parts_planes(cross_nsplit) * nC * nC * C * C);
   const int64_t cap = workspace_cap(g.options.max_workspace_bytes, kDefaultBackwardWorkspaceCap);
   const bool quadratic = backward_path<T>(g, C, shared + per_bh_quadratic <= cap) == BackwardPath::quadratic;
   const int64_t per_bh = quadratic ? per_bh_quadratic : per_bh_common + chunk_state_bytes<float>(d) * 2;
@@ -2076,8 +2073,6 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
                                   : ws.take_array<bf16>(n * nC * nC * C * C);
     float* cross_parts =
         quadratic ? ws.take_floats(cross_parts_planes(cross_nsplit) * n * nC * nC * C * C) : nullptr;
-    bf16* state_planes = quadratic && from_state ? ws.take_array<bf16>(4 * n * d.Lp * d.Ep) : nullptr;
-    float* state_dots = quadratic && from_state ? ws.take_floats(n * L) : nullptr;
     Operands16 o = take_operands<kTC, T>(ws, d, true, !saved_keys);
     if (saved_keys) {
       o.Xq = reinterpret_cast<bf16*>(saved_at + saved.Xq) + bh0 * saved.keys_pair;
@@ -2135,7 +2130,7 @@ void backward_typed(const detail::BackwardParams& g, cudaStream_t stream) {
         if (!saved_scores) launch_cross_scores(d, cross_nsplit, o.Xq, o.Kq, a32, Pcross, cross_parts, s1);
         launch_quadratic_backward<kSplitValues<T>>(d, a32, o, P, Pcross, Mhi, Mlo, M, dqp, Ur, HdHr, dvp, stream, s1,
                                                    dv_head_sum, keys_ready.e, gr);
-        launch_state_readback(d, o, a32, rho0, gr, state_planes, state_dots, dqp, Ur, HdHr, stream);
+        launch_state_readback(d, o, a32, rho0, gr, dqp, Ur, HdHr, stream);
       }
       gate.settle();
       if constexpr (kTC && !kSplitValues<T>) {

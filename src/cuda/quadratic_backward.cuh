@@ -1030,239 +1030,246 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 //     x3_c = a^(c C + T - e_c) <rho0[l, :], GR[l, :]>
 // (Xq_k = Qp_k a^(k - s_J) and Kq_j = q_j a^(e_J - 1 - j): the operands norm_apply made.) Every
 // exponent is >= 0, so a = 0 and a = 1 are exact.
-// state_split_kernel first writes rho0 and GR as bf16 hi + lo planes [bh][Lp][Ep] (zeros in the
-// padding: W and U keep float32-level accuracy, as the chunked path's split states do) and the
-// per-latent dots <rho0, GR> in float32; either state may be absent (its planes unused).
-constexpr int kSsThreads = 256;
-// (16-byte pieces where both states' rows are contiguous and 16-byte aligned and E % 4 == 0: a
-// lane's 4 columns a step; else a column a lane)
-__device__ __forceinline__ bool state_rows_aligned(const Str4& x) {
-  return x.p == nullptr || (x.s[3] == 1 && x.s[2] % 4 == 0 && x.s[1] % 4 == 0 && x.s[0] % 4 == 0 &&
+// state_readback_mma: an item per (bh, 64 latents). Its rows of rho0 and GR (float32, strided) are
+// read once per slab of up to 256 columns and kept in shared memory as bf16 hi + lo planes (W and U
+// keep float32-level accuracy, as the chunked path's split states do), so that each is read from
+// global memory once: a first version (round 41 calls 1-2) wrote the planes to global memory in a
+// pass of its own (0.89 ms a launch at BDH-8k on an H100) and read them again for every chunk (2.24
+// ms a launch, 5 GB of DRAM reads). Then the chunks in turn, each contracted over the slab in
+// 64-column steps (G_c's and v_c's rows [64 tokens][64] by cp.async, two stages): warps 0-3 make Y
+// (A = G, B = rho0^T, hi then lo), warps 4-7 Z (A = v, B = GR^T), each a 32 × 32 tile (tokens wm,
+// latents wn). After a chunk's last step of the slab the products go through shared memory ([64][72]
+// floats a role, with the factors a^(c C) and a^(T - e_c)), so that every thread reads, adds to and
+// writes back whole 16-byte pieces of W (dqp) and U rows (the item owns them; a slab each time), the
+// loads and the keys' issued together; each thread's key-weighted column sums over its 4 rows go to
+// [16][64] partials, added in order by a thread per latent to SY or SZ ([chunk][64]). The dots
+// <rho0, GR> come from the planes (hi + lo, to about 2^-16), a thread per latent, slab by slab.
+// After the last slab threads 0-63 walk the chunks once per latent (x2 ascending, x1 descending) and
+// add x1 + x2 + x3 to HdH. Every sum is in a fixed order (the same bits every run). A state that is
+// absent (null) leaves its warps idle. nC <= kStateReadbackMaxChunks (the dispatch's condition).
+constexpr int kSrThreads = 256, kSrSlab = 256;         // the planes' columns in shared memory
+constexpr int kSrPlane = 64 * kSrSlab * 2;              // a [64][256] bf16 plane: 32 KiB
+constexpr int kSrTile = 64 * 64 * 2;                    // a [64][64] bf16 tile: 8 KiB
+constexpr int kSrOS = 72;                               // the products' row stride (floats)
+constexpr int64_t kStateReadbackMaxChunks = 16;
+// byte offsets: the planes [rho_hi, rho_lo, gr_hi, gr_lo], the stages [2][G, v], the products
+// [2][64][kSrOS] floats, the partials [2][16][64], the factors [2][64], the dots [64], SY and SZ
+// [nC][64]
+constexpr uint32_t kSrStages = 4 * kSrPlane, kSrProd = kSrStages + 2 * 2 * kSrTile;
+constexpr uint32_t kSrPart = kSrProd + 2 * 64 * kSrOS * 4, kSrFac = kSrPart + 2 * 16 * 64 * 4;
+constexpr uint32_t kSrDots = kSrFac + 2 * 64 * 4, kSrSums = kSrDots + 64 * 4;
+__host__ __device__ constexpr int state_readback_smem(int64_t nC) {
+  return static_cast<int>(kSrSums + 2 * nC * 64 * 4);
+}
+static_assert(state_readback_smem(kStateReadbackMaxChunks) <= 227 * 1024, "state_readback_mma: shared memory");
+// (16-byte pieces where a state's rows are contiguous and 16-byte aligned and E % 4 == 0)
+__device__ __forceinline__ bool state_rows_aligned(const Str4& x, int64_t E) {
+  return x.p == nullptr || (E % 4 == 0 && x.s[3] == 1 && x.s[2] % 4 == 0 && x.s[1] % 4 == 0 && x.s[0] % 4 == 0 &&
                             reinterpret_cast<uintptr_t>(x.p) % 16 == 0);
 }
-__global__ void __launch_bounds__(kSsThreads) state_split_kernel(Dims d, Str4 rho0, Str4 gr, bf16* rho_hi, bf16* rho_lo,
-                                                                 bf16* gr_hi, bf16* gr_lo, float* dots) {
-  grid_dependency_wait();
-  const int lane = threadIdx.x % 32;
-  const int64_t rows = d.nbh * d.Lp;
-  const int V = d.E % 4 == 0 && state_rows_aligned(rho0) && state_rows_aligned(gr) ? 4 : 1;
-  for (int64_t row = (int64_t{blockIdx.x} * kSsThreads + threadIdx.x) / 32; row < rows;
-       row += int64_t{gridDim.x} * (kSsThreads / 32)) {
-    const int64_t bh = row / d.Lp, l = row % d.Lp, b = d.b_of(bh), h = d.h_of(bh);
-    float dot = 0.0f;
-    for (int64_t e = V * lane; e < d.Ep; e += 32 * V) {
-      float x[4] = {}, y[4] = {};
-      if (l < d.L && e < d.E) {  // (V = 4: E % 4 == 0, so e + 3 < E too)
-        if (V == 4) {
-          auto load4 = [&](const Str4& z, float (&out)[4]) {
-            const float4 u = *reinterpret_cast<const float4*>(static_cast<const float*>(z.p) + z.at(b, h, l, e));
-            out[0] = u.x, out[1] = u.y, out[2] = u.z, out[3] = u.w;
-          };
-          if (rho0.p != nullptr) load4(rho0, x);
-          if (gr.p != nullptr) load4(gr, y);
-        } else {
-          if (rho0.p != nullptr) x[0] = static_cast<const float*>(rho0.p)[rho0.at(b, h, l, e)];
-          if (gr.p != nullptr) y[0] = static_cast<const float*>(gr.p)[gr.at(b, h, l, e)];
-        }
-      }
-      auto split = [&](const float (&z)[4], bf16* hi, bf16* lo) {
-        bf16 zh[4], zl[4];
-        for (int k = 0; k < V; ++k) {
-          zh[k] = __float2bfloat16_rn(z[k]);
-          zl[k] = __float2bfloat16_rn(z[k] - __bfloat162float(zh[k]));
-        }
-        const int64_t o = row * d.Ep + e;
-        if (V == 4) {  // (o % 4 == 0: 8-byte aligned)
-          uint2 wh, wl;
-          memcpy(&wh, zh, sizeof wh);
-          memcpy(&wl, zl, sizeof wl);
-          *reinterpret_cast<uint2*>(hi + o) = wh, *reinterpret_cast<uint2*>(lo + o) = wl;
-        } else {
-          hi[o] = zh[0], lo[o] = zl[0];
-        }
-      };
-      if (rho_hi != nullptr) split(x, rho_hi, rho_lo);
-      if (gr_hi != nullptr) split(y, gr_hi, gr_lo);
-      for (int k = 0; k < V; ++k) dot = fmaf(x[k], y[k], dot);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-    if (lane == 0 && dots != nullptr && l < d.L) dots[bh * d.L + l] = dot;
-  }
-}
-// state_readback_mma: an item per (bh, 64 latents), the chunks in turn, each contracted over E in
-// 64-column steps (two stages by cp.async: G_c's and v_c's rows [64 tokens][64], rho0's and GR's hi
-// and lo rows [64 latents][64], swizzled). Warps 0-3 make Y (A = G, B = rho0^T, hi then lo), warps
-// 4-7 Z (A = v, B = GR^T), each a 32 × 32 tile (tokens wm, latents wn). After a chunk's last step
-// (its stage is free until the step after next refills it) the products go through shared memory
-// ([64][72] floats a role, with the factors a^(c C) and a^(T - e_c) of the 64 latents), so that
-// every thread then reads, adds to and writes back whole 16-byte pieces of W (dqp) and U rows (the
-// item owns them), their loads and the keys' issued together; each thread's key-weighted column
-// sums over its 4 rows go to [16][64] partials, summed in order by a thread per latent into SY or
-// SZ ([chunk][64] in shared memory: the same bits every run). (A first version added each
-// accumulator to W and U where it lay, 4-byte accesses one after another: 5.5 ms a launch at BDH-8k
-// on an H100, 2.6 G warp instructions over two.) After the last chunk threads 0-63 walk the chunks
-// once per latent (x2 ascending, x1 descending) and add x1 + x2 + x3 to HdH. A state that is absent
-// (null planes) leaves its warps idle. nC <= kStateReadbackMaxChunks (the dispatch's condition).
-constexpr int kSrThreads = 256, kSrTile = 64 * 64 * 2;  // a [64][64] bf16 tile: 8 KiB
-constexpr int kSrOS = 72;                               // the products' row stride in shared memory (floats)
-constexpr int64_t kStateReadbackMaxChunks = 64;
-__host__ __device__ constexpr int state_readback_smem(int64_t nC) {
-  return 2 * 6 * kSrTile + static_cast<int>(2 * nC * 64 * sizeof(float));
-}
-static_assert((2 * 64 * kSrOS + 2 * 16 * 64 + 2 * 64) * 4 <= 6 * kSrTile, "state_readback_mma: the epilogue in a stage");
-__global__ void __launch_bounds__(kSrThreads) state_readback_mma_kernel(
-    Dims d, const bf16* gb, const bf16* vb, const bf16* Xq, const bf16* Kq, const bf16* rho_hi, const bf16* rho_lo,
-    const bf16* gr_hi, const bf16* gr_lo, const float* dots, const float* a32, float* W, float* U, float* HdH) {
+__global__ void __launch_bounds__(kSrThreads, 1) state_readback_mma_kernel(
+    Dims d, const bf16* gb, const bf16* vb, const bf16* Xq, const bf16* Kq, Str4 rho0, Str4 gr, const float* a32,
+    float* W, float* U, float* HdH) {
   grid_dependency_wait();
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  // byte offsets: [2 stages][G, v, rho_hi, rho_lo, gr_hi, gr_lo tiles], then SY and SZ [nC][64] floats
-  constexpr uint32_t kStage = 6 * kSrTile;
-  float* sy = reinterpret_cast<float*>(smem_raw + 2 * kStage);
+  float* prod = reinterpret_cast<float*>(smem_raw + kSrProd);  // [2 roles][64 tokens][kSrOS]
+  float* part = reinterpret_cast<float*>(smem_raw + kSrPart);  // [2 roles][16][64]
+  float* fac = reinterpret_cast<float*>(smem_raw + kSrFac);    // [2 roles][64]
+  float* dots = reinterpret_cast<float*>(smem_raw + kSrDots);  // [64]
+  float* sy = reinterpret_cast<float*>(smem_raw + kSrSums);    // [nC][64]
   float* sz = sy + d.nC * 64;
   const uint32_t s0 = smem_addr(smem_raw);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const bool has_y = rho_hi != nullptr, has_z = gr_hi != nullptr;
+  const bool has_y = rho0.p != nullptr, has_z = gr.p != nullptr;
   const bool zrole = warp >= 4;  // warps 4-7: Z (U), warps 0-3: Y (W)
   const int wq = warp & 3, wm = (wq & 1) * 32, wn = (wq >> 1) * 32;
   const bool active = zrole ? has_z : has_y;
-  const uint32_t a_off = (zrole ? 1 : 0) * kSrTile, b_off = (zrole ? 4 : 2) * kSrTile;
-  const uint32_t a_lane = s0 + a_off + warp_mma_lane_a_tile<true, false>(lane, wm, 64);
-  const uint32_t b_lane = s0 + b_off + warp_mma_lane_b_tile<true, true>(lane, wn, 64);
+  const uint32_t a_lane = s0 + kSrStages + (zrole ? kSrTile : 0) + warp_mma_lane_a_tile<true, false>(lane, wm, 64);
+  const uint32_t b_lane = s0 + (zrole ? 2 : 0) * kSrPlane + warp_mma_lane_b_tile<true, true>(lane, wn, kSrSlab);
   const int C = static_cast<int>(d.C);
-  const int64_t nlt = d.Lp / 64, items = d.nC == 0 ? 0 : d.nbh * nlt, ne = d.Ep / 64, nsteps = d.nC * ne;
+  const int64_t nlt = d.Lp / 64, items = d.nC == 0 ? 0 : d.nbh * nlt;
+  const bool vec = state_rows_aligned(rho0, d.E) && state_rows_aligned(gr, d.E);
   // the epilogue's rows idx / 16 + 16 k and columns 4 (idx % 16) .. + 3 (idx = tid)
   const int er = tid / 16, ec = 4 * (tid % 16);
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t bh = item / nlt, l0 = item % nlt * 64, h = d.h_of(bh), vr = d.v_row(bh);
-    // step s = (chunk s / ne, columns 64 (s % ne)): the six tiles into stage st, two 16-byte pieces a
-    // thread and tile (rows tid / 8 and + 32, piece tid % 8; tiles of an absent state not fetched;
-    // rows past the chunk's tokens zero-filled)
-    auto fetch = [&](int64_t s, int st) {
-      const int64_t c = s / ne, e0 = s % ne * 64;
-      const int Cn = static_cast<int>(d.chunk_len(c));
+    const int64_t bh = item / nlt, l0 = item % nlt * 64, b = d.b_of(bh), h = d.h_of(bh), vr = d.v_row(bh);
+    for (int64_t e_s = 0; e_s < d.Ep; e_s += kSrSlab) {
+      const int64_t ne = std::min<int64_t>(kSrSlab, d.Ep - e_s) / 64, nsteps = d.nC * ne;
+      __syncthreads();  // the previous slab's (or item's) planes, tiles and sums are consumed
+      // the slab's planes: pieces of 4 columns (row p / 64, columns 4 (p % 64)), zeros past L and E
+      for (int p = tid; p < 64 * (kSrSlab / 4); p += kSrThreads) {
+        const int r = p / (kSrSlab / 4), c4 = 4 * (p % (kSrSlab / 4));
+        const int64_t l = l0 + r, e = e_s + c4;
+        if (c4 >= ne * 64) continue;
 #pragma unroll
-      for (int j = 0; j < 12; ++j) {
-        const int tile = j / 2, r = tid / 8 + 32 * (j % 2), k = tid % 8;
-        if ((tile == 1 || tile >= 4) ? !has_z : !has_y) continue;
-        const bf16* plane = tile == 0 ? gb : tile == 1 ? vb : tile == 2 ? rho_hi : tile == 3 ? rho_lo : tile == 4 ? gr_hi : gr_lo;
-        const bool tokens = tile < 2;
-        const int64_t row = tokens ? (tile == 0 ? bh : vr) * d.T + c * C + min(r, Cn - 1) : bh * d.Lp + l0 + r;
-        cp_async16_u32(s0 + st * kStage + tile * kSrTile + tile_offset<true>(r, k, 64), plane + row * d.Ep + e0 + 8 * k,
-                       !tokens || r < Cn ? 16u : 0u);
-      }
-      cp_async_commit();
-    };
-    float acc[2][4][4] = {};
-    __syncthreads();  // the previous item's tiles and sums are consumed
-    fetch(0, 0);
-    for (int64_t s = 0; s < nsteps; ++s) {
-      const int st = static_cast<int>(s & 1);
-      if (s + 1 < nsteps) {
-        fetch(s + 1, st ^ 1);
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();
-      if (active) {
-        const uint32_t so = st * kStage;
-        warp_mma_32x32_tile<true, false, true, 64, 64, 64>(acc, a_lane + so, b_lane + so);
-        warp_mma_32x32_tile<true, false, true, 64, 64, 64>(acc, a_lane + so, b_lane + so + kSrTile);
-      }
-      __syncthreads();
-      if (s % ne != ne - 1) continue;
-      // the chunk's last step: its products and factors into stage st (free until fetch(s + 2))
-      const int64_t c = s / ne, t0 = c * C;
-      const int Cn = static_cast<int>(d.chunk_len(c));
-      float* prod = reinterpret_cast<float*>(smem_raw + st * kStage);  // [2 roles][64 tokens][kSrOS]
-      float* part = prod + 2 * 64 * kSrOS;                             // [2 roles][16][64]
-      float* fac = part + 2 * 16 * 64;                                 // [2 roles][64]
-      if (active) {
-        float* o = prod + (zrole ? 64 * kSrOS : 0);
-        for_each_acc_pair(acc, wm, wn, [&](int i, int l, float x0, float x1) {
-          *reinterpret_cast<float2*>(o + i * kSrOS + l) = make_float2(x0, x1);
-        });
-      }
-      if (tid < 128) {
-        const int64_t l = l0 + tid % 64;
-        const int n = tid < 64 ? static_cast<int>(t0) : static_cast<int>(d.T - (t0 + Cn));
-        fac[tid] = l < d.L ? ipow(a32[h * d.L + l], n) : 0.0f;
-      }
+        for (int st = 0; st < 2; ++st) {
+          const Str4& z = st == 0 ? rho0 : gr;
+          if (z.p == nullptr) continue;
+          float x[4] = {};
+          if (l < d.L) {
+            const float* src = static_cast<const float*>(z.p);
+            if (vec && e < d.E) {
+              const float4 u = *reinterpret_cast<const float4*>(src + z.at(b, h, l, e));
+              x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w;
+            } else {
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+              for (int k = 0; k < 4; ++k) x[k] = e + k < d.E ? src[z.at(b, h, l, e + k)] : 0.0f;
+            }
+          }
+          __nv_bfloat162 hi[2], lo[2];
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
-      __syncthreads();
-      // W and U rows: loads (and the keys') first, then the adds and stores
-      const bool vec = d.L % 4 == 0 && l0 + ec + 4 <= d.L;  // (16-byte pieces wholly inside L)
-#pragma unroll
-      for (int role = 0; role < 2; ++role) {
-        if (role == 0 ? !has_y : !has_z) continue;
-        float* out = role == 0 ? W : U;
-        const bf16* keys = role == 0 ? Xq : Kq;
-        float4 w[4];
-        uint2 kk[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int i = er + 16 * k;
-          const int64_t t = t0 + (i < Cn ? i : 0);
-          const float* src = out + (bh * d.T + t) * d.L + l0 + ec;
-          if (vec)
-            w[k] = i < Cn ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
-          else
-            w[k] = make_float4(i < Cn && l0 + ec < d.L ? src[0] : 0.f, i < Cn && l0 + ec + 1 < d.L ? src[1] : 0.f,
-                               i < Cn && l0 + ec + 2 < d.L ? src[2] : 0.f, i < Cn && l0 + ec + 3 < d.L ? src[3] : 0.f);
-          kk[k] = i < Cn ? *reinterpret_cast<const uint2*>(keys + (bh * d.T + t) * d.Lp + l0 + ec) : make_uint2(0u, 0u);
+          for (int k = 0; k < 2; ++k) {
+            hi[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
+            lo[k] = __floats2bfloat162_rn(x[2 * k] - __low2float(hi[k]), x[2 * k + 1] - __high2float(hi[k]));
+          }
+          const uint32_t o = 2 * st * kSrPlane + tile_offset<true>(r, c4 / 8, kSrSlab) + 2 * (c4 % 8);
+          memcpy(smem_raw + o, hi, sizeof hi);
+          memcpy(smem_raw + o + kSrPlane, lo, sizeof lo);
         }
-        const float* pr = prod + role * 64 * kSrOS;
-        const float* f = fac + role * 64 + ec;
-        float colsum[4] = {};
+      }
+      // step s = (chunk s / ne, columns 64 (s % ne) of the slab): G's and v's tiles into stage st, two
+      // 16-byte pieces a thread and tile (rows tid / 8 and + 32, piece tid % 8; rows past the chunk's
+      // tokens zero-filled; an absent state's tile not fetched)
+      auto fetch = [&](int64_t s, int st) {
+        const int64_t c = s / ne, e0 = e_s + s % ne * 64;
+        const int Cn = static_cast<int>(d.chunk_len(c));
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int i = er + 16 * k;
-          const float4 y = *reinterpret_cast<const float4*>(pr + i * kSrOS + ec);
-          __nv_bfloat162 k01, k23;
-          memcpy(&k01, &kk[k].x, sizeof k01);
-          memcpy(&k23, &kk[k].y, sizeof k23);
-          colsum[0] = fmaf(__low2float(k01), y.x, colsum[0]), colsum[1] = fmaf(__high2float(k01), y.y, colsum[1]);
-          colsum[2] = fmaf(__low2float(k23), y.z, colsum[2]), colsum[3] = fmaf(__high2float(k23), y.w, colsum[3]);
-          if (i >= Cn) continue;
-          const float4 r = make_float4(fmaf(f[0], y.x, w[k].x), fmaf(f[1], y.y, w[k].y), fmaf(f[2], y.z, w[k].z),
-                                       fmaf(f[3], y.w, w[k].w));
-          float* dst = out + (bh * d.T + t0 + i) * d.L + l0 + ec;
-          if (vec) {
-            *reinterpret_cast<float4*>(dst) = r;
-          } else {
-            if (l0 + ec < d.L) dst[0] = r.x;
-            if (l0 + ec + 1 < d.L) dst[1] = r.y;
-            if (l0 + ec + 2 < d.L) dst[2] = r.z;
-            if (l0 + ec + 3 < d.L) dst[3] = r.w;
+        for (int j = 0; j < 4; ++j) {
+          const int tile = j / 2, r = tid / 8 + 32 * (j % 2), k = tid % 8;
+          if (tile == 0 ? !has_y : !has_z) continue;
+          const int64_t row = (tile == 0 ? bh : vr) * d.T + c * C + min(r, Cn - 1);
+          cp_async16_u32(s0 + kSrStages + (2 * st + tile) * kSrTile + tile_offset<true>(r, k, 64),
+                         (tile == 0 ? gb : vb) + row * d.Ep + e0 + 8 * k, r < Cn ? 16u : 0u);
+        }
+        cp_async_commit();
+      };
+      float acc[2][4][4] = {};
+      fetch(0, 0);
+      __syncthreads();  // the planes
+      if (tid < 64) {  // the dots over the slab, from the planes
+        float x = e_s == 0 ? 0.0f : dots[tid];
+        if (has_y && has_z) {
+          for (int c = 0; c < ne * 8; ++c) {
+            const uint32_t o = tile_offset<true>(tid, c, kSrSlab);
+            bf16 rh[8], rl[8], gh[8], gl[8];
+            memcpy(rh, smem_raw + o, 16), memcpy(rl, smem_raw + o + kSrPlane, 16);
+            memcpy(gh, smem_raw + o + 2 * kSrPlane, 16), memcpy(gl, smem_raw + o + 3 * kSrPlane, 16);
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+              x = fmaf(__bfloat162float(rh[k]) + __bfloat162float(rl[k]), __bfloat162float(gh[k]) + __bfloat162float(gl[k]), x);
           }
         }
-        *reinterpret_cast<float4*>(part + (role * 16 + er) * 64 + ec) = make_float4(colsum[0], colsum[1], colsum[2], colsum[3]);
+        dots[tid] = x;
       }
-      __syncthreads();
-      if (tid < 128 && (tid < 64 ? has_y : has_z)) {  // the 16 partials of a latent, in order
-        const int role = tid / 64, l = tid % 64;
-        float x = 0.0f;
-        for (int g = 0; g < 16; ++g) x += part[(role * 16 + g) * 64 + l];
-        (role == 0 ? sy : sz)[c * 64 + l] = x;
+      for (int64_t s = 0; s < nsteps; ++s) {
+        const int st = static_cast<int>(s & 1);
+        if (s + 1 < nsteps) {
+          fetch(s + 1, st ^ 1);
+          cp_async_wait<1>();
+        } else {
+          cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (active) {
+          const uint32_t a = a_lane + 2 * st * kSrTile, bo = b_lane + 128 * static_cast<uint32_t>(s % ne);
+          warp_mma_32x32_tile<true, false, true, 64, kSrSlab, 64>(acc, a, bo);
+          warp_mma_32x32_tile<true, false, true, 64, kSrSlab, 64>(acc, a, bo + kSrPlane);
+        }
+        if (s % ne != ne - 1) {
+          __syncthreads();  // (stage st is refilled by the next step's fetch)
+          continue;
+        }
+        // the chunk's last step of the slab: its products and factors (the epilogue's own space)
+        const int64_t c = s / ne, t0 = c * C;
+        const int Cn = static_cast<int>(d.chunk_len(c));
+        if (active) {
+          float* o = prod + (zrole ? 64 * kSrOS : 0);
+          for_each_acc_pair(acc, wm, wn, [&](int i, int l, float x0, float x1) {
+            *reinterpret_cast<float2*>(o + i * kSrOS + l) = make_float2(x0, x1);
+          });
+        }
+        if (tid < 128) {
+          const int64_t l = l0 + tid % 64;
+          const int n = tid < 64 ? static_cast<int>(t0) : static_cast<int>(d.T - (t0 + Cn));
+          fac[tid] = l < d.L ? ipow(a32[h * d.L + l], n) : 0.0f;
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
+        __syncthreads();  // (also: stage st is refilled by the next step's fetch)
+        // W and U rows: loads (and the keys') first, then the adds and stores
+        const bool vec_out = d.L % 4 == 0 && l0 + ec + 4 <= d.L;  // (16-byte pieces wholly inside L)
+#pragma unroll
+        for (int role = 0; role < 2; ++role) {
+          if (role == 0 ? !has_y : !has_z) continue;
+          float* out = role == 0 ? W : U;
+          const bf16* keys = role == 0 ? Xq : Kq;
+          float4 w[4];
+          uint2 kk[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int i = er + 16 * k;
+            const int64_t t = t0 + (i < Cn ? i : 0);
+            const float* src = out + (bh * d.T + t) * d.L + l0 + ec;
+            if (vec_out)
+              w[k] = i < Cn ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+            else
+              w[k] = make_float4(i < Cn && l0 + ec < d.L ? src[0] : 0.f, i < Cn && l0 + ec + 1 < d.L ? src[1] : 0.f,
+                                 i < Cn && l0 + ec + 2 < d.L ? src[2] : 0.f, i < Cn && l0 + ec + 3 < d.L ? src[3] : 0.f);
+            kk[k] = i < Cn ? *reinterpret_cast<const uint2*>(keys + (bh * d.T + t) * d.Lp + l0 + ec) : make_uint2(0u, 0u);
+          }
+          const float* pr = prod + role * 64 * kSrOS;
+          const float* f = fac + role * 64 + ec;
+          float colsum[4] = {};
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int i = er + 16 * k;
+            const float4 y = *reinterpret_cast<const float4*>(pr + i * kSrOS + ec);
+            __nv_bfloat162 k01, k23;
+            memcpy(&k01, &kk[k].x, sizeof k01);
+            memcpy(&k23, &kk[k].y, sizeof k23);
+            colsum[0] = fmaf(__low2float(k01), y.x, colsum[0]), colsum[1] = fmaf(__high2float(k01), y.y, colsum[1]);
+            colsum[2] = fmaf(__low2float(k23), y.z, colsum[2]), colsum[3] = fmaf(__high2float(k23), y.w, colsum[3]);
+            if (i >= Cn) continue;
+            const float4 r = make_float4(fmaf(f[0], y.x, w[k].x), fmaf(f[1], y.y, w[k].y), fmaf(f[2], y.z, w[k].z),
+                                         fmaf(f[3], y.w, w[k].w));
+            float* dst = out + (bh * d.T + t0 + i) * d.L + l0 + ec;
+            if (vec_out) {
+              *reinterpret_cast<float4*>(dst) = r;
+            } else {
+              if (l0 + ec < d.L) dst[0] = r.x;
+              if (l0 + ec + 1 < d.L) dst[1] = r.y;
+              if (l0 + ec + 2 < d.L) dst[2] = r.z;
+              if (l0 + ec + 3 < d.L) dst[3] = r.w;
+            }
+          }
+          *reinterpret_cast<float4*>(part + (role * 16 + er) * 64 + ec) =
+              make_float4(colsum[0], colsum[1], colsum[2], colsum[3]);
+        }
+        __syncthreads();
+        if (tid < 128 && (tid < 64 ? has_y : has_z)) {  // the 16 partials of a latent, in order
+          const int role = tid / 64, l = tid % 64;
+          float* sum = (role == 0 ? sy : sz) + c * 64 + l;
+          float x = e_s == 0 ? 0.0f : *sum;
+          for (int g = 0; g < 16; ++g) x += part[(role * 16 + g) * 64 + l];
+          *sum = x;
+        }
+        // (the products and partials are written again only after the next step's barrier)
       }
-      __syncthreads();  // (stage st's next fill comes after this)
     }
-    if (tid < 64 && l0 + tid < d.L) {  // (SY and SZ complete: the last chunk's barrier)
+    __syncthreads();  // SY, SZ and the dots complete
+    if (tid < 64 && l0 + tid < d.L) {
       const int64_t l = l0 + tid, nC = d.nC;
-      const float a = a32[h * d.L + l], aC = ipow(a, C);
-      const float dot = has_y && has_z ? dots[bh * d.L + l] : 0.0f;
+      const float a = a32[h * d.L + l], aC = ipow(a, C), dot = dots[tid];
       float* hdh = HdH + bh * nC * d.L + l;
       // x2 (ascending: P_c = sum_{J<c} a^((c-1-J) C) SZ_J) and x3 first, then x1 (descending)
       float p = 0.0f;
       for (int64_t c = 0; c < nC; ++c) {
-        const int64_t ec_ = std::min((c + 1) * C, d.T);
-        const float up = ipow(a, static_cast<int>(d.T - ec_));
+        const int64_t e_c = std::min((c + 1) * C, d.T);
+        const float up = ipow(a, static_cast<int>(d.T - e_c));
         float x = 0.0f;
         if (has_z) x = up * p;
         if (has_y && has_z) x = fmaf(ipow(a, static_cast<int>(c * C)) * up, dot, x);
@@ -1392,26 +1399,18 @@ void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16
                 Str4{}, static_cast<const bf16*>(nullptr), static_cast<const float*>(nullptr), Str4{});
 }
 
-// The carried state's share of W, U and HdH (state_split, then state_readback_mma; bfloat16 only),
-// after the readback wrote them and before bwd_local reads them. rho0 and gr: either may be absent.
-// Workspace: planes, 4 d.nbh Lp Ep bf16 (the hi and lo planes of both states), and dots, d.nbh L
-// floats.
-inline void launch_state_readback(const Dims& d, const Operands16& o, const float* a32, Str4 rho0, Str4 gr,
-                                  bf16* planes, float* dots, float* W, float* U, float* HdH, cudaStream_t stream) {
+// The carried state's share of W, U and HdH (state_readback_mma; bfloat16 only), after the readback
+// wrote them and before bwd_local reads them. rho0 and gr: either may be absent.
+inline void launch_state_readback(const Dims& d, const Operands16& o, const float* a32, Str4 rho0, Str4 gr, float* W,
+                                  float* U, float* HdH, cudaStream_t stream) {
   if (d.nbh == 0 || d.nC == 0 || (rho0.p == nullptr && gr.p == nullptr)) return;
   if (d.nC > kStateReadbackMaxChunks)
-    throw Error(ErrorKind::internal, "rhoscan.backward (cuda): state_readback_mma takes at most 64 chunks");
-  const int64_t plane = d.nbh * d.Lp * d.Ep;
-  bf16 *rho_hi = nullptr, *rho_lo = nullptr, *gr_hi = nullptr, *gr_lo = nullptr;
-  if (rho0.p != nullptr) rho_hi = planes, rho_lo = planes + plane;
-  if (gr.p != nullptr) gr_hi = planes + 2 * plane, gr_lo = planes + 3 * plane;
-  launch_kernel("state_split_kernel", state_split_kernel, grid_for(d.nbh * d.Lp, kSsThreads / 32), kSsThreads, 0,
-                stream, d, rho0, gr, rho_hi, rho_lo, gr_hi, gr_lo, dots);
+    throw Error(ErrorKind::internal, "rhoscan.backward (cuda): state_readback_mma takes at most 16 chunks");
   const int smem = state_readback_smem(d.nC);
   RHOSCAN_CUDA_CHECK(cudaFuncSetAttribute(state_readback_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           state_readback_smem(kStateReadbackMaxChunks)));
   launch_kernel("state_readback_mma_kernel", state_readback_mma_kernel, grid_for(d.nbh * (d.Lp / 64)), kSrThreads, smem,
-                stream, d, o.gb, o.vb, o.Xq, o.Kq, rho_hi, rho_lo, gr_hi, gr_lo, dots, a32, W, U, HdH);
+                stream, d, o.gb, o.vb, o.Xq, o.Kq, rho0, gr, a32, W, U, HdH);
 }
 
 // RHOSCAN_DV_HEAD_SUM: 1 (the default since round 36's A/B on an H100: at BDH-base quad_dv_mma
