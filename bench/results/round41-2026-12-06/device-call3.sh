@@ -17,7 +17,7 @@ stage tests
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" $L/test_cuda.log | head -20 >> $S
 pack
 for tool in memcheck racecheck; do
-  late 260 && break
+  late 200 && break
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 /tmp/b/tests/test_cuda \
     --gtest_filter='Cuda.QuadraticBackwardFromACarriedState' > $L/$tool.log 2>&1
   echo "$tool rc=$?" >> $S; grep -E "ERROR SUMMARY|RACECHECK SUMMARY" $L/$tool.log | head -2 >> $S
@@ -26,7 +26,7 @@ pack
 R=/tmp/b/tools/rhoscan
 stage ab
 for r in 1 2; do
-  late 450 && break
+  late 290 && break
   for b in chunked quadratic; do
     echo "-- round $r, forward chunked, backward $b, with the state" >> $S
     ( export RHOSCAN_CUDA_FORWARD_PATH=chunked RHOSCAN_CUDA_BACKWARD_PATH=$b
@@ -36,7 +36,7 @@ for r in 1 2; do
 done
 pack
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum
-late 500 || { stage "ncu BDH-8k forward+backward with the state, backward quadratic"
+late 330 || { stage "ncu BDH-8k forward+backward with the state, backward quadratic"
   RHOSCAN_CUDA_FORWARD_PATH=chunked RHOSCAN_CUDA_BACKWARD_PATH=quadratic timeout 80 ncu --clock-control none --metrics $M \
     --csv $R bench --device cuda --cases BDH-8k --repeats 1 --backward --with-state > $L/ncu.csv 2>&1
   python3 dev/cuda/ncu_summary.py $L/ncu.csv >> $S 2>&1; }
