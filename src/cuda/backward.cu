@@ -1917,7 +1917,7 @@ __global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void
 
 // Which backward runs: the quadratic one (quadratic_backward.cuh: no chunk-state sets) where it
 // applies — bfloat16 or float16 (the latter unless built with RHOSCAN_QUADRATIC_BACKWARD_FLOAT16=0),
-// no initial rho, no grad_rho_out — where quadratic_backward_shape allows (quadratic.cuh: T <= kQuadraticMaxT,
+// no initial rho, no grad_rho_out (below) — where quadratic_backward_shape allows (quadratic.cuh: T <= kQuadraticMaxT,
 // L >= RHOSCAN_QUADRATIC_MIN_L_PER_T · T, or L >= T/2 up to T = 512; chunks of 64) and when one pair's
 // workspace fits the cap; else the chunked one. RHOSCAN_CUDA_BACKWARD_PATH=chunked or =quadratic
 // (internal: tests and A/B runs) forces either, the quadratic one at any T and chunk but still only
@@ -1928,7 +1928,8 @@ __global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void
 // With an initial rho or grad_rho_out (bfloat16, at most kStateReadbackMaxChunks = 16 chunks) the
 // quadratic backward adds the state's terms (state_readback_mma, quad_dv_mma's kState, dR_0's a^T GR):
 // forced by RHOSCAN_CUDA_BACKWARD_PATH=quadratic, the default only where built with
-// RHOSCAN_QUADRATIC_BACKWARD_STATE=1 (until measured against the chunked path).
+// RHOSCAN_QUADRATIC_BACKWARD_STATE=1 (round 41, H100: slower than the chunked path in every version
+// measured, BDH-8k forward+backward 9.10-9.19 against 8.32-8.41 ms; docs/CUDA.md).
 #ifndef RHOSCAN_QUADRATIC_BACKWARD_STATE
 #define RHOSCAN_QUADRATIC_BACKWARD_STATE 0
 #endif

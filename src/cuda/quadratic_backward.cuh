@@ -32,7 +32,9 @@
 // passes), W's products add M_hi Kq_lo (Xq is not split, as in the chunked path's A states), dv
 // adds P G_lo.
 // Dispatch (backward.cu, backward_path): bfloat16 and float16, T <= kQuadraticMaxT (quadratic.cuh,
-// shared with the forward), no rho0, no grad_rho_out.
+// shared with the forward), no rho0, no grad_rho_out by default; with them (bfloat16, at most 16
+// chunks) only where forced: their terms are state_readback_mma's, quad_dv_mma's kState and dR_0's
+// (below).
 #pragma once
 
 #include <cstdlib>
@@ -1341,6 +1343,7 @@ void launch_diagonal_values(const Dims& d, const Operands16& o, float* M, cudaSt
 // dv_head_sum: quad_dv_mma is not launched here (launch_quad_dv_head_sum writes grad_v instead).
 // keys_ready (null: none): an event that the readback's stream waits for after cross_values_mma (the
 // keys made on a side stream meanwhile: backward.cu).
+// gr (grad_rho_out, bfloat16 only; not with dv_head_sum): quad_dv_mma's kState adds dv's share of it.
 template <bool kLo>
 void launch_quadratic_backward(const Dims& d, const float* a32, const Operands16& o, const float* P,
                                const bf16* Pcross, bf16* Mhi, bf16* Mlo, float* M, float* W, float* U, float* HdH,
