@@ -1195,12 +1195,9 @@ __global__ void __launch_bounds__(kSrThreads, 1) state_readback_mma_kernel(
           const int n = tid < 64 ? static_cast<int>(t0) : static_cast<int>(d.T - (t0 + Cn));
           fac[tid] = l < d.L ? ipow(a32[h * d.L + l], n) : 0.0f;
         }
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) acc[mt][nt][r] = 0.0f;
+        for (auto& row : acc)  // (the next chunk's sums)
+          for (auto& tile : row)
+            for (float& x : tile) x = 0.0f;
         __syncthreads();  // (also: stage st is refilled by the next step's fetch)
         // W and U rows: loads (and the keys') first, then the adds and stores
         const bool vec_out = d.L % 4 == 0 && l0 + ec + 4 <= d.L;  // (16-byte pieces wholly inside L)

@@ -492,6 +492,19 @@ bool cross_swizzle_case(const Problem& p, int nsplit) {
   return same_bits("Pcross", padded.first, swizzled.first) & same_bits("partials", padded.second, swizzled.second);
 }
 
+// A random float32 state [B][H][L][E] for the batch's pairs (rho0 or GR), rows of RS >= E floats
+// (NaN past E), in s: the batch rows' copy and its strides.
+std::vector<float> random_state(const Problem& p, int64_t RS, Str4& s) {
+  const Dims& d = p.d;
+  const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1;  // the batch rows
+  std::vector<float> x(Bn * d.H * d.L * RS, kNaN);
+  for (int64_t k = 0; k < int64_t(x.size()); ++k)
+    if (k % RS < d.E) x[k] = float(2 * U01() - 1);
+  s.p = x.data();  // (the vector's buffer moves with it)
+  s.s[0] = d.H * d.L * RS, s.s[1] = d.L * RS, s.s[2] = RS, s.s[3] = 1;
+  return x;
+}
+
 // ---- a backward from a carried state: state_readback_mma adds the state's shares to
 //      W, U and HdH (random values, as the readback leaves them). rho0 and GR float32 [B][H][L][E]
 //      (rows padded past E, NaN there; sequence-first problems: rows of a [B,L,H,E] layout, so the
@@ -581,13 +594,9 @@ template <bool kLo = false, bool kState = false>
 bool quadratic_output_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t C = d.C, nC = d.nC, items = d.nbh * nC * (d.Ep / kMmaET);
-  const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1, RS = kLo ? d.E + 3 : (d.E + 3) / 4 * 4 + 4;  // rho0's batch rows, row stride
-  std::vector<float> rho0(kState ? Bn * d.H * d.L * RS : 0, kNaN);
-  Str4 rho0s;
-  rho0s.p = rho0.data();
-  rho0s.s[0] = d.H * d.L * RS, rho0s.s[1] = d.L * RS, rho0s.s[2] = RS, rho0s.s[3] = 1;
-  for (int64_t x = 0; x < int64_t(rho0.size()); ++x)
-    if (x % RS < d.E) rho0[x] = float(2 * U01() - 1);
+  Str4 rho0s;  // (rows of E + 3 with kLo, else of a multiple of 4 past E)
+  const std::vector<float> rho0 =
+      kState ? random_state(p, kLo ? d.E + 3 : (d.E + 3) / 4 * 4 + 4, rho0s) : std::vector<float>{};
   std::vector<float> P(d.nbh * nC * d.nsplit * C * C, kNaN);
   auto Pc = nans<bf16>(d.nbh * nC * nC * C * C);
   for (int64_t bh = 0; bh < d.nbh; ++bh)
@@ -1481,13 +1490,8 @@ template <bool kLo = false, bool kState = false>
 bool quad_dv_case(const Problem& p) {
   const Dims& d = p.d;
   const int64_t C = d.C, nC = d.nC, E = d.E, items = d.nbh * nC * (d.Ep / kMmaET);
-  const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1, RS = (d.E + 3) / 4 * 4 + 4;  // GR's batch rows, row stride
-  std::vector<float> gr(kState ? Bn * d.H * d.L * RS : 0, kNaN);
-  Str4 grs;
-  grs.p = gr.data();
-  grs.s[0] = d.H * d.L * RS, grs.s[1] = d.L * RS, grs.s[2] = RS, grs.s[3] = 1;
-  for (int64_t x = 0; x < int64_t(gr.size()); ++x)
-    if (x % RS < d.E) gr[x] = float(2 * U01() - 1);
+  Str4 grs;  // (rows of a multiple of 4 past E: the staged loads)
+  const std::vector<float> gr = kState ? random_state(p, (d.E + 3) / 4 * 4 + 4, grs) : std::vector<float>{};
   const bf16* Kq = kState ? p.Kq.data() : nullptr;
   const float* a32 = kState ? p.a32.data() : nullptr;
   const Str4 g0 = kState ? grs : Str4{};
