@@ -354,10 +354,10 @@ TEST_F(Cuda, QuadraticAndChunkedBackwardAgree) {
 // rho and/or grad_rho_out, bfloat16: state_readback_mma adds the state's shares of W, U and <H,
 // A_end>, quad_dv_mma's kState dv's share of GR, and dR_0 starts from a^T GR): against the float64
 // reference and the chunked path, bitwise deterministic, unchanged with side streams off and under
-// a workspace cap that batches the pairs (the state planes per batch; small shapes), and after a
-// forward (either path) whose saved buffer it reads. Shapes: both states, rho0
-// alone, GR alone; a tail chunk, chunk 32, decay 0 and 1, zero q rows, Hv = H, [B,T,H,x], T = 1,
-// E = 300 (state_readback_mma's two column slabs).
+// a workspace cap that batches the pairs (the states' rows from the batch's pairs; small shapes),
+// and after a forward (either path) whose saved buffer it reads. Shapes: both states, rho0 alone, GR
+// alone; a tail chunk, chunk 32, decay 0 and 1, zero q rows, Hv = H, [B,T,H,x], T = 1, E = 300
+// (state_readback_mma's two column slabs).
 // float16 is not taken (the chunked path runs, so the forced run is the chunked one's bits).
 TEST_F(Cuda, QuadraticBackwardFromACarriedState) {
   std::vector<QuadraticCase> cases;
