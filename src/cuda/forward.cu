@@ -49,8 +49,9 @@ inline bool norm_scores_on() { return env_switch("RHOSCAN_CUDA_NORM_SCORES", RHO
 // value counts as unset).
 // With an initial rho (round 40: quadratic_output's kState adds Xq a^(I C) rho0 to the context, the
 // final state's kernels a^T rho0 to rho_T) only where RHOSCAN_CUDA_FORWARD_PATH=quadratic forces it:
-// measured slower than the chunked path so far (BDH-8k, H100: 1.91 against 1.74 ms; docs/CUDA.md,
-// "The quadratic forward from an initial state"), so calls with rho0 keep the chunked path.
+// measured slower than the chunked path so far (BDH-8k, H100: 1.91 against 1.74 ms in round 40,
+// 2.05-2.17 against 1.75 in round 41; docs/CUDA.md, "The quadratic forward from an initial state"),
+// so calls with rho0 keep the chunked path.
 // The rows variant (quadratic_rows_mma): only where RHOSCAN_CUDA_FORWARD_PATH=rows and it applies
 // (bfloat16, quadratic_rows_applies, no rho0); measured slower than the default where it does (docs/CUDA.md).
 enum class ForwardPath { chunked, quadratic, rows };

@@ -493,15 +493,18 @@ bool cross_swizzle_case(const Problem& p, int nsplit) {
 }
 
 // A random float32 state [B][H][L][E] for the batch's pairs (rho0 or GR), rows of RS >= E floats
-// (NaN past E), in s: the batch rows' copy and its strides.
-std::vector<float> random_state(const Problem& p, int64_t RS, Str4& s) {
+// (NaN past E), in s: the batch rows' copy and its strides (seq_first: a [B][L][H][RS] layout).
+std::vector<float> random_state(const Problem& p, int64_t RS, Str4& s, bool seq_first = false) {
   const Dims& d = p.d;
   const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1;  // the batch rows
   std::vector<float> x(Bn * d.H * d.L * RS, kNaN);
   for (int64_t k = 0; k < int64_t(x.size()); ++k)
     if (k % RS < d.E) x[k] = float(2 * U01() - 1);
   s.p = x.data();  // (the vector's buffer moves with it)
-  s.s[0] = d.H * d.L * RS, s.s[1] = d.L * RS, s.s[2] = RS, s.s[3] = 1;
+  if (seq_first)
+    s.s[0] = d.L * d.H * RS, s.s[1] = RS, s.s[2] = d.H * RS, s.s[3] = 1;
+  else
+    s.s[0] = d.H * d.L * RS, s.s[1] = d.L * RS, s.s[2] = RS, s.s[3] = 1;
   return x;
 }
 
@@ -522,21 +525,10 @@ bool state_readback_case(const Problem& p) {
   const int64_t C = d.C, nC = d.nC, L = d.L, E = d.E, T = d.T;
   // (rows of E + 3: the planes' loads a column at a time; both states given and E % 4 == 0: rows of a
   // multiple of 4, 16-byte pieces)
-  const int64_t Bn = (d.bh0 + d.nbh - 1) / d.H + 1, RS = kRho && kGr && E % 4 == 0 ? (E + 3) / 4 * 4 + 4 : E + 3;
-  auto make_state = [&](std::vector<float>& x, Str4& xs) {
-    x.assign(Bn * d.H * L * RS, kNaN);
-    xs.p = x.data();
-    if (p.seq_first)  // [B, L, H, E + 3]
-      xs.s[0] = L * d.H * RS, xs.s[1] = RS, xs.s[2] = d.H * RS, xs.s[3] = 1;
-    else
-      xs.s[0] = d.H * L * RS, xs.s[1] = L * RS, xs.s[2] = RS, xs.s[3] = 1;
-    for (int64_t k = 0; k < int64_t(x.size()); ++k)
-      if (k % RS < E) x[k] = float(2 * U01() - 1);
-  };
-  std::vector<float> rho0, gr;
+  const int64_t RS = kRho && kGr && E % 4 == 0 ? (E + 3) / 4 * 4 + 4 : E + 3;
   Str4 rs, gs;
-  if (kRho) make_state(rho0, rs);
-  if (kGr) make_state(gr, gs);
+  const std::vector<float> rho0 = kRho ? random_state(p, RS, rs, p.seq_first) : std::vector<float>{};
+  const std::vector<float> gr = kGr ? random_state(p, RS, gs, p.seq_first) : std::vector<float>{};
   std::vector<float> W(d.nbh * T * L), U(W.size()), HdH(d.nbh * nC * L);
   for (auto* v : {&W, &U, &HdH})
     for (auto& x : *v) x = float(2 * U01() - 1);
