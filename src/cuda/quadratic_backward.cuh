@@ -1032,231 +1032,279 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 //     x3_c = a^(c C + T - e_c) <rho0[l, :], GR[l, :]>
 // (Xq_k = Qp_k a^(k - s_J) and Kq_j = q_j a^(e_J - 1 - j): the operands norm_apply made.) Every
 // exponent is >= 0, so a = 0 and a = 1 are exact.
-// state_readback_mma: an item per (bh, 64 latents). Its rows of rho0 and GR (float32, strided) are
-// read once per slab of up to 256 columns and kept in shared memory as bf16 hi + lo planes (W and U
-// keep float32-level accuracy, as the chunked path's split states do), so that each is read from
-// global memory once: a first version (round 41 calls 1-2) wrote the planes to global memory in a
-// pass of its own (0.89 ms a launch at BDH-8k on an H100) and read them again for every chunk (2.24
-// ms a launch, 5 GB of DRAM reads). Then the chunks in turn, each contracted over the slab in
-// 64-column steps (G_c's and v_c's rows [64 tokens][64] by cp.async, two stages): warps 0-3 make Y
-// (A = G, B = rho0^T, hi then lo), warps 4-7 Z (A = v, B = GR^T), each a 32 × 32 tile (tokens wm,
-// latents wn). After a chunk's last step of the slab the products go through shared memory ([64][72]
-// floats a role, with the factors a^(c C) and a^(T - e_c)), so that every thread reads, adds to and
-// writes back whole 16-byte pieces of W (dqp) and U rows (the item owns them; a slab each time), the
-// loads and the keys' issued together; each thread's key-weighted column sums over its 4 rows go to
-// [16][64] partials, added in order by a thread per latent to SY or SZ ([chunk][64]). The dots
-// <rho0, GR> come from the planes (hi + lo, to about 2^-16), a thread per latent, slab by slab.
-// After the last slab threads 0-63 walk the chunks once per latent (x2 ascending, x1 descending) and
-// add x1 + x2 + x3 to HdH. Every sum is in a fixed order (the same bits every run). A state that is
-// absent (null) leaves its warps idle. nC <= kStateReadbackMaxChunks (the dispatch's condition).
-constexpr int kSrThreads = 256, kSrSlab = 256;         // the planes' columns in shared memory
-constexpr int kSrPlane = 64 * kSrSlab * 2;              // a [64][256] bf16 plane: 32 KiB
-constexpr int kSrTile = 64 * 64 * 2;                    // a [64][64] bf16 tile: 8 KiB
-constexpr int kSrOS = 72;                               // the products' row stride (floats)
+// state_readback_mma (version 3): an item per (bh, 64 latents), contracted over E in slabs of up to
+// 256 columns. Each state's rows go to the tensor cores as A from registers: a thread loads its own
+// fragment elements of the slab (float32, straight from global memory: each state row is read once
+// an item) and keeps them for all chunks as bf16 hi + lo (W and U keep float32-level accuracy, as the
+// chunked path's split states do; 128 registers at 16 k steps). Warps 0-3 make Y = rho0 G_c^T, warps
+// 4-7 Z = GR v_c^T, warp w & 3 the item's latents 16 (w & 3) .. + 15 by all 64 tokens of the chunk
+// (m16n8k16, 8 token tiles). B (G's and v's [64 tokens][64 columns] bf16 tiles, swizzled) comes by
+// cp.async in three stages fetched two steps ahead, a step = (chunk, 64 columns of the slab). A
+// chunk's W and U rows and its keys (Xq for W, Kq for U) come by cp.async with the chunk's first
+// step, into one of three epilogue buffers, so that their DRAM latency hides under two steps'
+// products. After a chunk's last step each thread adds f ⊙ its accumulators into the W or U tile in
+// shared memory (f = a^(c C) or a^(T - e_c) per latent), and sums key ⊙ accumulator per latent (its
+// 16 tokens, then the 4 lanes of a latent by shuffles) into SY or SZ ([chunk][64]); after a barrier
+// all threads write the tiles' rows back in 16-byte pieces. The dots <rho0, GR> per latent: 4
+// threads a latent, 64 columns each, summed by shuffles. After the last slab threads 0-63 walk the
+// chunks once per latent (x2 ascending, x1 descending) and add x1 + x2 + x3 to HdH. Every sum is in a
+// fixed order (the same bits every run). A state that is absent (null) leaves its warps idle. nC <=
+// kStateReadbackMaxChunks (the dispatch's condition).
+// Version 2 (round 41) kept the slab's rows as hi + lo planes in shared memory (128 KiB) and read W
+// and U back in each chunk's epilogue with nothing in flight under them: 3.25 ms a launch at BDH-8k
+// on an H100 (1.0 TB/s).
+constexpr int kSrThreads = 256, kSrSlab = 256;          // a slab's columns: 16 k steps of A fragments
+constexpr int kSrTile = 64 * 64 * 2;                    // G's or v's [64][64] bf16 tile: 8 KiB
+constexpr int kSrStageCount = 3;                        // B stages, fetched two steps ahead
+constexpr int kSrWS = 68, kSrKS = 72;                   // W / U tiles' row stride (floats), the keys' (bf16)
+constexpr int kSrWTile = 64 * kSrWS * 4, kSrKTile = 64 * kSrKS * 2;
+constexpr int kSrEpi = 2 * kSrWTile + 2 * kSrKTile;     // a chunk's [W, U, Xq, Kq] tiles: 52 KiB
 constexpr int64_t kStateReadbackMaxChunks = 16;
-// byte offsets: the planes [rho_hi, rho_lo, gr_hi, gr_lo], the stages [2][G, v], the products
-// [2][64][kSrOS] floats, the partials [2][16][64], the factors [2][64], the dots [64], SY and SZ
-// [nC][64]
-constexpr uint32_t kSrStages = 4 * kSrPlane, kSrProd = kSrStages + 2 * 2 * kSrTile;
-constexpr uint32_t kSrPart = kSrProd + 2 * 64 * kSrOS * 4, kSrFac = kSrPart + 2 * 16 * 64 * 4;
-constexpr uint32_t kSrDots = kSrFac + 2 * 64 * 4, kSrSums = kSrDots + 64 * 4;
+// byte offsets: the stages [3][G, v], the epilogue buffers [3][W, U, Xq, Kq], the dots [64], SY and
+// SZ [nC][64]
+constexpr uint32_t kSrEpiAt = kSrStageCount * 2 * kSrTile, kSrDots = kSrEpiAt + 3 * kSrEpi;
+constexpr uint32_t kSrSums = kSrDots + 64 * 4;
 __host__ __device__ constexpr int state_readback_smem(int64_t nC) {
   return static_cast<int>(kSrSums + 2 * nC * 64 * 4);
 }
 static_assert(state_readback_smem(kStateReadbackMaxChunks) <= 227 * 1024, "state_readback_mma: shared memory");
-// (16-byte pieces where a state's rows are contiguous and 16-byte aligned and E % 4 == 0)
-__device__ __forceinline__ bool state_rows_aligned(const Str4& x, int64_t E) {
-  return x.p == nullptr || (E % 4 == 0 && x.s[3] == 1 && x.s[2] % 4 == 0 && x.s[1] % 4 == 0 && x.s[0] % 4 == 0 &&
-                            reinterpret_cast<uintptr_t>(x.p) % 16 == 0);
+// (a state's rows in 8-byte pairs where its columns are contiguous, E is even and pairs are 8-byte
+// aligned; 16-byte pieces where E % 4 == 0 and pieces are 16-byte aligned)
+__device__ __forceinline__ bool state_rows_aligned(const Str4& x, int64_t E, int k) {
+  return x.p == nullptr || (E % k == 0 && x.s[3] == 1 && x.s[2] % k == 0 && x.s[1] % k == 0 && x.s[0] % k == 0 &&
+                            reinterpret_cast<uintptr_t>(x.p) % (4 * k) == 0);
 }
 __global__ void __launch_bounds__(kSrThreads, 1) state_readback_mma_kernel(
     Dims d, const bf16* gb, const bf16* vb, const bf16* Xq, const bf16* Kq, Str4 rho0, Str4 gr, const float* a32,
     float* W, float* U, float* HdH) {
   grid_dependency_wait();
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  float* prod = reinterpret_cast<float*>(smem_raw + kSrProd);  // [2 roles][64 tokens][kSrOS]
-  float* part = reinterpret_cast<float*>(smem_raw + kSrPart);  // [2 roles][16][64]
-  float* fac = reinterpret_cast<float*>(smem_raw + kSrFac);    // [2 roles][64]
   float* dots = reinterpret_cast<float*>(smem_raw + kSrDots);  // [64]
   float* sy = reinterpret_cast<float*>(smem_raw + kSrSums);    // [nC][64]
   float* sz = sy + d.nC * 64;
   const uint32_t s0 = smem_addr(smem_raw);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const bool has_y = rho0.p != nullptr, has_z = gr.p != nullptr;
   const bool zrole = warp >= 4;  // warps 4-7: Z (U), warps 0-3: Y (W)
-  const int wq = warp & 3, wm = (wq & 1) * 32, wn = (wq >> 1) * 32;
+  const int role = zrole ? 1 : 0, lw = 16 * (warp & 3);  // the warp's latents lw .. lw + 15 of the item
   const bool active = zrole ? has_z : has_y;
-  const uint32_t a_lane = s0 + kSrStages + (zrole ? kSrTile : 0) + warp_mma_lane_a_tile<true, false>(lane, wm, 64);
-  const uint32_t b_lane = s0 + (zrole ? 2 : 0) * kSrPlane + warp_mma_lane_b_tile<true, true>(lane, wn, kSrSlab);
+  const Str4& z = zrole ? gr : rho0;
+  // B's lane address (G or v stored [token][column]: ldmatrix without .trans), stage 0, k 0
+  const uint32_t b_lane = s0 + role * kSrTile + warp_mma_lane_b_tile<true, true>(lane, 0, 64);
   const int C = static_cast<int>(d.C);
   const int64_t nlt = d.Lp / 64, items = d.nC == 0 ? 0 : d.nbh * nlt;
-  const bool vec = state_rows_aligned(rho0, d.E) && state_rows_aligned(gr, d.E);
-  // the epilogue's rows idx / 16 + 16 k and columns 4 (idx % 16) .. + 3 (idx = tid)
-  const int er = tid / 16, ec = 4 * (tid % 16);
+  const bool pairs = state_rows_aligned(z, d.E, 2);
+  const bool quads = state_rows_aligned(rho0, d.E, 4) && state_rows_aligned(gr, d.E, 4);
+  const bool wu16 = d.L % 4 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(U) % 16 == 0;  // W's and U's rows in 16-byte pieces
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t bh = item / nlt, l0 = item % nlt * 64, b = d.b_of(bh), h = d.h_of(bh), vr = d.v_row(bh);
     for (int64_t e_s = 0; e_s < d.Ep; e_s += kSrSlab) {
-      const int64_t ne = std::min<int64_t>(kSrSlab, d.Ep - e_s) / 64, nsteps = d.nC * ne;
-      __syncthreads();  // the previous slab's (or item's) planes, tiles and sums are consumed
-      // the slab's planes: pieces of 4 columns (row p / 64, columns 4 (p % 64)), zeros past L and E
-      for (int p = tid; p < 64 * (kSrSlab / 4); p += kSrThreads) {
-        const int r = p / (kSrSlab / 4), c4 = 4 * (p % (kSrSlab / 4));
-        const int64_t l = l0 + r, e = e_s + c4;
-        if (c4 >= ne * 64) continue;
+      const int ne = static_cast<int>(std::min<int64_t>(kSrSlab, d.Ep - e_s) / 64);
+      const int nsteps = static_cast<int>(d.nC) * ne;  // (nC <= 16)
+      __syncthreads();  // the previous slab's (or item's) stages, buffers, dots and sums are consumed
+      // step s = (chunk s / ne, columns 64 (s % ne) of the slab): G's and v's tiles into stage s % 3,
+      // two 16-byte pieces a thread and tile (rows tid / 8 and + 32, piece tid % 8; rows past the
+      // chunk's tokens zero-filled); with a chunk's first step its W, U and key tiles into buffer c %
+      // 3 (rows past Cn and latents past L zero-filled). An absent state's tiles are not fetched. One
+      // commit group a step, empty past the last.
+      auto fetch = [&](int s) {
+        if (s < nsteps) {
+          int tid = threadIdx.x;  // (opaque: the pieces' addresses are made here, not hoisted and
+          asm volatile("" : "+r"(tid));  // kept in registers across the steps)
+          const int c = s / ne, j = s - c * ne, st = s % kSrStageCount;
+          const int Cn = static_cast<int>(d.chunk_len(c));
+          const int64_t e0 = e_s + 64 * j;
 #pragma unroll
-        for (int st = 0; st < 2; ++st) {
-          const Str4& z = st == 0 ? rho0 : gr;
-          if (z.p == nullptr) continue;
-          float x[4] = {};
-          if (l < d.L) {
-            const float* src = static_cast<const float*>(z.p);
-            if (vec && e < d.E) {
-              const float4 u = *reinterpret_cast<const float4*>(src + z.at(b, h, l, e));
-              x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w;
-            } else {
+          for (int k = 0; k < 4; ++k) {
+            const int tile = k / 2, r = tid / 8 + 32 * (k % 2), pc = tid % 8;
+            if (tile == 0 ? !has_y : !has_z) continue;
+            const int64_t row = (tile == 0 ? bh : vr) * d.T + c * C + min(r, Cn - 1);
+            cp_async16_u32(s0 + (2 * st + tile) * kSrTile + tile_offset<true>(r, pc, 64),
+                           (tile == 0 ? gb : vb) + row * d.Ep + e0 + 8 * pc, r < Cn ? 16u : 0u);
+          }
+          if (j == 0) {
+            unsigned char* buf = smem_raw + kSrEpiAt + (c % 3) * kSrEpi;
 #pragma unroll
-              for (int k = 0; k < 4; ++k) x[k] = e + k < d.E ? src[z.at(b, h, l, e + k)] : 0.0f;
+            for (int rl = 0; rl < 2; ++rl) {
+              if (rl == 0 ? !has_y : !has_z) continue;
+              const float* wu = rl == 0 ? W : U;
+              unsigned char* wt = buf + rl * kSrWTile;
+              if (wu16) {
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {  // 16 pieces a row
+                  const int p = tid + kSrThreads * k, i = p / 16, pc = p % 16;
+                  const bool ok = i < Cn && l0 + 4 * pc < d.L;
+                  cp_async16_u32(smem_addr(wt + (i * kSrWS + 4 * pc) * 4),
+                                 ok ? wu + (bh * d.T + c * C + i) * d.L + l0 + 4 * pc : wu, ok ? 16u : 0u);
+                }
+              } else {
+                for (int p = tid; p < 64 * 64; p += kSrThreads) {  // (4-byte pieces)
+                  const int i = p / 64, lt = p % 64;
+                  const bool ok = i < Cn && l0 + lt < d.L;
+                  cp_async_small<4>(wt + (i * kSrWS + lt) * 4, ok ? wu + (bh * d.T + c * C + i) * d.L + l0 + lt : wu,
+                                    ok);
+                }
+              }
+              const bf16* keys = rl == 0 ? Xq : Kq;
+#pragma unroll
+              for (int k = 0; k < 2; ++k) {  // 8 pieces a row (the keys' rows are Lp long)
+                const int p = tid + kSrThreads * k, i = p / 8, pc = p % 8;
+                cp_async16_u32(smem_addr(buf + 2 * kSrWTile + rl * kSrKTile + (i * kSrKS + 8 * pc) * 2),
+                               keys + (bh * d.T + c * C + min(i, Cn - 1)) * d.Lp + l0 + 8 * pc, i < Cn ? 16u : 0u);
+              }
             }
           }
-          __nv_bfloat162 hi[2], lo[2];
-#pragma unroll
-          for (int k = 0; k < 2; ++k) {
-            hi[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
-            lo[k] = __floats2bfloat162_rn(x[2 * k] - __low2float(hi[k]), x[2 * k + 1] - __high2float(hi[k]));
-          }
-          const uint32_t o = 2 * st * kSrPlane + tile_offset<true>(r, c4 / 8, kSrSlab) + 2 * (c4 % 8);
-          memcpy(smem_raw + o, hi, sizeof hi);
-          memcpy(smem_raw + o + kSrPlane, lo, sizeof lo);
-        }
-      }
-      // step s = (chunk s / ne, columns 64 (s % ne) of the slab): G's and v's tiles into stage st, two
-      // 16-byte pieces a thread and tile (rows tid / 8 and + 32, piece tid % 8; rows past the chunk's
-      // tokens zero-filled; an absent state's tile not fetched)
-      auto fetch = [&](int64_t s, int st) {
-        const int64_t c = s / ne, e0 = e_s + s % ne * 64;
-        const int Cn = static_cast<int>(d.chunk_len(c));
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int tile = j / 2, r = tid / 8 + 32 * (j % 2), k = tid % 8;
-          if (tile == 0 ? !has_y : !has_z) continue;
-          const int64_t row = (tile == 0 ? bh : vr) * d.T + c * C + min(r, Cn - 1);
-          cp_async16_u32(s0 + kSrStages + (2 * st + tile) * kSrTile + tile_offset<true>(r, k, 64),
-                         (tile == 0 ? gb : vb) + row * d.Ep + e0 + 8 * k, r < Cn ? 16u : 0u);
         }
         cp_async_commit();
       };
-      float acc[2][4][4] = {};
-      fetch(0, 0);
-      __syncthreads();  // the planes
-      if (tid < 64) {  // the dots over the slab, from the planes
-        float x = e_s == 0 ? 0.0f : dots[tid];
-        if (has_y && has_z) {
-          for (int c = 0; c < ne * 8; ++c) {
-            const uint32_t o = tile_offset<true>(tid, c, kSrSlab);
-            bf16 rh[8], rl[8], gh[8], gl[8];
-            memcpy(rh, smem_raw + o, 16), memcpy(rl, smem_raw + o + kSrPlane, 16);
-            memcpy(gh, smem_raw + o + 2 * kSrPlane, 16), memcpy(gl, smem_raw + o + 3 * kSrPlane, 16);
+      fetch(0);
+      fetch(1);
+      // the thread's A fragments of the slab (mma.m16n8k16's A: rows g, g + 8 of the warp's 16
+      // latents; columns 2 q, 2 q + 1 and + 8 of each k step), bf16 hi + lo; zeros past L and E
+      uint32_t ahi[kSrSlab / 16][4], alo[kSrSlab / 16][4];
 #pragma unroll
-            for (int k = 0; k < 8; ++k)
-              x = fmaf(__bfloat162float(rh[k]) + __bfloat162float(rl[k]), __bfloat162float(gh[k]) + __bfloat162float(gl[k]), x);
-          }
-        }
-        dots[tid] = x;
-      }
-      for (int64_t s = 0; s < nsteps; ++s) {
-        const int st = static_cast<int>(s & 1);
-        if (s + 1 < nsteps) {
-          fetch(s + 1, st ^ 1);
-          cp_async_wait<1>();
-        } else {
-          cp_async_wait<0>();
-        }
-        __syncthreads();
-        if (active) {
-          const uint32_t a = a_lane + 2 * st * kSrTile, bo = b_lane + 128 * static_cast<uint32_t>(s % ne);
-          warp_mma_32x32_tile<true, false, true, 64, kSrSlab, 64>(acc, a, bo);
-          warp_mma_32x32_tile<true, false, true, 64, kSrSlab, 64>(acc, a, bo + kSrPlane);
-        }
-        if (s % ne != ne - 1) {
-          __syncthreads();  // (stage st is refilled by the next step's fetch)
-          continue;
-        }
-        // the chunk's last step of the slab: its products and factors (the epilogue's own space)
-        const int64_t c = s / ne, t0 = c * C;
-        const int Cn = static_cast<int>(d.chunk_len(c));
-        if (active) {
-          float* o = prod + (zrole ? 64 * kSrOS : 0);
-          for_each_acc_pair(acc, wm, wn, [&](int i, int l, float x0, float x1) {
-            *reinterpret_cast<float2*>(o + i * kSrOS + l) = make_float2(x0, x1);
-          });
-        }
-        if (tid < 128) {
-          const int64_t l = l0 + tid % 64;
-          const int n = tid < 64 ? static_cast<int>(t0) : static_cast<int>(d.T - (t0 + Cn));
-          fac[tid] = l < d.L ? ipow(a32[h * d.L + l], n) : 0.0f;
-        }
-        for (auto& row : acc)  // (the next chunk's sums)
-          for (auto& tile : row)
-            for (float& x : tile) x = 0.0f;
-        __syncthreads();  // (also: stage st is refilled by the next step's fetch)
-        // W and U rows: loads (and the keys') first, then the adds and stores
-        const bool vec_out = d.L % 4 == 0 && l0 + ec + 4 <= d.L;  // (16-byte pieces wholly inside L)
+      for (int kk = 0; kk < kSrSlab / 16; ++kk) {
 #pragma unroll
-        for (int role = 0; role < 2; ++role) {
-          if (role == 0 ? !has_y : !has_z) continue;
-          float* out = role == 0 ? W : U;
-          const bf16* keys = role == 0 ? Xq : Kq;
-          float4 w[4];
-          uint2 kk[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int i = er + 16 * k;
-            const int64_t t = t0 + (i < Cn ? i : 0);
-            const float* src = out + (bh * d.T + t) * d.L + l0 + ec;
-            if (vec_out)
-              w[k] = i < Cn ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
-            else
-              w[k] = make_float4(i < Cn && l0 + ec < d.L ? src[0] : 0.f, i < Cn && l0 + ec + 1 < d.L ? src[1] : 0.f,
-                                 i < Cn && l0 + ec + 2 < d.L ? src[2] : 0.f, i < Cn && l0 + ec + 3 < d.L ? src[3] : 0.f);
-            kk[k] = i < Cn ? *reinterpret_cast<const uint2*>(keys + (bh * d.T + t) * d.Lp + l0 + ec) : make_uint2(0u, 0u);
-          }
-          const float* pr = prod + role * 64 * kSrOS;
-          const float* f = fac + role * 64 + ec;
-          float colsum[4] = {};
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int i = er + 16 * k;
-            const float4 y = *reinterpret_cast<const float4*>(pr + i * kSrOS + ec);
-            __nv_bfloat162 k01, k23;
-            memcpy(&k01, &kk[k].x, sizeof k01);
-            memcpy(&k23, &kk[k].y, sizeof k23);
-            colsum[0] = fmaf(__low2float(k01), y.x, colsum[0]), colsum[1] = fmaf(__high2float(k01), y.y, colsum[1]);
-            colsum[2] = fmaf(__low2float(k23), y.z, colsum[2]), colsum[3] = fmaf(__high2float(k23), y.w, colsum[3]);
-            if (i >= Cn) continue;
-            const float4 r = make_float4(fmaf(f[0], y.x, w[k].x), fmaf(f[1], y.y, w[k].y), fmaf(f[2], y.z, w[k].z),
-                                         fmaf(f[3], y.w, w[k].w));
-            float* dst = out + (bh * d.T + t0 + i) * d.L + l0 + ec;
-            if (vec_out) {
-              *reinterpret_cast<float4*>(dst) = r;
+        for (int r = 0; r < 4; ++r) {
+          const int64_t l = l0 + lw + g + 8 * (r & 1), e = e_s + 16 * kk + 2 * q + 8 * (r >> 1);
+          float x0 = 0.0f, x1 = 0.0f;
+          if (active && kk < 4 * ne && l < d.L) {
+            const float* src = static_cast<const float*>(z.p);
+            if (pairs) {
+              if (e < d.E) {
+                const float2 u = *reinterpret_cast<const float2*>(src + z.at(b, h, l, e));
+                x0 = u.x, x1 = u.y;
+              }
             } else {
-              if (l0 + ec < d.L) dst[0] = r.x;
-              if (l0 + ec + 1 < d.L) dst[1] = r.y;
-              if (l0 + ec + 2 < d.L) dst[2] = r.z;
-              if (l0 + ec + 3 < d.L) dst[3] = r.w;
+              if (e < d.E) x0 = src[z.at(b, h, l, e)];
+              if (e + 1 < d.E) x1 = src[z.at(b, h, l, e + 1)];
             }
           }
-          *reinterpret_cast<float4*>(part + (role * 16 + er) * 64 + ec) =
-              make_float4(colsum[0], colsum[1], colsum[2], colsum[3]);
+          const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+          const __nv_bfloat162 lo = __floats2bfloat162_rn(x0 - __low2float(hi), x1 - __high2float(hi));
+          memcpy(&ahi[kk][r], &hi, 4);
+          memcpy(&alo[kk][r], &lo, 4);
         }
-        __syncthreads();
-        if (tid < 128 && (tid < 64 ? has_y : has_z)) {  // the 16 partials of a latent, in order
-          const int role = tid / 64, l = tid % 64;
-          float* sum = (role == 0 ? sy : sz) + c * 64 + l;
-          float x = e_s == 0 ? 0.0f : *sum;
-          for (int g = 0; g < 16; ++g) x += part[(role * 16 + g) * 64 + l];
-          *sum = x;
+      }
+      if (has_y && has_z) {  // the dots over the slab: 4 threads a latent (tid / 4), 64 columns each
+        const int r = tid / 4, part = tid % 4;
+        const int64_t l = l0 + r;
+        float x = 0.0f;
+        if (l < d.L) {
+          const float* rp = static_cast<const float*>(rho0.p);
+          const float* gp = static_cast<const float*>(gr.p);
+          for (int64_t e = e_s + 64 * part; e < std::min<int64_t>(e_s + 64 * (part + 1), d.E); e += 4) {
+            if (quads && e + 4 <= d.E) {
+              const float4 u = *reinterpret_cast<const float4*>(rp + rho0.at(b, h, l, e));
+              const float4 w = *reinterpret_cast<const float4*>(gp + gr.at(b, h, l, e));
+              x = fmaf(u.x, w.x, x), x = fmaf(u.y, w.y, x), x = fmaf(u.z, w.z, x), x = fmaf(u.w, w.w, x);
+            } else {
+              for (int k = 0; k < 4 && e + k < d.E; ++k) x = fmaf(rp[rho0.at(b, h, l, e + k)], gp[gr.at(b, h, l, e + k)], x);
+            }
+          }
         }
-        // (the products and partials are written again only after the next step's barrier)
+        x += __shfl_xor_sync(0xffffffffu, x, 1);
+        x += __shfl_xor_sync(0xffffffffu, x, 2);
+        if (part == 0) dots[r] = (e_s == 0 ? 0.0f : dots[r]) + x;
+      }
+      float acc[8][4] = {};
+      // a step's products: k steps 4 j .. 4 j + 3 of the slab (j a constant: the fragments stay in
+      // registers), B from stage st
+      auto products = [&](auto jc, int st) {
+        constexpr int j = decltype(jc)::value;
+        const uint32_t bs = b_lane + static_cast<uint32_t>(st) * 2 * kSrTile;
+#pragma unroll
+        for (int k4 = 0; k4 < 4; ++k4) {
+#pragma unroll
+          for (int np = 0; np < 4; ++np) {  // tokens 16 np .. + 15: two 8-token tiles
+            uint32_t bf[4];
+            ldsm_x4_u32(bf, swizzled_k_step(bs, 16 * k4) + 2 * 16 * np * 64);
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+              mma_bf16_16816(acc[2 * np + hf], ahi[4 * j + k4], bf[2 * hf], bf[2 * hf + 1]);
+              mma_bf16_16816(acc[2 * np + hf], alo[4 * j + k4], bf[2 * hf], bf[2 * hf + 1]);
+            }
+          }
+        }
+      };
+      for (int s = 0; s < nsteps; ++s) {
+        const int c = s / ne, j = s - c * ne;
+        cp_async_wait<1>();  // this step's group (and, at j = 0, the chunk's W, U and keys)
+        __syncthreads();     // everyone's; stage (s + 2) % 3 was last read at step s - 1
+        fetch(s + 2);
+        if (active) {
+          const int st = s % kSrStageCount;
+          switch (j) {
+            case 0: products(std::integral_constant<int, 0>{}, st); break;
+            case 1: products(std::integral_constant<int, 1>{}, st); break;
+            case 2: products(std::integral_constant<int, 2>{}, st); break;
+            default: products(std::integral_constant<int, 3>{}, st); break;
+          }
+        }
+        if (j != ne - 1) continue;
+        // the chunk's epilogue: f ⊙ the products into its W or U tile, the key-weighted column sums
+        const int64_t t0 = int64_t{c} * C;
+        const int Cn = static_cast<int>(d.chunk_len(c));
+        unsigned char* buf = smem_raw + kSrEpiAt + (c % 3) * kSrEpi;
+        if (active) {
+          float* wt = reinterpret_cast<float*>(buf + role * kSrWTile);
+          const bf16* kt = reinterpret_cast<const bf16*>(buf + 2 * kSrWTile + role * kSrKTile);
+          float f[2], cs[2] = {0.0f, 0.0f};
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int64_t l = l0 + lw + g + 8 * hf;
+            const int n = zrole ? static_cast<int>(d.T - (t0 + Cn)) : static_cast<int>(t0);
+            f[hf] = l < d.L ? ipow(a32[h * d.L + l], n) : 0.0f;
+          }
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const int i = 8 * nt + 2 * q + (r & 1), hf = r >> 1, lt = lw + g + 8 * hf;
+              const float y = acc[nt][r];
+              cs[hf] = fmaf(__bfloat162float(kt[i * kSrKS + lt]), y, cs[hf]);
+              wt[i * kSrWS + lt] = fmaf(f[hf], y, wt[i * kSrWS + lt]);
+              acc[nt][r] = 0.0f;  // (the next chunk's sums)
+              if (r == 3) asm volatile("" ::: "memory");  // (a token tile's loads at a time: registers)
+            }
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            cs[hf] += __shfl_xor_sync(0xffffffffu, cs[hf], 1);
+            cs[hf] += __shfl_xor_sync(0xffffffffu, cs[hf], 2);
+          }
+          if (q == 0) {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+              float* sum = (zrole ? sz : sy) + c * 64 + lw + g + 8 * hf;
+              *sum = (e_s == 0 ? 0.0f : *sum) + cs[hf];
+            }
+          }
+        }
+        __syncthreads();  // the tiles complete
+        // W's and U's rows back (rows < Cn; the buffer is refilled only after the next step's barrier)
+        int tid = threadIdx.x;  // (opaque, as in fetch)
+        asm volatile("" : "+r"(tid));
+#pragma unroll
+        for (int rl = 0; rl < 2; ++rl) {
+          if (rl == 0 ? !has_y : !has_z) continue;
+          float* wu = rl == 0 ? W : U;
+          const float* wt = reinterpret_cast<const float*>(buf + rl * kSrWTile);
+          if (wu16) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const int p = tid + kSrThreads * k, i = p / 16, pc = p % 16;
+              if (i < Cn && l0 + 4 * pc < d.L)
+                *reinterpret_cast<float4*>(wu + (bh * d.T + t0 + i) * d.L + l0 + 4 * pc) =
+                    *reinterpret_cast<const float4*>(wt + i * kSrWS + 4 * pc);
+            }
+          } else {
+            for (int p = tid; p < 64 * 64; p += kSrThreads) {
+              const int i = p / 64, lt = p % 64;
+              if (i < Cn && l0 + lt < d.L) wu[(bh * d.T + t0 + i) * d.L + l0 + lt] = wt[i * kSrWS + lt];
+            }
+          }
+        }
       }
     }
     __syncthreads();  // SY, SZ and the dots complete
