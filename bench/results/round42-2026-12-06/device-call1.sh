@@ -3,7 +3,7 @@
 # registers, W, U and the keys by cp.async with each chunk's first step into three epilogue
 # buffers; round 41's version 2: 3.25 ms a launch at BDH-8k on an H100). (1) build with the tests,
 # the kernel's ptxas line and its spills in SASS; (2) the carried-state test, then the CUDA suite;
-# (3) memcheck and racecheck of the backward's test; (4) --with-state A/B of the backward path
+# (3) memcheck of the backward's test; (4) --with-state A/B of the backward path
 # (forward chunked), two rounds; (5) Nsight of BDH-8k's backward with the state on the quadratic path.
 LOGS=/tmp/logs1 source bench/results/round32-prepared/call_common.sh
 stage build
@@ -17,7 +17,7 @@ stage "new test"
    > $L/test_new.log 2>&1; echo "new test rc=$?") >> $S
 grep -E "^\[  (PASSED|FAILED|     OK) |Failure|Expected|Which is|rms|grad|Trace|test_cuda.cpp" $L/test_new.log | head -30 >> $S
 pack
-for tool in memcheck racecheck; do
+for tool in memcheck; do
   late 200 && break
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 /tmp/b/tests/test_cuda \
     --gtest_filter='Cuda.QuadraticBackwardFromACarriedState' > $L/$tool.log 2>&1
@@ -27,7 +27,7 @@ pack
 R=/tmp/b/tools/rhoscan
 stage ab
 for r in 1 2; do
-  late 330 && break
+  late 250 && break
   for b in chunked quadratic; do
     echo "-- round $r, forward chunked, backward $b, with the state" >> $S
     ( export RHOSCAN_CUDA_FORWARD_PATH=chunked RHOSCAN_CUDA_BACKWARD_PATH=$b
@@ -37,13 +37,13 @@ for r in 1 2; do
 done
 pack
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum
-late 400 || { stage "ncu BDH-8k forward+backward with the state, backward quadratic"
+late 320 || { stage "ncu BDH-8k forward+backward with the state, backward quadratic"
   RHOSCAN_CUDA_FORWARD_PATH=chunked RHOSCAN_CUDA_BACKWARD_PATH=quadratic timeout 80 ncu --clock-control none --metrics $M \
     --csv $R bench --device cuda --cases BDH-8k --repeats 1 --backward --with-state > $L/ncu.csv 2>&1
   python3 dev/cuda/ncu_summary.py $L/ncu.csv >> $S 2>&1; }
 pack
-late 470 || { stage "CUDA suite"
-  (cd /tmp/b && timeout 110 tests/test_cuda > $L/test_cuda.log 2>&1; echo "test_cuda rc=$?") >> $S
+late 400 || { stage "CUDA suite"
+  (cd /tmp/b && timeout 80 tests/test_cuda > $L/test_cuda.log 2>&1; echo "test_cuda rc=$?") >> $S
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" $L/test_cuda.log | head -10 >> $S; }
 stage end
 pack
