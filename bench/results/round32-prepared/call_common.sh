@@ -81,3 +81,21 @@ ncu_durations() {
   done
   pack
 }
+#   state_ab ROUNDS LATE     rounds of `rhoscan bench --with-state --backward` at BDH-8k and BDH-base with
+#                    the forward on the chunked path and the backward on each path (each round skipped
+#                    once the call has run LATE seconds), JSON commit labels
+#                    "$RHOSCAN_COMMIT+forward_path=chunked+backward_path=PATH"
+state_ab() {
+  local rounds=$1 after=$2 r b
+  stage "ab with the state"
+  for r in $(seq $rounds); do
+    late $after && { echo "(round $r skipped: late)" >> $S; break; }
+    for b in chunked quadratic; do
+      echo "-- round $r, forward chunked, backward $b, with the state" >> $S
+      RHOSCAN_CUDA_FORWARD_PATH=chunked RHOSCAN_CUDA_BACKWARD_PATH=$b timeout 60 $R bench --device cuda \
+        --cases BDH-8k,BDH-base --backward --repeats 5 --with-state --json $J \
+        --commit "$RHOSCAN_COMMIT+forward_path=chunked+backward_path=$b" 2>&1 | grep -E "^(BDH|long)" >> $S
+    done
+  done
+  pack
+}

@@ -25,20 +25,10 @@ for tool in memcheck; do
 done
 pack
 R=/tmp/b/tools/rhoscan
-stage ab
-for r in 1 2; do
-  late 250 && break
-  for b in chunked quadratic; do
-    echo "-- round $r, forward chunked, backward $b, with the state" >> $S
-    ( export RHOSCAN_CUDA_FORWARD_PATH=chunked RHOSCAN_CUDA_BACKWARD_PATH=$b
-      timeout 60 $R bench --device cuda --cases BDH-8k,BDH-base --backward --repeats 5 --with-state --json $J \
-        --commit "$RHOSCAN_COMMIT+forward_path=chunked+backward_path=$b" 2>&1 | grep -E "^(BDH|long)" >> $S )
-  done
-done
-pack
+state_ab 2 250
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,smsp__inst_executed.sum
 late 320 || { stage "ncu BDH-8k forward+backward with the state, backward quadratic"
-  RHOSCAN_CUDA_FORWARD_PATH=chunked RHOSCAN_CUDA_BACKWARD_PATH=quadratic timeout 80 ncu --clock-control none --metrics $M \
+  RHOSCAN_CUDA_FORWARD_PATH=chunked RHOSCAN_CUDA_BACKWARD_PATH=quadratic timeout 70 ncu --clock-control none -k regex:'state_readback|quad_dv|quad_readback' --metrics $M \
     --csv $R bench --device cuda --cases BDH-8k --repeats 1 --backward --with-state > $L/ncu.csv 2>&1
   python3 dev/cuda/ncu_summary.py $L/ncu.csv >> $S 2>&1; }
 pack
