@@ -1088,12 +1088,15 @@ __global__ void __launch_bounds__(kSrThreads, 1) state_readback_mma_kernel(
   const bool zrole = warp >= 4;  // warps 4-7: Z (U), warps 0-3: Y (W)
   const int role = zrole ? 1 : 0, lw = 16 * (warp & 3);  // the warp's latents lw .. lw + 15 of the item
   const bool active = zrole ? has_z : has_y;
-  const Str4& z = zrole ? gr : rho0;
+  // the warp's state, selected by value (a reference to either parameter put both on the stack)
+  const float* zp = static_cast<const float*>(zrole ? gr.p : rho0.p);
+  const int64_t zs0 = zrole ? gr.s[0] : rho0.s[0], zs1 = zrole ? gr.s[1] : rho0.s[1];
+  const int64_t zs2 = zrole ? gr.s[2] : rho0.s[2], zs3 = zrole ? gr.s[3] : rho0.s[3];
   // B's lane address (G or v stored [token][column]: ldmatrix without .trans), stage 0, k 0
   const uint32_t b_lane = s0 + role * kSrTile + warp_mma_lane_b_tile<true, true>(lane, 0, 64);
   const int C = static_cast<int>(d.C);
   const int64_t nlt = d.Lp / 64, items = d.nC == 0 ? 0 : d.nbh * nlt;
-  const bool pairs = state_rows_aligned(z, d.E, 2);
+  const bool pairs = state_rows_aligned(zrole ? gr : rho0, d.E, 2);
   const bool quads = state_rows_aligned(rho0, d.E, 4) && state_rows_aligned(gr, d.E, 4);
   const bool wu16 = d.L % 4 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(U) % 16 == 0;  // W's and U's rows in 16-byte pieces
@@ -1163,22 +1166,28 @@ __global__ void __launch_bounds__(kSrThreads, 1) state_readback_mma_kernel(
       // the thread's A fragments of the slab (mma.m16n8k16's A: rows g, g + 8 of the warp's 16
       // latents; columns 2 q, 2 q + 1 and + 8 of each k step), bf16 hi + lo; zeros past L and E
       uint32_t ahi[kSrSlab / 16][4], alo[kSrSlab / 16][4];
+      const float* zrow[2];  // the thread's two rows (null past L)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t l = l0 + lw + g + 8 * r;
+        zrow[r] = active && l < d.L ? zp + b * zs0 + h * zs1 + l * zs2 : nullptr;
+      }
 #pragma unroll
       for (int kk = 0; kk < kSrSlab / 16; ++kk) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          const int64_t l = l0 + lw + g + 8 * (r & 1), e = e_s + 16 * kk + 2 * q + 8 * (r >> 1);
+          const float* row = zrow[r & 1];
+          const int64_t e = e_s + 16 * kk + 2 * q + 8 * (r >> 1);
           float x0 = 0.0f, x1 = 0.0f;
-          if (active && kk < 4 * ne && l < d.L) {
-            const float* src = static_cast<const float*>(z.p);
+          if (row != nullptr && kk < 4 * ne) {
             if (pairs) {
               if (e < d.E) {
-                const float2 u = *reinterpret_cast<const float2*>(src + z.at(b, h, l, e));
+                const float2 u = *reinterpret_cast<const float2*>(row + e);
                 x0 = u.x, x1 = u.y;
               }
             } else {
-              if (e < d.E) x0 = src[z.at(b, h, l, e)];
-              if (e + 1 < d.E) x1 = src[z.at(b, h, l, e + 1)];
+              if (e < d.E) x0 = row[e * zs3];
+              if (e + 1 < d.E) x1 = row[(e + 1) * zs3];
             }
           }
           const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
