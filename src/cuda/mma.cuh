@@ -69,6 +69,9 @@ __device__ __forceinline__ void cp_async_small(void* dst, const void* src, bool 
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src), "n"(kBytes),
                "r"(valid ? kBytes : 0));
 }
+// A hint that the 128-byte line holding p is wanted soon: the L2 fetches it from DRAM (no register
+// waits for it; the host emulation ignores it).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

@@ -1045,8 +1045,9 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 // products. After a chunk's last step each thread adds f ⊙ its accumulators into the W or U tile in
 // shared memory (f = a^(c C) or a^(T - e_c) per latent), and sums key ⊙ accumulator per latent (its
 // 16 tokens, then the 4 lanes of a latent by shuffles) into SY or SZ ([chunk][64]); after a barrier
-// all threads write the tiles' rows back in 16-byte pieces. The dots <rho0, GR> per latent: 4
-// threads a latent, 64 columns each, summed by shuffles. After the last slab threads 0-63 walk the
+// all threads write the tiles' rows back in 16-byte pieces. The dots <rho0, GR> per latent: warps
+// 4-7 read rho0's elements beside their GR fragments' (float32 products, a latent's 4 lanes summed by
+// shuffles). The next item's rows of both states are prefetched into the L2 at the item's start. After the last slab threads 0-63 walk the
 // chunks once per latent (x2 ascending, x1 descending) and add x1 + x2 + x3 to HdH. Every sum is in a
 // fixed order (the same bits every run). A state that is absent (null) leaves its warps idle. nC <=
 // kStateReadbackMaxChunks (the dispatch's condition).
@@ -1097,7 +1098,7 @@ __global__ void __launch_bounds__(kSrThreads, 1) state_readback_mma_kernel(
   const int C = static_cast<int>(d.C);
   const int64_t nlt = d.Lp / 64, items = d.nC == 0 ? 0 : d.nbh * nlt;
   const bool pairs = state_rows_aligned(zrole ? gr : rho0, d.E, 2);
-  const bool quads = state_rows_aligned(rho0, d.E, 4) && state_rows_aligned(gr, d.E, 4);
+  const bool ypairs = state_rows_aligned(rho0, d.E, 2);
   const bool wu16 = d.L % 4 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(U) % 16 == 0;  // W's and U's rows in 16-byte pieces
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
@@ -1167,18 +1168,22 @@ __global__ void __launch_bounds__(kSrThreads, 1) state_readback_mma_kernel(
       // latents; columns 2 q, 2 q + 1 and + 8 of each k step), bf16 hi + lo; zeros past L and E
       uint32_t ahi[kSrSlab / 16][4], alo[kSrSlab / 16][4];
       const float* zrow[2];  // the thread's two rows (null past L)
+      const float* yrow[2];  // warps 4-7 with both states: rho0's same rows, for the dots
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int64_t l = l0 + lw + g + 8 * r;
         zrow[r] = active && l < d.L ? zp + b * zs0 + h * zs1 + l * zs2 : nullptr;
+        yrow[r] = zrole && has_y && has_z && l < d.L ? static_cast<const float*>(rho0.p) + rho0.at(b, h, l, 0) : nullptr;
       }
+      float dot[2] = {0.0f, 0.0f};  // <rho0, GR> over the thread's columns of its two rows
 #pragma unroll
       for (int kk = 0; kk < kSrSlab / 16; ++kk) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const float* row = zrow[r & 1];
+          const float* yr = yrow[r & 1];
           const int64_t e = e_s + 16 * kk + 2 * q + 8 * (r >> 1);
-          float x0 = 0.0f, x1 = 0.0f;
+          float x0 = 0.0f, x1 = 0.0f, y0 = 0.0f, y1 = 0.0f;
           if (row != nullptr && kk < 4 * ne) {
             if (pairs) {
               if (e < d.E) {
@@ -1189,6 +1194,18 @@ __global__ void __launch_bounds__(kSrThreads, 1) state_readback_mma_kernel(
               if (e < d.E) x0 = row[e * zs3];
               if (e + 1 < d.E) x1 = row[(e + 1) * zs3];
             }
+            if (yr != nullptr) {
+              if (ypairs) {
+                if (e < d.E) {
+                  const float2 u = *reinterpret_cast<const float2*>(yr + e);
+                  y0 = u.x, y1 = u.y;
+                }
+              } else {
+                if (e < d.E) y0 = yr[e * rho0.s[3]];
+                if (e + 1 < d.E) y1 = yr[(e + 1) * rho0.s[3]];
+              }
+              dot[r & 1] = fmaf(x1, y1, fmaf(x0, y0, dot[r & 1]));
+            }
           }
           const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
           const __nv_bfloat162 lo = __floats2bfloat162_rn(x0 - __low2float(hi), x1 - __high2float(hi));
@@ -1196,26 +1213,26 @@ __global__ void __launch_bounds__(kSrThreads, 1) state_readback_mma_kernel(
           memcpy(&alo[kk][r], &lo, 4);
         }
       }
-      if (has_y && has_z) {  // the dots over the slab: 4 threads a latent (tid / 4), 64 columns each
-        const int r = tid / 4, part = tid % 4;
-        const int64_t l = l0 + r;
-        float x = 0.0f;
-        if (l < d.L) {
-          const float* rp = static_cast<const float*>(rho0.p);
-          const float* gp = static_cast<const float*>(gr.p);
-          for (int64_t e = e_s + 64 * part; e < std::min<int64_t>(e_s + 64 * (part + 1), d.E); e += 4) {
-            if (quads && e + 4 <= d.E) {
-              const float4 u = *reinterpret_cast<const float4*>(rp + rho0.at(b, h, l, e));
-              const float4 w = *reinterpret_cast<const float4*>(gp + gr.at(b, h, l, e));
-              x = fmaf(u.x, w.x, x), x = fmaf(u.y, w.y, x), x = fmaf(u.z, w.z, x), x = fmaf(u.w, w.w, x);
-            } else {
-              for (int k = 0; k < 4 && e + k < d.E; ++k) x = fmaf(rp[rho0.at(b, h, l, e + k)], gp[gr.at(b, h, l, e + k)], x);
-            }
+      if (zrole && has_y && has_z) {  // a latent's 4 lanes, then into dots (slab after slab)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          dot[hf] += __shfl_xor_sync(0xffffffffu, dot[hf], 1);
+          dot[hf] += __shfl_xor_sync(0xffffffffu, dot[hf], 2);
+          if (q == 0) dots[lw + g + 8 * hf] = (e_s == 0 ? 0.0f : dots[lw + g + 8 * hf]) + dot[hf];
+        }
+      }
+      // the next item's rows of both states (its first slab) into the L2 while this item runs
+      if (e_s == 0 && item + gridDim.x < items) {
+        const int64_t nx = item + gridDim.x, nbh = nx / nlt, nl0 = nx % nlt * 64, nb = d.b_of(nbh), nh = d.h_of(nbh);
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {  // 128-byte lines: 8 a row of 256 columns
+          const int line = tid + kSrThreads * k, r = line / 8;
+          const int64_t l = nl0 + r, e = 32 * (line % 8);
+          if (l < d.L && e < d.E) {
+            if (has_y) prefetch_l2(static_cast<const float*>(rho0.p) + rho0.at(nb, nh, l, e));
+            if (has_z) prefetch_l2(static_cast<const float*>(gr.p) + gr.at(nb, nh, l, e));
           }
         }
-        x += __shfl_xor_sync(0xffffffffu, x, 1);
-        x += __shfl_xor_sync(0xffffffffu, x, 2);
-        if (part == 0) dots[r] = (e_s == 0 ? 0.0f : dots[r]) + x;
       }
       float acc[8][4] = {};
       // a step's products: k steps 4 j .. 4 j + 3 of the slab (j a constant: the fragments stay in

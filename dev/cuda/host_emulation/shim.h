@@ -672,6 +672,7 @@ inline void cp_async16(void* dst, const void* src, bool valid = true, size_t src
   else
     emu::open_copies.push_back(c);
 }
+inline void prefetch_l2(const void*) {}  // (mma.cuh's L2 prefetch hint: nothing to emulate)
 inline void cp_async_commit() {
   emu::copy_groups.push_back(std::move(emu::open_copies));
   emu::open_copies.clear();
