@@ -1928,8 +1928,8 @@ __global__ void da_store_kernel(int64_t H, int64_t L, const double* da_acc, void
 // With an initial rho or grad_rho_out (bfloat16, at most kStateReadbackMaxChunks = 16 chunks) the
 // quadratic backward adds the state's terms (state_readback_mma, quad_dv_mma's kState, dR_0's a^T GR):
 // forced by RHOSCAN_CUDA_BACKWARD_PATH=quadratic, the default only where built with
-// RHOSCAN_QUADRATIC_BACKWARD_STATE=1 (round 41, H100: slower than the chunked path in every version
-// measured, BDH-8k forward+backward 9.10-9.19 against 8.32-8.41 ms; docs/CUDA.md).
+// RHOSCAN_QUADRATIC_BACKWARD_STATE=1 (rounds 41-42, H100: slower than the chunked path in every version
+// measured, BDH-8k forward+backward 8.93-9.19 against 8.32-8.41 ms; docs/CUDA.md).
 #ifndef RHOSCAN_QUADRATIC_BACKWARD_STATE
 #define RHOSCAN_QUADRATIC_BACKWARD_STATE 0
 #endif

@@ -1053,7 +1053,8 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 // kStateReadbackMaxChunks (the dispatch's condition).
 // Version 2 (round 41) kept the slab's rows as hi + lo planes in shared memory (128 KiB) and read W
 // and U back in each chunk's epilogue with nothing in flight under them: 3.25 ms a launch at BDH-8k
-// on an H100 (1.0 TB/s).
+// on an H100 (1.0 TB/s). Version 3 took 3.26 ms (round 42, call 2): one block of 8 warps per SM
+// still waits on each item's own loads of its state rows (39 % of the stall cycles).
 constexpr int kSrThreads = 256, kSrSlab = 256;          // a slab's columns: 16 k steps of A fragments
 constexpr int kSrTile = 64 * 64 * 2;                    // G's or v's [64][64] bf16 tile: 8 KiB
 constexpr int kSrStageCount = 3;                        // B stages, fetched two steps ahead
