@@ -1047,10 +1047,10 @@ __global__ void __launch_bounds__(kQdThreads, 2) quad_dv_mma_kernel(Dims d, cons
 // 16 tokens, then the 4 lanes of a latent by shuffles) into SY or SZ ([chunk][64]); after a barrier
 // all threads write the tiles' rows back in 16-byte pieces. The dots <rho0, GR> per latent: warps
 // 4-7 read rho0's elements beside their GR fragments' (float32 products, a latent's 4 lanes summed by
-// shuffles). The next item's rows of both states are prefetched into the L2 at the item's start. After the last slab threads 0-63 walk the
-// chunks once per latent (x2 ascending, x1 descending) and add x1 + x2 + x3 to HdH. Every sum is in a
-// fixed order (the same bits every run). A state that is absent (null) leaves its warps idle. nC <=
-// kStateReadbackMaxChunks (the dispatch's condition).
+// shuffles). The next item's rows of both states are prefetched into the L2 at the item's start.
+// After the last slab threads 0-63 walk the chunks once per latent (x2 ascending, x1 descending) and
+// add x1 + x2 + x3 to HdH. Every sum is in a fixed order (the same bits every run). A state that is
+// absent (null) leaves its warps idle. nC <= kStateReadbackMaxChunks (the dispatch's condition).
 // Version 2 (round 41) kept the slab's rows as hi + lo planes in shared memory (128 KiB) and read W
 // and U back in each chunk's epilogue with nothing in flight under them: 3.25 ms a launch at BDH-8k
 // on an H100 (1.0 TB/s). Version 3 took 3.26 ms (round 42, call 2): one block of 8 warps per SM
@@ -1070,8 +1070,8 @@ __host__ __device__ constexpr int state_readback_smem(int64_t nC) {
   return static_cast<int>(kSrSums + 2 * nC * 64 * 4);
 }
 static_assert(state_readback_smem(kStateReadbackMaxChunks) <= 227 * 1024, "state_readback_mma: shared memory");
-// (a state's rows in 8-byte pairs where its columns are contiguous, E is even and pairs are 8-byte
-// aligned; 16-byte pieces where E % 4 == 0 and pieces are 16-byte aligned)
+// (a state's rows in pieces of k floats where its columns are contiguous, E % k == 0 and the pieces
+// are 4 k-byte aligned: the fragments' 8-byte pairs, k = 2)
 __device__ __forceinline__ bool state_rows_aligned(const Str4& x, int64_t E, int k) {
   return x.p == nullptr || (E % k == 0 && x.s[3] == 1 && x.s[2] % k == 0 && x.s[1] % k == 0 && x.s[0] % k == 0 &&
                             reinterpret_cast<uintptr_t>(x.p) % (4 * k) == 0);
