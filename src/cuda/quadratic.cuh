@@ -1623,10 +1623,10 @@ __global__ void __launch_bounds__(kFwThreads, 2)
 // final_state_mma_kernel's launches for a batch: f(s, first, a32_s, out_s, init_s) per launch, with
 // the launch's Dims s (pairs first .. first + s.nbh - 1 of the batch: its Kq and V rows from pair
 // first on), a32, rho and the initial state (if any) rebased to them. The kernel keeps bh, b and h
-// in 32-bit registers, so a launch needs s.bh0 + s.nbh < limit (2^30): one launch with d where that holds, else sub-batches
-// with s.bh0 = 0, a32 and rho moved to the sub-batch's first pair (b0, h0) and at most limit - 1
-// pairs, ending with their row of heads where h0 > 0 (so that the pair's h is h0 + its index and
-// b is b0); from h0 = 0 on, the kernel's own b, h from its index. (A parameter, not the constant,
+// in 32-bit registers, so a launch needs s.bh0 + s.nbh < limit (2^30): one launch with d where that
+// holds, else sub-batches with s.bh0 = 0, a32 and rho moved to the sub-batch's first pair (b0, h0)
+// and at most limit - 1 pairs, ending with their row of heads where h0 > 0 (so that the pair's h is
+// h0 + its index and b is b0); from h0 = 0 on, the kernel's own b, h from its index. (A parameter, not the constant,
 // so that the emulation runs the sub-batches on small problems.)
 template <typename F>
 void final_state_batches(const Dims& d, const float* a32, Str4 out, Str4 init, int64_t limit, F&& f) {
